@@ -1,0 +1,64 @@
+"""The exceptions ddo_hooks raises.
+
+One small hierarchy: every error is a :class:`DDOError`; errors about a value the caller
+passed are also :class:`ValueError`, errors about the state of the process are also
+:class:`RuntimeError`. Messages name the offending argument, field, module or file and say
+how to fix it.
+
+Example:
+    >>> from ddo_hooks import release_pytorch_host_cache
+    >>> from ddo_hooks.errors import DDOError
+    >>> try:
+    ...     release_pytorch_host_cache(enabled=True, phase="after_call", device="cpu")
+    ... except DDOError as e:
+    ...     print(type(e).__name__)
+    InvalidArgumentError
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BoundaryRefusedError",
+    "DDOError",
+    "HostCacheReleaseError",
+    "InvalidArgumentError",
+    "PolicyError",
+    "ReportError",
+]
+
+
+class DDOError(Exception):
+    """Base class of every error raised by ddo_hooks."""
+
+
+class InvalidArgumentError(DDOError, ValueError):
+    """An argument passed to a public function is malformed (wrong type, range or label)."""
+
+
+class PolicyError(DDOError, ValueError):
+    """A hook policy (a YAML file or a mapping) is invalid; the message names file, line and key."""
+
+
+class ReportError(DDOError, ValueError):
+    """A DDO report is invalid, or a file of reports could not be read."""
+
+
+class BoundaryRefusedError(DDOError, RuntimeError):
+    """A release was requested where it is not allowed (while loading, denoising or releasing).
+
+    Attributes:
+        reason: A stable machine-readable code: ``"loading"``, ``"denoising"``,
+            ``"release_in_progress"`` or ``"inference_in_progress"``.
+    """
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class HostCacheReleaseError(DDOError, RuntimeError):
+    """Synchronizing the device or releasing the host cache failed.
+
+    The original exception is chained as ``__cause__``. A failed release is never reported
+    as a successful one.
+    """

@@ -1,0 +1,482 @@
+"""Pydantic models of the DDO report, schema version 1.
+
+Every public result of ddo_hooks is a *DDO report*: a frozen, strictly validated model with
+``schema_version``, a ``route`` naming what produced it, and a ``setup`` section. A host
+can print or serialize a report without reading allocator internals::
+
+    {"schema_version": 1, "route": "pytorch_host_cache_release",
+     "setup": {"host_cache_release": {"phase": "before_transformer", "status": "executed", ...}}}
+
+Validation rejects impossible reports (negative byte counts, an executed release without
+allocator snapshots, ``released`` without ``executed``, a delta that is not before minus
+after) with a message that names the field.
+
+Example:
+    >>> from ddo_hooks import release_pytorch_host_cache
+    >>> report = release_pytorch_host_cache(phase="after_call")
+    >>> data = report.model_dump(mode="json")
+    >>> data["schema_version"], data["route"], data["setup"]["host_cache_release"]["status"]
+    (1, 'pytorch_host_cache_release', 'noop')
+    >>> parse_report(data) == report
+    True
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated, Any, Literal, TypeAlias
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    JsonValue,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    TypeAdapter,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from ddo_hooks.errors import ReportError
+
+__all__ = [
+    "AllocatorSnapshot",
+    "BoundaryRefusal",
+    "BoundaryRefusalReport",
+    "DDOReport",
+    "GarbageCollection",
+    "HostCacheRelease",
+    "HostCacheReleaseReport",
+    "HostObservation",
+    "PHASE_PATTERN",
+    "ReleaseTimings",
+    "ThresholdDecision",
+    "parse_report",
+    "report_json_schema",
+    "validate_active_counter",
+]
+
+SCHEMA_VERSION = 1
+
+PHASE_PATTERN = r"^[a-z][a-z0-9_.\-]{0,63}$"
+"""Phase and boundary labels: a lowercase letter, then up to 63 of ``a-z 0-9 _ . -``."""
+
+Bytes = Annotated[StrictInt, Field(ge=0)]
+"""A byte count: a non-negative integer."""
+
+Seconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+"""A duration in seconds: a finite, non-negative number."""
+
+PhaseLabel = Annotated[str, Field(pattern=PHASE_PATTERN)]
+"""A phase label such as ``before_transformer`` (see :data:`PHASE_PATTERN`)."""
+
+NoopReason = Literal[
+    "disabled",
+    "unsupported_build",
+    "cuda_not_initialized",
+    "forked_child",
+    "lazy_init_required",
+    "below_threshold",
+]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+
+def validate_active_counter(reported: object, allocated: int | None) -> int | None:
+    """Validate a reported active-bytes counter against the owned bytes, as the spec says.
+
+    Args:
+        reported: The active counter as the allocator reported it (any value, or ``None``).
+        allocated: The owned (cached + live) bytes of the same snapshot, or ``None``.
+
+    Returns:
+        The counter when it is a non-negative integer no greater than ``allocated``;
+        otherwise ``None`` (absent, negative, not an integer, or greater than owned).
+
+    Example:
+        >>> validate_active_counter(1024, 4096)
+        1024
+        >>> validate_active_counter(3_904_897_030, 0) is None  # torch 2.11 after a release
+        True
+    """
+    if allocated is None or isinstance(reported, bool) or not isinstance(reported, int):
+        return None
+    if reported < 0 or reported > allocated:
+        return None
+    return reported
+
+
+class AllocatorSnapshot(_Model):
+    """One reading of PyTorch's pinned host allocator counters (raw stats, no CUDA call)."""
+
+    status: Literal["available", "unavailable"]
+    """``available`` when the counters were read; ``unavailable`` otherwise (never zeros)."""
+    unavailable_reason: str | None = None
+    """Why the counters could not be read; ``None`` when available."""
+    allocated_bytes: Bytes | None
+    """Bytes of pinned blocks the allocator owns, cached and live (power-of-two rounded).
+
+    Not native host storage and not total process memory."""
+    reported_active_bytes: StrictInt | StrictFloat | None
+    """The active (handed-out) counter exactly as reported; may be negative or too large."""
+    active_bytes: Bytes | None
+    """The validated active counter: ``None`` when absent, negative, non-integer or above owned."""
+    active_counter_consistent: StrictBool
+    """Whether ``active_bytes`` is usable; never use an inconsistent counter for decisions."""
+    counter_layout: Literal["torch>=2.10", "torch2.7-2.9"] | None = None
+    """Which key set the raw stats used (``allocated_bytes`` changed meaning in torch 2.10)."""
+
+    @field_validator("reported_active_bytes")
+    @classmethod
+    def _finite(cls, value: int | float | None) -> int | float | None:
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError("reported_active_bytes must be finite; store a non-finite counter as null")
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> AllocatorSnapshot:
+        if self.status == "unavailable":
+            filled = [
+                name
+                for name in ("allocated_bytes", "reported_active_bytes", "active_bytes", "counter_layout")
+                if getattr(self, name) is not None
+            ]
+            if filled or self.active_counter_consistent:
+                raise ValueError(
+                    f"an unavailable snapshot carries no counters, but {filled or ['active_counter_consistent']}"
+                    " is set; set status='available' or clear those fields"
+                )
+            if not self.unavailable_reason:
+                raise ValueError("an unavailable snapshot needs unavailable_reason saying why")
+            return self
+        if self.allocated_bytes is None:
+            raise ValueError("an available snapshot needs allocated_bytes")
+        if self.unavailable_reason is not None:
+            raise ValueError("unavailable_reason is only for status='unavailable'")
+        expected = validate_active_counter(self.reported_active_bytes, self.allocated_bytes)
+        if self.active_bytes != expected:
+            raise ValueError(
+                f"active_bytes must be {expected!r}: the validated value of reported_active_bytes="
+                f"{self.reported_active_bytes!r} against allocated_bytes={self.allocated_bytes}"
+            )
+        if self.active_counter_consistent != (expected is not None):
+            raise ValueError(
+                f"active_counter_consistent must be {expected is not None} when active_bytes is {expected!r}"
+            )
+        return self
+
+
+class HostObservation(_Model):
+    """A snapshot of the process's host memory (not a continuous peak)."""
+
+    platform: Literal["linux", "windows", "darwin", "other"]
+    """The operating system the observation was made on."""
+    rss_bytes: Bytes | None
+    """Process resident set size (psutil)."""
+    private_bytes: Bytes | None = None
+    """Windows: process private bytes (``PrivateUsage``, committed private memory)."""
+    physical_available_bytes: Bytes | None = None
+    """Windows: physical memory available (``GlobalMemoryStatusEx.ullAvailPhys``)."""
+    commit_available_bytes: Bytes | None = None
+    """Windows: commit the process can still use (``ullAvailPageFile``), not pagefile free disk space."""
+    unavailable: dict[str, str] = Field(default_factory=dict)
+    """Fields that could not be observed, each with the reason; those fields are null."""
+
+    @model_validator(mode="after")
+    def _unavailable_are_null(self) -> HostObservation:
+        for name in self.unavailable:
+            if name not in type(self).model_fields or name in ("platform", "unavailable"):
+                raise ValueError(f"unavailable names unknown field {name!r}")
+            if getattr(self, name) is not None:
+                raise ValueError(f"{name} is listed as unavailable but has a value")
+        return self
+
+
+class ReleaseTimings(_Model):
+    """Where ``elapsed_seconds`` went, step by step."""
+
+    collect_seconds: Seconds
+    """Python garbage collection."""
+    synchronize_seconds: Seconds | None
+    """Waiting once for the selected device's transfers; ``None`` when not synchronized."""
+    snapshot_seconds: Seconds
+    """Reading allocator counters and host memory, before and after."""
+    release_seconds: Seconds | None
+    """The torch release call itself; ``None`` when it was not called."""
+
+
+class GarbageCollection(_Model):
+    """How Python garbage was collected before the release."""
+
+    strategy: Literal["full", "young", "auto"]
+    """``full``: every generation. ``young``: generations 0 and 1 only. ``auto``: young, then
+    full only if an object expected to be freed is still alive."""
+    full_collection: StrictBool
+    """Whether the oldest generation was collected."""
+    unreachable_objects: Bytes
+    """Unreachable objects found (the return value of :func:`gc.collect`)."""
+    expected_freed: tuple[str, ...] = ()
+    """Names of the objects the caller expected to be freed (dropped components)."""
+    survivors: tuple[str, ...] = ()
+    """Expected-freed objects still alive after collection: something else references them,
+    so their memory cannot be released."""
+
+    @model_validator(mode="after")
+    def _survivors_expected(self) -> GarbageCollection:
+        unknown = set(self.survivors) - set(self.expected_freed)
+        if unknown:
+            raise ValueError(f"survivors {sorted(unknown)} are not among expected_freed")
+        if self.strategy == "full" and not self.full_collection:
+            raise ValueError("strategy 'full' always collects the oldest generation")
+        if self.strategy == "young" and self.full_collection:
+            raise ValueError("strategy 'young' never collects the oldest generation")
+        return self
+
+
+class ThresholdDecision(_Model):
+    """The decision against ``min_releasable_bytes``, made from the snapshot before release."""
+
+    min_releasable_bytes: Bytes
+    """The configured minimum of releasable cached bytes."""
+    releasable_bytes: Bytes | None
+    """Owned minus validated active bytes; ``None`` when the active counter was not usable."""
+    decision: Literal["release", "skip_below_threshold", "release_counter_untrusted"]
+    """``release_counter_untrusted``: the active counter was inconsistent or comes from a torch
+    whose counter is known wrong (< 2.13), so it was not used and the release ran anyway."""
+
+
+class HostCacheRelease(_Model):
+    """Fields under ``setup.host_cache_release``."""
+
+    phase: PhaseLabel
+    """The requested phase label."""
+    status: Literal["executed", "noop"]
+    """``executed``: the boundary ran. ``noop``: it did nothing, see ``noop_reason``."""
+    noop_reason: NoopReason | None
+    """Why nothing was done; ``None`` when executed."""
+    detail: str
+    """A sentence saying what happened, for people."""
+    released: StrictBool
+    """The release call completed. Not a proof that any byte count was returned."""
+    elapsed_seconds: Seconds
+    """GC, one completion boundary, sampling and release; not denoise compute time."""
+    timings: ReleaseTimings
+    """The breakdown of ``elapsed_seconds``."""
+    device: str | None
+    """The selected CUDA device (``cuda:N``), when one was resolved."""
+    synchronized: StrictBool
+    """Whether the selected device was synchronized. A device without a CUDA context has no
+    transfers to wait for and is not synchronized (that would create a context)."""
+    entry_point: str | None
+    """The torch function that released the cache, e.g. ``torch._C._host_emptyCache``."""
+    torch_version: str
+    """``torch.__version__`` of the process."""
+    collection: GarbageCollection | None
+    """How garbage was collected; ``None`` when no collection ran."""
+    threshold: ThresholdDecision | None = None
+    """The ``min_releasable_bytes`` decision; ``None`` when no minimum was set."""
+    before: AllocatorSnapshot | None
+    """Allocator counters before the release."""
+    after: AllocatorSnapshot | None
+    """Allocator counters after the release."""
+    allocator_bytes_delta: StrictInt | None
+    """``before.allocated_bytes - after.allocated_bytes`` (signed); ``None`` when unknown.
+    Not guaranteed OS commit recovery; concurrent allocation can invalidate attribution."""
+    host_before: HostObservation | None
+    """Host memory before the release."""
+    host_after: HostObservation | None
+    """Host memory after the release."""
+
+    @model_validator(mode="after")
+    def _coherent(self) -> HostCacheRelease:
+        executed = self.status == "executed"
+        if executed and self.noop_reason is not None:
+            raise ValueError("noop_reason must be null when status is 'executed'")
+        if not executed and self.noop_reason is None:
+            raise ValueError("status 'noop' needs a noop_reason")
+        if self.released != executed:
+            raise ValueError("released must be true exactly when status is 'executed' (the release call completed)")
+        if executed:
+            missing = [n for n in ("before", "after", "host_before", "host_after") if getattr(self, n) is None]
+            if missing:
+                raise ValueError(f"an executed release needs {', '.join(missing)}")
+            if self.timings.release_seconds is None:
+                raise ValueError("an executed release needs timings.release_seconds")
+            if self.entry_point is None or self.device is None:
+                raise ValueError("an executed release names its entry_point and device")
+        elif self.timings.release_seconds is not None:
+            raise ValueError("timings.release_seconds must be null when the release call did not run")
+        if self.synchronized and self.timings.synchronize_seconds is None:
+            raise ValueError("a synchronized release needs timings.synchronize_seconds")
+        if not self.synchronized and self.timings.synchronize_seconds is not None:
+            raise ValueError("timings.synchronize_seconds must be null when the device was not synchronized")
+        if (self.threshold is not None and self.threshold.decision == "skip_below_threshold") != (
+            self.noop_reason == "below_threshold"
+        ):
+            raise ValueError("noop_reason 'below_threshold' goes with threshold.decision 'skip_below_threshold'")
+        before = self.before.allocated_bytes if self.before else None
+        after = self.after.allocated_bytes if self.after else None
+        expected = before - after if before is not None and after is not None else None
+        if self.allocator_bytes_delta != expected:
+            raise ValueError(
+                f"allocator_bytes_delta must be {expected!r} (before.allocated_bytes minus after.allocated_bytes)"
+            )
+        parts = [self.timings.collect_seconds, self.timings.snapshot_seconds]
+        parts += [t for t in (self.timings.synchronize_seconds, self.timings.release_seconds) if t is not None]
+        if sum(parts) > self.elapsed_seconds + 1e-6:
+            raise ValueError("the timings add up to more than elapsed_seconds")
+        return self
+
+
+class HostCacheReleaseSetup(_Model):
+    """The ``setup`` section of a host-cache release report."""
+
+    host_cache_release: HostCacheRelease
+    """The release boundary's fields."""
+
+
+class HostCacheReleaseReport(_Model):
+    """The DDO report of one host-cache boundary (route ``pytorch_host_cache_release``)."""
+
+    schema_version: Literal[1] = SCHEMA_VERSION
+    """The main DDO report schema version."""
+    route: Literal["pytorch_host_cache_release"] = "pytorch_host_cache_release"
+    """What produced the report."""
+    setup: HostCacheReleaseSetup
+    """The report body."""
+
+    @property
+    def release(self) -> HostCacheRelease:
+        """Shortcut for ``setup.host_cache_release``."""
+        return self.setup.host_cache_release
+
+
+class BoundaryRefusal(_Model):
+    """Fields under ``setup.boundary_refusal``: a boundary that was requested and not run."""
+
+    boundary: PhaseLabel
+    """The boundary that was refused."""
+    action: str = Field(min_length=1)
+    """The action that did not run."""
+    reason: Literal["loading", "denoising", "release_in_progress", "inference_in_progress"]
+    """Why it was refused."""
+    detail: str
+    """A sentence saying what was going on, for people."""
+    requested_by: Literal["pipeline", "host"]
+    """``pipeline``: fired by a pipeline call; ``host``: a manual ``Attachment.boundary`` request."""
+    call_index: Bytes
+    """How many pipeline calls the attachment had seen when the request came."""
+
+
+class BoundaryRefusalSetup(_Model):
+    """The ``setup`` section of a refusal report."""
+
+    boundary_refusal: BoundaryRefusal
+    """The refusal's fields."""
+
+
+class BoundaryRefusalReport(_Model):
+    """The DDO report of a refused boundary (route ``phase_boundary_refusal``)."""
+
+    schema_version: Literal[1] = SCHEMA_VERSION
+    """The main DDO report schema version."""
+    route: Literal["phase_boundary_refusal"] = "phase_boundary_refusal"
+    """What produced the report."""
+    setup: BoundaryRefusalSetup
+    """The report body."""
+
+
+class ActionResult(_Model):
+    """Fields under ``setup.boundary_action``: the result of a user-registered action."""
+
+    action: str = Field(min_length=1)
+    """The registered action name."""
+    boundary: PhaseLabel
+    """The boundary it ran at."""
+    status: Literal["executed", "noop"]
+    """What the action says it did."""
+    detail: str = ""
+    """A sentence for people."""
+    data: dict[str, JsonValue] = Field(default_factory=dict)
+    """Any JSON data the action wants to keep."""
+
+
+class ActionResultSetup(_Model):
+    """The ``setup`` section of a user action's report."""
+
+    boundary_action: ActionResult
+    """The action's fields."""
+
+
+class ActionReport(_Model):
+    """The DDO report of a user-registered boundary action (route ``boundary_action``)."""
+
+    schema_version: Literal[1] = SCHEMA_VERSION
+    """The main DDO report schema version."""
+    route: Literal["boundary_action"] = "boundary_action"
+    """What produced the report."""
+    setup: ActionResultSetup
+    """The report body."""
+
+
+DDOReport: TypeAlias = Annotated[
+    HostCacheReleaseReport | BoundaryRefusalReport | ActionReport,
+    Field(discriminator="route"),
+]
+"""Any DDO report of schema version 1, told apart by ``route``."""
+
+REPORT_TYPES = (HostCacheReleaseReport, BoundaryRefusalReport, ActionReport)
+
+_ADAPTER: TypeAdapter[Any] = TypeAdapter(DDOReport)
+
+
+def parse_report(data: Any) -> HostCacheReleaseReport | BoundaryRefusalReport | ActionReport:
+    """Validate a mapping or a JSON string as a DDO report.
+
+    Args:
+        data: A mapping (e.g. ``report.model_dump(mode="json")``) or a JSON document (``str``/``bytes``).
+
+    Returns:
+        The validated report model for its ``route``.
+
+    Raises:
+        ReportError: The data is not a valid DDO report; the message lists each field path.
+
+    Example:
+        >>> parse_report({"schema_version": 2, "route": "pytorch_host_cache_release", "setup": {}})
+        Traceback (most recent call last):
+        ...
+        ddo_hooks.errors.ReportError: not a valid DDO report: ...
+    """
+    try:
+        if isinstance(data, (str, bytes, bytearray)):
+            return _ADAPTER.validate_json(data)
+        return _ADAPTER.validate_python(data)
+    except ValidationError as e:
+        raise ReportError(f"not a valid DDO report: {_describe(e)}") from e
+
+
+def _describe(error: ValidationError) -> str:
+    parts = []
+    for item in error.errors(include_url=False):
+        path = ".".join(str(p) for p in item["loc"]) or "<root>"
+        parts.append(f"{path}: {item['msg']}")
+    return "; ".join(parts)
+
+
+def report_json_schema() -> dict[str, Any]:
+    """Return the JSON Schema of a DDO report (any route), as checked into ``ddo_hooks/schemas``.
+
+    Example:
+        >>> report_json_schema()["title"]
+        'DDOReport'
+    """
+    schema = _ADAPTER.json_schema()
+    schema["title"] = "DDOReport"
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    return schema
