@@ -6,6 +6,9 @@ Example:
     'noop'
 """
 
+from ddo_hooks import guard
+from ddo_hooks.actions import BoundaryContext, register_action, unregister_action
+from ddo_hooks.attachment import Attachment, attach
 from ddo_hooks.errors import (
     BoundaryRefusedError,
     DDOError,
@@ -16,6 +19,7 @@ from ddo_hooks.errors import (
 )
 from ddo_hooks.host_cache import release_pytorch_host_cache
 from ddo_hooks.metrics import MetricsTracker
+from ddo_hooks.policy import HookPolicy
 from ddo_hooks.reports import (
     ActionReport,
     BoundaryRefusalReport,
@@ -27,8 +31,17 @@ from ddo_hooks.reports import (
 __version__ = "0.1.0"
 
 __all__ = [
-    # the release core
+    # attach a policy to a pipeline
+    "Attachment",
+    "HookPolicy",
+    "attach",
+    # the release core and the process-wide guard
+    "guard",
     "release_pytorch_host_cache",
+    # pluggable boundary actions
+    "BoundaryContext",
+    "register_action",
+    "unregister_action",
     # reports and their tracker
     "ActionReport",
     "BoundaryRefusalReport",

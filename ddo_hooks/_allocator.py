@@ -89,7 +89,7 @@ class HostAllocatorBackend(Protocol):
 class TorchHostAllocator:
     """The real backend: the installed torch."""
 
-    def torch_version(self) -> str:  # noqa: D102
+    def torch_version(self) -> str:
         return str(torch.__version__)
 
     def entry_point(self) -> EntryPoint | str:
@@ -107,26 +107,26 @@ class TorchHostAllocator:
             return EntryPoint("torch._C._accelerator_emptyHostCache", accelerator_empty, requires_lazy_init=True)
         return f"torch {torch.__version__} exposes no host-cache release entry point (torch >= 2.5 does)"
 
-    def raw_host_stats(self) -> Mapping[str, Any] | None:  # noqa: D102
+    def raw_host_stats(self) -> Mapping[str, Any] | None:
         read = getattr(torch._C, "_cuda_hostMemoryStats", None)
         return None if read is None else read()
 
-    def in_bad_fork(self) -> bool:  # noqa: D102
+    def in_bad_fork(self) -> bool:
         return bool(torch.cuda._is_in_bad_fork())
 
-    def cuda_initialized(self) -> bool:  # noqa: D102
+    def cuda_initialized(self) -> bool:
         return torch.cuda.is_initialized()
 
-    def device_count(self) -> int:  # noqa: D102
+    def device_count(self) -> int:
         return torch.cuda.device_count()
 
-    def current_device(self) -> int:  # noqa: D102
+    def current_device(self) -> int:
         return int(torch._C._cuda_getDevice())
 
-    def has_primary_context(self, index: int) -> bool:  # noqa: D102
+    def has_primary_context(self, index: int) -> bool:
         return bool(torch._C._cuda_hasPrimaryContext(index))
 
-    def synchronize(self, index: int) -> None:  # noqa: D102
+    def synchronize(self, index: int) -> None:
         torch.cuda.synchronize(index)
 
 

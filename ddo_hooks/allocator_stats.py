@@ -5,12 +5,12 @@ The raw stats changed meaning in torch 2.10 (``FACTS.md``):
 ========== ============================== ===============================
 torch      owned (cached + live)          handed out ("active")
 ========== ============================== ===============================
-2.7 – 2.9  ``reserved_bytes``             ``allocated_bytes``
+2.7 - 2.9  ``reserved_bytes``             ``allocated_bytes``
 2.10 +     ``allocated_bytes``            ``active_bytes``
 ========== ============================== ===============================
 
 Owned bytes are trusted. The active counter is wrong before torch 2.13 (it only grows on
-2.10–2.12, and drifts by a byte per event-drained free on 2.7–2.12), so it is kept as
+2.10-2.12, and drifts by a byte per event-drained free on 2.7-2.12), so it is kept as
 reported and validated separately: it is usable only when it is a non-negative integer no
 greater than the owned bytes.
 
@@ -78,9 +78,11 @@ def snapshot_from_raw(raw: Mapping[str, Any] | None) -> AllocatorSnapshot:
     if isinstance(owned, bool) or not isinstance(owned, int) or owned < 0:
         return unavailable_snapshot(f"host allocator reported {owned_key}.current={owned!r}, not a byte count")
     reported = _current(raw, active_key)
-    if isinstance(reported, bool) or not isinstance(reported, (int, float)):
-        reported = None
-    elif isinstance(reported, float) and not math.isfinite(reported):  # cannot be stored in JSON
+    if (
+        isinstance(reported, bool)
+        or not isinstance(reported, (int, float))
+        or (isinstance(reported, float) and not math.isfinite(reported))
+    ):
         reported = None
     active = validate_active_counter(reported, owned)
     return AllocatorSnapshot(

@@ -24,7 +24,7 @@ DeviceLike = str | int | torch.device
 
 ACCEPTED_DEVICE_FORMS = "'cuda', 'cuda:N', torch.device('cuda[:N]') or an int N >= 0"
 
-_CUDA_RE = re.compile(r"^cuda(?::(\d+))?$")
+_CUDA_RE = re.compile(r"cuda(?::([0-9]+))?")
 
 
 def parse_cuda_device(device: object, *, argument: str = "device") -> int | None:
@@ -55,8 +55,8 @@ def parse_cuda_device(device: object, *, argument: str = "device") -> int | None
             )
         return device.index
     if isinstance(device, str):
-        text = device.strip()
-        match = _CUDA_RE.match(text)
+        text = device
+        match = _CUDA_RE.fullmatch(text)
         if match:
             return None if match.group(1) is None else int(match.group(1))
         kind = text.split(":", 1)[0]

@@ -75,7 +75,7 @@ def enter(kind: SectionKind, owner: str) -> Section:
         return held
 
 
-def exit(held: Section) -> None:  # noqa: A001 - the counterpart of enter
+def exit(held: Section) -> None:
     """Close a section opened by :func:`enter`; closing twice is a no-op."""
     with _condition:
         if not held.closed:

@@ -31,7 +31,7 @@ from typing import Literal
 from ddo_hooks import _allocator, guard
 from ddo_hooks.allocator_stats import snapshot_from_raw, unavailable_snapshot
 from ddo_hooks.devices import DeviceLike, parse_cuda_device
-from ddo_hooks.errors import HostCacheReleaseError, InvalidArgumentError
+from ddo_hooks.errors import BoundaryRefusedError, HostCacheReleaseError, InvalidArgumentError
 from ddo_hooks.host_memory import observe_host
 from ddo_hooks.reports import (
     PHASE_PATTERN,
@@ -47,7 +47,7 @@ from ddo_hooks.reports import (
 __all__ = ["CollectStrategy", "release_pytorch_host_cache"]
 
 CollectStrategy = Literal["full", "young", "auto"]
-"""``full``: :func:`gc.collect` of every generation (the default; 170–300 ms in a process
+"""``full``: :func:`gc.collect` of every generation (the default; 170-300 ms in a process
 holding a loaded pipeline). ``young``: generations 0 and 1 only (well under a millisecond).
 ``auto``: young, then full only if an object in ``expect_freed`` is still alive."""
 
@@ -64,7 +64,7 @@ def _check_arguments(
 ) -> None:
     if not isinstance(enabled, bool):
         raise InvalidArgumentError(f"enabled={enabled!r} must be True or False")
-    if not isinstance(phase, str) or not _PHASE_RE.match(phase):
+    if not isinstance(phase, str) or not _PHASE_RE.fullmatch(phase):
         raise InvalidArgumentError(
             f"phase={phase!r} is not a phase label: use a lowercase letter then up to 63 of a-z, 0-9, "
             "'_', '.', '-' (e.g. 'before_transformer')"
@@ -110,7 +110,7 @@ def _allocator_in_use(backend: _allocator.HostAllocatorBackend) -> bool:
         return False
     snapshot = snapshot_from_raw(raw)
     count = raw.get("num_host_alloc", 0)
-    return bool(snapshot.allocated_bytes) or (isinstance(count, int) and count > 0)
+    return bool(snapshot.allocated_bytes) or (isinstance(count, int) and not isinstance(count, bool) and count > 0)
 
 
 def _collect(strategy: CollectStrategy, expect_freed: Mapping[str, weakref.ref]) -> GarbageCollection:
@@ -129,18 +129,20 @@ def _collect(strategy: CollectStrategy, expect_freed: Mapping[str, weakref.ref])
     )
 
 
-def _threshold(
-    before: AllocatorSnapshot, minimum: int, torch_version: str
-) -> ThresholdDecision:
+def _threshold(before: AllocatorSnapshot, minimum: int, torch_version: str) -> ThresholdDecision:
     trusted = before.active_bytes is not None and _torch_at_least(torch_version, _TRUSTED_ACTIVE_COUNTER)
     if not trusted or before.allocated_bytes is None:
-        return ThresholdDecision(min_releasable_bytes=minimum, releasable_bytes=None, decision="release_counter_untrusted")
+        return ThresholdDecision(
+            min_releasable_bytes=minimum, releasable_bytes=None, decision="release_counter_untrusted"
+        )
     releasable = before.allocated_bytes - before.active_bytes  # type: ignore[operator]
     decision = "release" if releasable >= minimum else "skip_below_threshold"
     return ThresholdDecision(min_releasable_bytes=minimum, releasable_bytes=releasable, decision=decision)
 
 
-def _noop(phase: str, reason: str, detail: str, device: str, torch_version: str, started: float) -> HostCacheReleaseReport:
+def _noop(
+    phase: str, reason: str, detail: str, device: str, torch_version: str, started: float
+) -> HostCacheReleaseReport:
     return HostCacheReleaseReport(
         setup=HostCacheReleaseSetup(
             host_cache_release=HostCacheRelease(
@@ -216,40 +218,71 @@ def release_pytorch_host_cache(
     version = backend.torch_version()
     if not enabled:
         return _noop(phase, "disabled", "release disabled (enabled=False)", label, version, started)
+    busy = guard.busy_reason()  # refused wherever it is requested, also where it would be a no-op
+    if busy is not None:
+        raise BoundaryRefusedError(busy[0], f"host-cache release refused: {busy[1]}")
     entry = backend.entry_point()
     if isinstance(entry, str):
         return _noop(phase, "unsupported_build", entry, label, version, started)
     if backend.in_bad_fork():
         return _noop(
-            phase, "forked_child", "forked child of a CUDA process: it cannot release its parent's pinned blocks",
-            label, version, started,
+            phase,
+            "forked_child",
+            "forked child of a CUDA process: it cannot release its parent's pinned blocks",
+            label,
+            version,
+            started,
         )
-    if not backend.cuda_initialized():
+    cuda_initialized = backend.cuda_initialized()
+    if not cuda_initialized:
         if not _allocator_in_use(backend):
             return _noop(
-                phase, "cuda_not_initialized",
+                phase,
+                "cuda_not_initialized",
                 "CUDA is not initialized in this process and the host allocator never allocated: nothing is cached",
-                label, version, started,
+                label,
+                version,
+                started,
             )
         if entry.requires_lazy_init:
             return _noop(
-                phase, "lazy_init_required",
+                phase,
+                "lazy_init_required",
                 f"{entry.name} does nothing before torch's lazy CUDA init, which has not run in this process",
-                label, version, started,
+                label,
+                version,
+                started,
             )
-    if index is None:
+    if index is not None:
+        count = backend.device_count()
+        if index >= count:
+            raise InvalidArgumentError(
+                f"device={device!r}: this process sees {count} CUDA device(s), so use 0..{count - 1}"
+            )
+    if cuda_initialized and index is None:
         index = backend.current_device()
-    count = backend.device_count()
-    if index >= count:
-        raise InvalidArgumentError(f"device={device!r}: this process sees {count} CUDA device(s), so use 0..{count - 1}")
-    return _execute(backend, entry, phase, index, collect, expect_freed or {}, min_releasable_bytes, started)
+    # When memory was pinned but no CUDA tensor was ever made (torch.cuda.is_initialized() is
+    # False), torch has issued no transfer to wait for: neither the current device nor a
+    # synchronize is asked for, since both would run torch's lazy CUDA init.
+    return _execute(
+        backend,
+        entry,
+        phase,
+        index,
+        cuda_initialized,
+        collect,
+        expect_freed or {},
+        min_releasable_bytes,
+        started,
+    )
 
 
 def _execute(
     backend: _allocator.HostAllocatorBackend,
     entry: _allocator.EntryPoint,
     phase: str,
-    index: int,
+    index: int | None,
+    may_synchronize: bool,
     collect: CollectStrategy,
     expect_freed: Mapping[str, weakref.ref],
     min_releasable_bytes: int,
@@ -262,12 +295,14 @@ def _execute(
         collect_seconds = time.perf_counter() - t
 
         synchronize_seconds = None
-        if backend.has_primary_context(index):
+        if may_synchronize and index is not None and backend.has_primary_context(index):
             t = time.perf_counter()
             try:
                 backend.synchronize(index)
             except Exception as e:
-                raise HostCacheReleaseError(f"synchronizing cuda:{index} before the {phase!r} release failed: {e}") from e
+                raise HostCacheReleaseError(
+                    f"synchronizing cuda:{index} before the {phase!r} release failed: {e}"
+                ) from e
             synchronize_seconds = time.perf_counter() - t
 
         t = time.perf_counter()
@@ -301,7 +336,9 @@ def _execute(
             f"{threshold.releasable_bytes} releasable bytes cached, below min_releasable_bytes="  # type: ignore[union-attr]
             f"{min_releasable_bytes}: not released"
         )
-    if not synchronized:
+    if not may_synchronize:
+        detail += "; no CUDA tensor was ever made in this process, so there were no transfers to wait for"
+    elif not synchronized:
         detail += f"; cuda:{index} has no CUDA context, so there were no transfers to wait for"
     delta = None
     if after is not None and before.allocated_bytes is not None and after.allocated_bytes is not None:
@@ -321,7 +358,7 @@ def _execute(
                     snapshot_seconds=snapshot_seconds,
                     release_seconds=release_seconds,
                 ),
-                device=f"cuda:{index}",
+                device="cuda" if index is None else f"cuda:{index}",
                 synchronized=synchronized,
                 entry_point=entry.name,
                 torch_version=version,

@@ -33,7 +33,7 @@ _DWORD = ctypes.c_uint32  # wintypes.DWORD has another size off Windows
 class MEMORYSTATUSEX(ctypes.Structure):
     """``MEMORYSTATUSEX`` (64 bytes)."""
 
-    _fields_ = [  # noqa: RUF012 - ctypes layout
+    _fields_ = [
         ("dwLength", _DWORD),
         ("dwMemoryLoad", _DWORD),
         ("ullTotalPhys", ctypes.c_uint64),
@@ -46,10 +46,10 @@ class MEMORYSTATUSEX(ctypes.Structure):
     ]
 
 
-class PROCESS_MEMORY_COUNTERS_EX(ctypes.Structure):  # noqa: N801 - the Windows name
+class PROCESS_MEMORY_COUNTERS_EX(ctypes.Structure):
     """``PROCESS_MEMORY_COUNTERS_EX`` (80 bytes on 64-bit Windows)."""
 
-    _fields_ = [  # noqa: RUF012 - ctypes layout
+    _fields_ = [
         ("cb", _DWORD),
         ("PageFaultCount", _DWORD),
         ("PeakWorkingSetSize", ctypes.c_size_t),
@@ -72,6 +72,11 @@ def _platform() -> str:
     return "darwin" if sys.platform == "darwin" else "other"
 
 
+def _last_error() -> int | None:
+    get = getattr(ctypes, "get_last_error", None)  # Windows only
+    return None if get is None else get()
+
+
 def _windows_kernel32() -> Any:
     return ctypes.WinDLL("kernel32", use_last_error=True)  # type: ignore[attr-defined]
 
@@ -84,7 +89,7 @@ def _windows_fields(kernel32: Any, values: dict[str, int | None], unavailable: d
     except Exception as e:  # a missing export or a ctypes failure
         ok, why = 0, f"GlobalMemoryStatusEx raised {type(e).__name__}: {e}"
     else:
-        why = f"GlobalMemoryStatusEx failed (GetLastError={ctypes.get_last_error()})"
+        why = f"GlobalMemoryStatusEx failed (GetLastError={_last_error()})"
     if ok:
         values["physical_available_bytes"] = int(status.ullAvailPhys)
         values["commit_available_bytes"] = int(status.ullAvailPageFile)
@@ -98,7 +103,7 @@ def _windows_fields(kernel32: Any, values: dict[str, int | None], unavailable: d
     except Exception as e:
         ok, why = 0, f"K32GetProcessMemoryInfo raised {type(e).__name__}: {e}"
     else:
-        why = f"K32GetProcessMemoryInfo failed (GetLastError={ctypes.get_last_error()})"
+        why = f"K32GetProcessMemoryInfo failed (GetLastError={_last_error()})"
     if ok:
         values["private_bytes"] = int(counters.PrivateUsage)
     else:

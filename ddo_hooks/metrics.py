@@ -61,7 +61,7 @@ class MetricsTracker:
                 f"record_ddo_metrics expects a DDO report model, got {type(report).__name__}; "
                 "pass the report returned by release_pytorch_host_cache (or ddo_hooks.parse_report(data))"
             )
-        if not isinstance(component, str) or not _COMPONENT_RE.match(component):
+        if not _valid_component(component):
             raise InvalidArgumentError(
                 f"component={component!r} must be a non-empty name of letters, digits, '_', '.', '-' "
                 "(e.g. 'host_cache_before_transformer')"
@@ -126,6 +126,10 @@ class MetricsTracker:
         return cls.from_records(read_reports(text))
 
 
+def _valid_component(component: object) -> bool:
+    return isinstance(component, str) and _COMPONENT_RE.fullmatch(component) is not None
+
+
 def _record_json(component: str, report: BaseModel) -> dict[str, Any]:
     return {"component": component, "report": report.model_dump(mode="json")}
 
@@ -133,6 +137,11 @@ def _record_json(component: str, report: BaseModel) -> dict[str, Any]:
 def _record_from_json(item: Any, where: str) -> RecordedReport:
     if not isinstance(item, dict) or set(item) != {"component", "report"}:
         raise ReportError(f"{where}: expected an object with exactly 'component' and 'report'")
+    if not _valid_component(item["component"]):
+        raise ReportError(
+            f"{where}.component: {item['component']!r} is not a component name "
+            "(a letter or digit, then letters, digits, '_', '.', '-')"
+        )
     try:
         report = parse_report(item["report"])
     except ReportError as e:

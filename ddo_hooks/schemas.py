@@ -14,6 +14,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from ddo_hooks.policy import policy_json_schema
 from ddo_hooks.reports import report_json_schema
 
 __all__ = ["SCHEMA_DIR", "generated_schemas", "render", "write_schemas"]
@@ -23,7 +24,7 @@ SCHEMA_DIR = Path(__file__).with_name("schemas")
 
 def generated_schemas() -> dict[str, dict[str, Any]]:
     """Every schema file name mapped to the schema the models generate now."""
-    return {"ddo-report.schema.json": report_json_schema()}
+    return {"ddo-report.schema.json": report_json_schema(), "hook-policy.schema.json": policy_json_schema()}
 
 
 def render(schema: dict[str, Any]) -> str:

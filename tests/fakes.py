@@ -1,0 +1,153 @@
+"""One small, explicit fake of the allocator seam (`ddo_hooks._allocator.HostAllocatorBackend`).
+
+A CPU machine has no CUDA host allocator, so the executed path of the release core is tested
+through this fake. It records every call, in order, into ``calls`` (a list the test may share
+with other recorders, such as a wrapped ``gc.collect``), and its release call really moves the
+cached bytes out of its owned counter, so the before and after snapshots differ.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from ddo_hooks._allocator import EntryPoint
+
+MiB = 1 << 20
+
+ENTRY_POINT_NAME = "fake._host_emptyCache"
+
+
+@dataclass
+class FakeHostAllocator:
+    """A fake host allocator and CUDA state, with knobs for every branch of the release core.
+
+    Attributes:
+        calls: Every call, in order, e.g. ``"synchronize(1)"``, ``"release"``.
+        version: What ``torch_version()`` says (decides whether the active counter is trusted).
+        entry: ``"present"``, ``"absent"`` (no entry point: the build is unsupported) or
+            ``"requires_lazy_init"`` (like ``torch._C._accelerator_emptyHostCache``).
+        cuda_flag: The Python-side flag ``torch.cuda.is_initialized()``.
+        bad_fork: Whether this is a forked child of a CUDA process.
+        devices: How many CUDA devices are visible.
+        current: The current CUDA device.
+        contexts: The devices that have a primary context.
+        cached_bytes: Free (releasable) pinned bytes; the release moves them out.
+        live_bytes: Pinned bytes held by tensors; the release keeps them.
+        host_allocs: ``num_host_alloc``: how many blocks the allocator ever allocated.
+        layout: The raw stats key layout: ``"2.10+"`` or ``"2.7-2.9"``.
+        reported_active: Overrides the reported active counter (e.g. the torch 2.11 bug).
+        raw_stats: Returned as the raw stats instead of the computed counters when set.
+        stats_unreadable: ``raw_host_stats()`` returns ``None`` (torch < 2.7).
+        stats_error: Raised by the stats reads numbered in ``failing_stats_reads`` (1-based;
+            ``None`` means every read).
+        synchronize_error: Raised by ``synchronize``.
+        release_error: Raised by the release call.
+        release_entered: Set when the release call starts.
+        release_gate: When set, the release call waits for this event (at most 10 s).
+    """
+
+    calls: list[str] = field(default_factory=list)
+    version: str = "2.13.0"
+    entry: Literal["present", "absent", "requires_lazy_init"] = "present"
+    cuda_flag: bool = True
+    bad_fork: bool = False
+    devices: int = 2
+    current: int = 0
+    contexts: set[int] = field(default_factory=lambda: {0, 1})
+    cached_bytes: int = 4 * MiB
+    live_bytes: int = 1 * MiB
+    host_allocs: int = 2
+    layout: Literal["2.10+", "2.7-2.9"] = "2.10+"
+    reported_active: Any = None
+    raw_stats: dict[str, Any] | None = None
+    stats_unreadable: bool = False
+    stats_error: Exception | None = None
+    failing_stats_reads: frozenset[int] | None = None
+    synchronize_error: Exception | None = None
+    release_error: Exception | None = None
+    release_entered: threading.Event = field(default_factory=threading.Event)
+    release_gate: threading.Event | None = None
+    stats_reads: int = field(default=0, init=False)
+
+    def torch_version(self) -> str:
+        self.calls.append("torch_version")
+        return self.version
+
+    def entry_point(self) -> EntryPoint | str:
+        self.calls.append("entry_point")
+        if self.entry == "absent":
+            return f"torch {self.version} exposes no host-cache release entry point (torch >= 2.5 does)"
+        return EntryPoint(ENTRY_POINT_NAME, self._release, self.entry == "requires_lazy_init")
+
+    def raw_host_stats(self) -> dict[str, Any] | None:
+        self.calls.append("raw_host_stats")
+        self.stats_reads += 1
+        if self.stats_error is not None and (
+            self.failing_stats_reads is None or self.stats_reads in self.failing_stats_reads
+        ):
+            raise self.stats_error
+        if self.stats_unreadable:
+            return None
+        if self.raw_stats is not None:
+            return self.raw_stats
+        owned = self.cached_bytes + self.live_bytes
+        active = self.live_bytes if self.reported_active is None else self.reported_active
+        if self.layout == "2.7-2.9":
+            return {
+                "reserved_bytes": {"current": owned, "peak": owned, "allocated": owned, "freed": 0},
+                "allocated_bytes": {"current": active, "peak": active, "allocated": active, "freed": 0},
+                "num_host_alloc": self.host_allocs,
+                "num_host_free": 0,
+            }
+        return {
+            "allocated_bytes": {"current": owned, "peak": owned, "allocated": owned, "freed": 0},
+            "active_bytes": {"current": active, "peak": active, "allocated": active, "freed": 0},
+            "allocations": {"current": self.host_allocs, "peak": self.host_allocs},
+            "num_host_alloc": self.host_allocs,
+            "num_host_free": 0,
+        }
+
+    def in_bad_fork(self) -> bool:
+        self.calls.append("in_bad_fork")
+        return self.bad_fork
+
+    def cuda_initialized(self) -> bool:
+        self.calls.append("cuda_initialized")
+        return self.cuda_flag
+
+    def device_count(self) -> int:
+        self.calls.append("device_count")
+        return self.devices
+
+    def current_device(self) -> int:
+        self.calls.append("current_device")
+        return self.current
+
+    def has_primary_context(self, index: int) -> bool:
+        self.calls.append(f"has_primary_context({index})")
+        return index in self.contexts
+
+    def synchronize(self, index: int) -> None:
+        self.calls.append(f"synchronize({index})")
+        if self.synchronize_error is not None:
+            raise self.synchronize_error
+
+    def _release(self) -> None:
+        self.calls.append("release")
+        self.release_entered.set()
+        if self.release_gate is not None and not self.release_gate.wait(timeout=10):
+            raise TimeoutError("the test never opened the fake's release gate")
+        if self.release_error is not None:
+            raise self.release_error
+        self.cached_bytes = 0
+
+
+CUDA_PROBES = ("current_device", "device_count", "has_primary_context", "synchronize")
+"""Calls that would touch a CUDA device on the real backend."""
+
+
+def probes(calls: list[str]) -> list[str]:
+    """The recorded calls that would touch a CUDA device."""
+    return [c for c in calls if c.startswith(CUDA_PROBES)]

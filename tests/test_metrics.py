@@ -1,0 +1,155 @@
+"""`MetricsTracker`: validated reports by component, in order, through JSON and JSON Lines."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from fakes import FakeHostAllocator
+
+from ddo_hooks import HostCacheReleaseReport, MetricsTracker, release_pytorch_host_cache
+from ddo_hooks._allocator import use_backend
+from ddo_hooks.errors import InvalidArgumentError, ReportError
+from ddo_hooks.metrics import read_reports
+
+
+def noop(phase: str = "before_transformer") -> HostCacheReleaseReport:
+    return release_pytorch_host_cache(phase=phase)
+
+
+def executed(phase: str = "after_call") -> HostCacheReleaseReport:
+    with use_backend(FakeHostAllocator()):
+        return release_pytorch_host_cache(enabled=True, phase=phase, device="cuda:0")
+
+
+@pytest.fixture
+def tracker() -> MetricsTracker:
+    """Three reports under two components, recorded in this order."""
+    t = MetricsTracker()
+    t.record_ddo_metrics(noop("before_transformer"), component="host_cache_before_transformer")
+    t.record_ddo_metrics(executed("after_call"), component="host_cache_after_call")
+    t.record_ddo_metrics(noop("before_vae"), component="host_cache_before_transformer")
+    return t
+
+
+def test_reports_are_kept_in_recording_order(tracker: MetricsTracker):
+    phases = [r.release.phase for r in tracker.reports()]
+    assert phases == ["before_transformer", "after_call", "before_vae"]
+
+
+def test_records_pair_each_report_with_its_component(tracker: MetricsTracker):
+    assert [c for c, _ in tracker.records()] == [
+        "host_cache_before_transformer",
+        "host_cache_after_call",
+        "host_cache_before_transformer",
+    ]
+
+
+def test_components_are_listed_once_in_order_of_first_appearance(tracker: MetricsTracker):
+    assert tracker.components() == ("host_cache_before_transformer", "host_cache_after_call")
+
+
+def test_reports_of_one_component(tracker: MetricsTracker):
+    phases = [r.release.phase for r in tracker.reports("host_cache_before_transformer")]
+    assert phases == ["before_transformer", "before_vae"]
+    assert tracker.reports("unknown") == []
+
+
+def test_a_new_tracker_is_empty():
+    t = MetricsTracker()
+    assert (t.records(), t.components(), t.to_jsonl()) == ([], (), "")
+    assert MetricsTracker.from_json(t.to_json()).records() == []
+
+
+def test_json_round_trips_with_validation(tracker: MetricsTracker):
+    assert MetricsTracker.from_json(tracker.to_json()).records() == tracker.records()
+
+
+def test_json_is_one_document_of_records(tracker: MetricsTracker):
+    data = json.loads(tracker.to_json())
+    assert [r["component"] for r in data["records"]] == [c for c, _ in tracker.records()]
+    assert data["records"][1]["report"]["setup"]["host_cache_release"]["status"] == "executed"
+
+
+def test_json_lines_round_trip_with_validation(tracker: MetricsTracker):
+    text = tracker.to_jsonl()
+    assert len(text.splitlines()) == 3
+    assert MetricsTracker.from_jsonl(text).records() == tracker.records()
+
+
+def test_blank_lines_are_skipped(tracker: MetricsTracker):
+    text = "\n" + tracker.to_jsonl().replace("\n", "\n\n")
+    assert MetricsTracker.from_jsonl(text).records() == tracker.records()
+
+
+def test_write_jsonl_writes_a_file_that_reads_back(tracker: MetricsTracker, tmp_path):
+    path = tracker.write_jsonl(tmp_path / "metrics.jsonl")
+    assert path == tmp_path / "metrics.jsonl"
+    assert read_reports(path.read_text(encoding="utf-8")) == tracker.records()
+
+
+@pytest.mark.parametrize("report", [{"schema_version": 1}, "report", None])
+def test_recording_something_that_is_not_a_report_is_refused(report: object):
+    with pytest.raises(InvalidArgumentError, match=r"^record_ddo_metrics expects a DDO report model, got \w+; pass"):
+        MetricsTracker().record_ddo_metrics(report, component="host_cache_after_call")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("component", ["", "_leading", "with space", "x" * 129, "abc\n", None, 3])
+def test_recording_under_a_malformed_component_is_refused(component: object):
+    with pytest.raises(InvalidArgumentError, match=r"^component=.* must be a non-empty name of letters, digits"):
+        MetricsTracker().record_ddo_metrics(noop(), component=component)  # type: ignore[arg-type]
+
+
+def test_a_refused_record_leaves_the_tracker_unchanged(tracker: MetricsTracker):
+    before = tracker.records()
+    with pytest.raises(InvalidArgumentError):
+        tracker.record_ddo_metrics(noop(), component="")
+    assert tracker.records() == before
+
+
+def test_a_line_that_is_not_json_is_refused_naming_the_line(tracker: MetricsTracker):
+    lines = tracker.to_jsonl().splitlines()
+    lines[1] = lines[1][:40]
+    with pytest.raises(ReportError, match=r"^line 2, column \d+: not JSON: "):
+        MetricsTracker.from_jsonl("\n".join(lines))
+
+
+def test_a_line_with_an_invalid_report_is_refused_naming_the_line_and_field(tracker: MetricsTracker):
+    lines = tracker.to_jsonl().splitlines()
+    record = json.loads(lines[2])
+    record["report"]["setup"]["host_cache_release"]["released"] = True
+    lines[2] = json.dumps(record)
+    with pytest.raises(ReportError, match=r"^line 3\.report: not a valid DDO report: .*released must be true"):
+        MetricsTracker.from_jsonl("\n".join(lines))
+
+
+def test_a_line_that_is_not_a_record_is_refused_naming_the_line(tracker: MetricsTracker):
+    text = tracker.to_jsonl() + '{"report": {}}\n'
+    with pytest.raises(ReportError, match=r"^line 4: expected an object with exactly 'component' and 'report'$"):
+        MetricsTracker.from_jsonl(text)
+
+
+@pytest.mark.parametrize("component", ["", 5, "with space"])
+def test_a_line_with_a_malformed_component_is_refused_naming_the_line(tracker: MetricsTracker, component: object):
+    record = json.loads(tracker.to_jsonl().splitlines()[0])
+    record["component"] = component
+    with pytest.raises(ReportError, match=r"^line 1\.component: .* is not a component name"):
+        read_reports(json.dumps(record))
+
+
+def test_a_json_document_that_is_not_json_is_refused():
+    with pytest.raises(ReportError, match=r"^not JSON: line 1, column 2: "):
+        MetricsTracker.from_json("{oops")
+
+
+@pytest.mark.parametrize("document", ["[]", "{}", '{"records": {}}'])
+def test_a_json_document_of_another_shape_is_refused(document: str):
+    with pytest.raises(ReportError, match=r'^expected a JSON object \{"records": \[\.\.\.\]\}$'):
+        MetricsTracker.from_json(document)
+
+
+def test_an_invalid_record_in_a_json_document_is_refused_naming_its_index(tracker: MetricsTracker):
+    data = json.loads(tracker.to_json())
+    data["records"][1]["report"]["schema_version"] = 2
+    with pytest.raises(ReportError, match=r"^records\[1\]\.report: not a valid DDO report: .*schema_version"):
+        MetricsTracker.from_json(json.dumps(data))

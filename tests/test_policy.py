@@ -1,0 +1,547 @@
+"""The YAML hook policy: its shape, its defaults, and errors that say where and how to fix them."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pydantic import ValidationError
+
+import ddo_hooks
+from ddo_hooks.errors import InvalidArgumentError, PolicyError
+from ddo_hooks.policy import BOUNDARIES, HOST_CACHE_RELEASE, ActionSpec, HookPolicy, policy_json_schema
+from ddo_hooks.policy_yaml import PolicyLoader, load_yaml
+from ddo_hooks.schemas import SCHEMA_DIR, render
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+DEFAULT_YAML = Path(ddo_hooks.__file__).with_name("policies") / "default.yaml"
+SCHEMA_COMMENT = "# yaml-language-server: $schema=../ddo_hooks/schemas/hook-policy.schema.json"
+
+
+def load(text: str) -> HookPolicy:
+    return HookPolicy.from_yaml_text(text, source="policy.yaml")
+
+
+def write(tmp_path: Path, text: str | bytes, name: str = "policy.yaml") -> Path:
+    path = tmp_path / name
+    if isinstance(text, bytes):
+        path.write_bytes(text)
+    else:
+        path.write_text(text, encoding="utf-8")
+    return path
+
+
+# -- the shape and the defaults -------------------------------------------------------------
+
+
+def test_only_version_is_required_and_everything_else_has_the_documented_default():
+    policy = load("version: 1\n")
+    assert policy.enabled is True
+    assert policy.device == "cuda"
+    assert policy.report_sink is None
+    assert (policy.release.collect, policy.release.min_releasable_bytes) == ("auto", 0)
+    for name in BOUNDARIES:
+        assert policy.boundary(name).enabled is True
+        assert policy.boundary(name).actions == (ActionSpec(name=HOST_CACHE_RELEASE),)
+    assert policy.auxiliary_sources.enabled is False
+    assert policy.auxiliary_sources.max_copy_bytes == 16 * 1024**2
+
+
+def test_the_packaged_default_policy_equals_the_model_defaults_and_spells_out_every_key():
+    assert HookPolicy.default() == HookPolicy(version=1) == load("version: 1\n")
+    spelled = yaml.safe_load(DEFAULT_YAML.read_text(encoding="utf-8"))
+    defaults = HookPolicy(version=1).model_dump(mode="json")
+    assert leaf_keys(spelled) == leaf_keys(defaults)
+    assert HookPolicy.default().source.endswith("default.yaml")
+
+
+def leaf_keys(data: object, prefix: str = "") -> set[str]:
+    if isinstance(data, dict):
+        return set().union(*(leaf_keys(v, f"{prefix}{k}.") for k, v in data.items()))
+    return {prefix.rstrip(".")}
+
+
+def test_boundaries_are_in_firing_order():
+    assert BOUNDARIES == ("before_transformer", "before_vae", "after_call")
+
+
+def test_every_setting_is_read():
+    policy = load(
+        "version: 1\n"
+        "enabled: true\n"
+        "device: cuda:1\n"
+        "report_sink: reports.jsonl\n"
+        "release: {collect: young, min_releasable_bytes: 1.5GiB}\n"
+        "boundaries:\n"
+        "  before_transformer: {enabled: false}\n"
+        "  after_call:\n"
+        "    actions:\n"
+        "      - host_cache_release\n"
+        "      - {name: my_pkg.log-memory, options: {label: x, limits: [1, 2.5], nested: {ok: null}}}\n"
+        "auxiliary_sources: {enabled: true, max_copy_bytes: 512}\n"
+    )
+    assert policy.device == "cuda:1"
+    assert policy.report_sink == "reports.jsonl"
+    assert policy.release.collect == "young"
+    assert policy.release.min_releasable_bytes == 1_610_612_736
+    assert policy.enabled_boundaries() == ("before_vae", "after_call")
+    assert policy.boundary("after_call").action_names() == ("host_cache_release", "my_pkg.log-memory")
+    custom = policy.boundary("after_call").actions[1]
+    assert custom.options == {"label": "x", "limits": [1, 2.5], "nested": {"ok": None}}
+    assert policy.boundary("before_transformer").actions == (ActionSpec(name=HOST_CACHE_RELEASE),)
+    assert (policy.auxiliary_sources.enabled, policy.auxiliary_sources.max_copy_bytes) == (True, 512)
+
+
+def test_an_action_name_and_an_action_mapping_are_the_same_action():
+    by_name = load("version: 1\nboundaries: {after_call: {actions: [host_cache_release]}}\n")
+    by_mapping = load("version: 1\nboundaries: {after_call: {actions: [{name: host_cache_release}]}}\n")
+    assert by_name == by_mapping
+    assert by_name.boundary("after_call").actions[0] == ActionSpec(name="host_cache_release", options={})
+
+
+@pytest.mark.parametrize(("written", "stored"), [("cuda", "cuda"), ("cuda:0", "cuda:0"), ("cuda:07", "cuda:7")])
+def test_the_device_is_stored_as_a_canonical_string(written, stored):
+    assert HookPolicy.from_mapping({"version": 1, "device": written}).device == stored
+
+
+def test_a_disabled_policy_has_no_enabled_boundaries():
+    policy = load("version: 1\nenabled: false\n")
+    assert policy.enabled_boundaries() == ()
+    assert policy.boundary("after_call").enabled is True  # kept, but the master switch wins
+
+
+def test_boundary_rejects_an_unknown_name_with_a_suggestion():
+    with pytest.raises(InvalidArgumentError, match=r"unknown boundary 'after_cal'; did you mean 'after_call'\?"):
+        HookPolicy.default().boundary("after_cal")
+
+
+def test_policies_are_frozen_and_equal_by_settings_not_by_origin(tmp_path):
+    from_file = HookPolicy.from_yaml(write(tmp_path, "version: 1\n"))
+    assert from_file == HookPolicy.from_mapping({"version": 1}) == HookPolicy(version=1)
+    assert hash(from_file) == hash(HookPolicy(version=1))
+    assert from_file != load("version: 1\nenabled: false\n")
+    with pytest.raises(ValidationError, match="frozen"):
+        from_file.enabled = False  # type: ignore[misc]
+
+
+# -- positions and paths --------------------------------------------------------------------
+
+
+def test_locate_points_at_each_key_and_list_item(tmp_path):
+    path = write(
+        tmp_path,
+        "version: 1\nboundaries:\n  after_call:\n    actions:\n      - host_cache_release\n      - name: my.flush\n",
+    )
+    policy = HookPolicy.from_yaml(path)
+    assert policy.source == str(path)
+    assert policy.locate(("boundaries", "after_call")) == f"{path}:3:3"
+    assert policy.locate(("boundaries", "after_call", "actions", 0)) == f"{path}:5:9"
+    assert policy.locate(("boundaries", "after_call", "actions", 0, "name")) == f"{path}:5:9"
+    assert policy.locate(("boundaries", "after_call", "actions", 1)) == f"{path}:6:9"
+    assert policy.locate(("boundaries", "after_call", "actions", 1, "name")) == f"{path}:6:9"
+    assert policy.locate(("boundaries", "before_vae")) == str(path)  # a default: no position
+    assert policy.locate(()) == f"{path}:1:1"
+
+
+def test_a_policy_not_loaded_from_yaml_locates_to_its_source():
+    assert HookPolicy.from_mapping({"version": 1}).locate(("version",)) == "<mapping>"
+    assert HookPolicy.from_mapping({"version": 1}, source="cli").source == "cli"
+    assert HookPolicy.from_yaml_text("version: 1\n").locate(("version",)) == "<string>:1:1"
+    assert HookPolicy(version=1).source == "<policy>"
+
+
+def test_a_relative_report_sink_resolves_against_the_policy_folder(tmp_path, monkeypatch):
+    folder = tmp_path / "conf"
+    folder.mkdir()
+    policy = HookPolicy.from_yaml(write(folder, "version: 1\nreport_sink: logs/r.jsonl\n"))
+    monkeypatch.chdir(tmp_path)
+    assert policy.resolve_path(policy.report_sink) == folder.absolute() / "logs" / "r.jsonl"
+    assert policy.resolve_path(tmp_path / "abs.jsonl") == tmp_path / "abs.jsonl"
+
+
+def test_a_relative_path_of_a_policy_not_from_a_file_resolves_against_the_cwd(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    policy = HookPolicy.from_yaml_text("version: 1\nreport_sink: r.jsonl\n", source="conf/policy.yaml")
+    assert policy.resolve_path("r.jsonl") == tmp_path / "r.jsonl"
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert policy.resolve_path("~/r.jsonl") == tmp_path / "home" / "r.jsonl"
+
+
+# -- errors that teach ----------------------------------------------------------------------
+
+V = "version: 1\n"
+AFTER = V + "boundaries: {after_call: {actions: [%s]}}\n"  # one action list, for action cases
+
+# fmt: off
+WRONG_VALUES = [
+    (V + "boundaries:\n  before_transformer: {}\n  before_vea:\n    enabled: false\n",
+     r"^policy\.yaml:4:3: boundaries\.before_vea: unknown key; did you mean 'before_vae'\? "
+     r"\(allowed: before_transformer, before_vae, after_call\)$"),
+    (V + "enable: false\n", r"^policy\.yaml:2:1: enable: unknown key; did you mean 'enabled'\?"),
+    (V + "release: {colect: full}\n", r"release\.colect: unknown key; did you mean 'collect'\?"),
+    (V + "zzz: 1\n", r"^policy\.yaml:2:1: zzz: unknown key \(allowed: version, enabled, device,"),
+    (AFTER % "{name: x, opts: {}}", r":2:47: boundaries\.after_call\.actions\[0\]\.opts: unknown key; did you mean"),
+    (V + "enabled: 'yes'\n", r"^policy\.yaml:2:1: enabled: expected true or false, got 'yes'$"),
+    (V + "enabled: 1\n", r"enabled: expected true or false, got 1$"),
+    (V + "report_sink: 5\n", r"report_sink: expected a string, got 5$"),
+    (V + "report_sink: ''\n", r"report_sink: expected a non-empty string, got ''$"),
+    (V + "release: fast\n", r"release: expected a mapping, got 'fast' \(keys: collect, min_releasable_bytes"),
+    (V + "boundaries: null\n", r"boundaries: expected a mapping, got null"),
+    (V + "boundaries: {after_call: false}\n", r"after_call: expected a mapping, got false \(keys: enabled, act"),
+    (V + "boundaries: {after_call: {actions: flush}}\n", r"actions: expected a list, got 'flush'$"),
+    (V + "release: {collect: ful}\n",
+     r"release\.collect: 'ful' is not allowed; use one of 'full', 'young', 'auto'; did you mean 'full'\?$"),
+    (V + "device: cpu\n", r"^policy\.yaml:2:1: device: 'cpu' is not a CUDA device; use 'cuda' or 'cuda:N'$"),
+    (V + "device: 0\n", r"device: 0 is not a CUDA device"),
+    (V + "device: ' cuda'\n", r"device: ' cuda' is not a CUDA device"),
+    (V + "release: {min_releasable_bytes: -5}\n",
+     r"^policy\.yaml:2:11: release\.min_releasable_bytes: -5 is negative; use a non-negative int of bytes"),
+    (V + "release: {min_releasable_bytes: -5MiB}\n", r"min_releasable_bytes: '-5MiB' is negative"),
+    (V + "auxiliary_sources: {max_copy_bytes: 16 MBytes}\n",
+     r"auxiliary_sources\.max_copy_bytes: '16 MBytes' has an unknown unit 'MBytes'; use B, KB"),
+    (V + "auxiliary_sources: {max_copy_bytes: true}\n", r"max_copy_bytes: True is a boolean, not a size"),
+    (V + "auxiliary_sources: {max_copy_bytes: .nan}\n", r"max_copy_bytes: nan is not a finite number"),
+    (AFTER % "Flush", r"actions\[0\]\.name: 'Flush' is not an action name; use a lowercase letter"),
+    (AFTER % "''", r"actions\[0\]\.name: '' is not an action name"),
+    (AFTER % "5", r"actions\[0\]: expected an action name \(e\.g\. host_cache_release\) or a mapping"),
+    (AFTER % "{options: {}}", r"actions\[0\]\.name: required key is missing; add it$"),
+    (V + "boundaries:\n  after_call:\n    actions: [a, b, a]\n",
+     r"^policy\.yaml:4:21: boundaries\.after_call\.actions\[2\]: action 'a' is listed twice "
+     r"\(entries 0 and 2\); list each action once$"),
+    (AFTER % "", r"after_call\.actions: an enabled boundary needs at least one action; .* enabled: false$"),
+    (AFTER % "{name: x, options: {when: 2024-01-01}}",
+     r"actions\[0\]\.options\.when: a date is not a JSON value; use strings, numbers"),
+    (AFTER % "{name: x, options: {a: [1, .inf]}}", r"options\.a\[1\]: inf is not a JSON number"),
+    (V + "boundaries:\n  before_transformer: {enabled: false}\n  before_vae: {enabled: false}\n"
+     "  after_call: {enabled: false}\n",
+     r"^policy\.yaml:2:1: boundaries: every boundary is disabled, so the policy would do nothing; "
+     r"enable a boundary or set enabled: false at the top$"),
+]
+MISSHAPEN = [
+    ("", r"^policy\.yaml: the policy is empty; write at least 'version: 1'"),
+    ("# only a comment\n\n", r"the policy is empty"),
+    ("---\n", r"the policy is empty"),
+    ("- version: 1\n", r"^policy\.yaml:1:1: the top level must be a mapping of settings .*got a list$"),
+    ("just text\n", r"the top level must be a mapping .*got 'just text'$"),
+    ("42\n", r"the top level must be a mapping .*got 42$"),
+    ("enabled: true\n", r"^policy\.yaml:1:1: version: missing; add 'version: 1' .*\(supported versions: 1"),
+    ("enabled: true\nversion: 2\n", r"^policy\.yaml:2:1: version: unsupported version 2; supported versi"),
+    ("version: '1'\n", r"unsupported version '1' \(a str\); supported versions: 1 \(write 'version: 1'\)$"),
+    ("version: true\n", r"version: unsupported version true \(a bool\)"),
+    ("version: 1.0\n", r"version: unsupported version 1\.0 \(a float\)"),
+    ("version: null\n", r"version: unsupported version null"),
+]
+UNSAFE_YAML = [
+    (V + "boundaries:\n  after_call: {enabled: true}\n  after_call: {enabled: false}\n",
+     r"^policy\.yaml:4:3: boundaries\.after_call: duplicate key \(first at line 3, again at line 4\); "
+     r"keep only one of them$"),
+    (V + "on: true\n", r"^policy\.yaml:2:1: key 'on' is not a string \(YAML read it as true\); quote it$"),
+    (V + "1: x\n", r"key '1' is not a string \(YAML read it as 1\)"),
+    (V + "[a]: x\n", r"key 'a mapping or list' is not a string"),
+    (V + "release: !!python/object:os.system {}\n", r"release: unsupported YAML tag '!!python/object:os"),
+    (V + "device: !!python/name:os.system ''\n", r"device: unsupported YAML tag '!!python/name:os\.system'"),
+    (V + "release: !custom {}\n", r"release: unsupported YAML tag '!custom'; use a plain mapping or list$"),
+    (V + "x: !!set {a, b}\n", r"unsupported YAML tag '!!set'"),
+    ("a: &a {enabled: true}\nversion: 1\nb: {<<: *a}\n", r":3:5: b: YAML merge keys \('<<'\) are not sup"),
+    (V + "x: &a [*a]\n", r"^policy\.yaml:2:4: x\[0\]: a recursive alias; write the value out instead$"),
+]
+BAD_SYNTAX = [
+    (V + "release:\n  collect: auto\n   extra: 1\n", r"^policy\.yaml:4:9: not valid YAML: mapping values"),
+    (V + "release:\n\tcollect: auto\n", r":3:1: not valid YAML: .*'\\t'.*; YAML does not allow tabs"),
+    (V + "---\nversion: 1\n", r":2:1: not valid YAML: .*a policy is one YAML document"),
+    ("version: [1\n", r"^policy\.yaml:2:1: not valid YAML: .*check the indentation"),
+    (V + "x: '\x07'\n", r"^policy\.yaml:2:5: control character U\+0007 is not allowed in YAML"),
+    (V + "x: *nowhere\n", r":2:4: not valid YAML: found undefined alias 'nowhere'"),
+]
+# fmt: on
+
+
+@pytest.mark.parametrize(("text", "message"), WRONG_VALUES)
+def test_a_wrong_value_is_reported_at_its_line_with_the_fix(text, message):
+    with pytest.raises(PolicyError, match=message) as info:
+        load(text)
+    assert isinstance(info.value.__cause__, ValidationError)
+
+
+@pytest.mark.parametrize(("text", "message"), MISSHAPEN)
+def test_an_empty_or_misshapen_document_or_a_wrong_version_says_what_a_policy_looks_like(text, message):
+    with pytest.raises(PolicyError, match=message):
+        load(text)
+
+
+def test_a_wrong_version_hides_the_other_problems():
+    with pytest.raises(PolicyError) as info:
+        load("version: 2\nzzz: 1\n")
+    assert str(info.value).count("\n") == 0
+
+
+def test_every_problem_is_reported_one_per_line_in_file_order():
+    with pytest.raises(PolicyError) as info:
+        load(V + "enabled: maybe\nrelease: {collect: ful}\ndevice: cpu\nbogus: 1\n")
+    lines = str(info.value).splitlines()
+    assert [line.split(": ")[0:2] for line in lines] == [
+        ["policy.yaml:2:1", "enabled"],
+        ["policy.yaml:3:11", "release.collect"],
+        ["policy.yaml:4:1", "device"],
+        ["policy.yaml:5:1", "bogus"],
+    ]
+
+
+@pytest.mark.parametrize(("text", "message"), UNSAFE_YAML)
+def test_yaml_that_is_ambiguous_or_unsafe_is_refused_at_its_position(text, message):
+    with pytest.raises(PolicyError, match=message):
+        load(text)
+
+
+def test_every_duplicate_key_is_reported():
+    with pytest.raises(PolicyError) as info:
+        load(V + "enabled: true\nenabled: false\nrelease: {}\nrelease: {}\n")
+    assert len(str(info.value).splitlines()) == 2
+
+
+@pytest.mark.parametrize(("text", "message"), BAD_SYNTAX)
+def test_a_yaml_syntax_error_is_reported_at_the_yaml_mark(text, message):
+    with pytest.raises(PolicyError, match=message) as info:
+        load(text)
+    assert isinstance(info.value.__cause__, yaml.YAMLError)
+
+
+def test_a_document_that_expands_too_far_is_refused():
+    bomb = V + "a: &a [x, x, x, x, x, x, x, x, x, x]\n"
+    for i in range(1, 7):
+        bomb += f"{chr(97 + i)}: &{chr(97 + i)} [{', '.join(['*' + chr(96 + i)] * 10)}]\n"
+    with pytest.raises(PolicyError, match=r"expands to more than 100000 YAML nodes; use fewer aliases"):
+        load(bomb)
+
+
+def test_a_document_nested_too_deeply_is_refused():
+    with pytest.raises(PolicyError, match=r"nested too deeply|not valid YAML"):
+        load(V + "x: " + "[" * 5000 + "]" * 5000 + "\n")
+
+
+# -- files ----------------------------------------------------------------------------------
+
+
+def test_a_missing_file_names_the_path(tmp_path):
+    with pytest.raises(PolicyError, match=r"nope\.yaml: no such policy file \(looked for .*\); check the") as info:
+        HookPolicy.from_yaml(tmp_path / "nope.yaml")
+    assert isinstance(info.value.__cause__, FileNotFoundError)
+
+
+def test_a_directory_is_not_a_policy_file(tmp_path):
+    with pytest.raises(PolicyError, match=r"is a directory, not a policy file; pass a \.yaml file's path") as info:
+        HookPolicy.from_yaml(tmp_path)
+    assert isinstance(info.value.__cause__, OSError)
+
+
+def test_a_binary_file_is_refused(tmp_path):
+    path = write(tmp_path, b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR")
+    with pytest.raises(PolicyError, match=r"policy\.yaml: looks like a binary file \(NUL byte at offset 8\)"):
+        HookPolicy.from_yaml(path)
+
+
+def test_a_file_that_is_not_utf8_is_refused(tmp_path):
+    path = write(tmp_path, "version: 1\nreport_sink: r\xe9sum\xe9.jsonl\n".encode("latin-1"))
+    with pytest.raises(PolicyError, match=r"is not UTF-8 text \(byte 0xe9 at offset 25\); save .* as UTF-8") as info:
+        HookPolicy.from_yaml(path)
+    assert isinstance(info.value.__cause__, UnicodeDecodeError)
+
+
+def test_a_utf8_file_with_a_byte_order_mark_loads(tmp_path):
+    path = write(tmp_path, "\ufeffversion: 1\nreport_sink: résumé.jsonl\n".encode())
+    assert HookPolicy.from_yaml(path).report_sink == "résumé.jsonl"
+
+
+def test_errors_from_a_file_name_the_file(tmp_path):
+    path = write(tmp_path, "version: 1\nboundaries:\n    before_vea: {}\n")
+    with pytest.raises(PolicyError, match=rf"^{re.escape(str(path))}:3:5: boundaries\.before_vea: unknown key"):
+        HookPolicy.from_yaml(path)
+
+
+def test_from_yaml_needs_a_path():
+    with pytest.raises(PolicyError, match=r"from_yaml expects a path \(str or os\.PathLike\), got int"):
+        HookPolicy.from_yaml(3)  # type: ignore[arg-type]
+
+
+def test_from_yaml_text_needs_text():
+    with pytest.raises(PolicyError, match=r"<string>: expected the policy as text \(str\), got bytes"):
+        HookPolicy.from_yaml_text(b"version: 1\n")  # type: ignore[arg-type]
+
+
+SELF_CONTAINING: dict = {}
+SELF_CONTAINING["me"] = SELF_CONTAINING
+
+
+def with_options(options: object) -> dict:
+    return {"version": 1, "boundaries": {"after_call": {"actions": [{"name": "x", "options": options}]}}}
+
+
+# fmt: off
+BAD_MAPPINGS = [
+    (None, r"^<mapping>: the policy is empty"),
+    ([1], r"^<mapping>: the top level must be a mapping .*got a list"),
+    ({"version": 1, "boundaries": {"before_vea": {}}}, r"^<mapping>: boundaries\.before_vea: unknown key"),
+    ({"version": 1, 5: "x"}, r"^<mapping>: key 5 is not a string; write it as a string$"),
+    ({"version": 1, "release": {"min_releasable_bytes": -1}}, r"release\.min_releasable_bytes: -1 is negative"),
+    ({"version": 1, "release": {"min_releasable_bytes": 2**63}}, r"min_releasable_bytes: .* larger than 8 EiB"),
+    (with_options({1: 2}), r"actions\[0\]\.options: option key 1 is not a string"),
+    (with_options({"o": object()}), r"options\.o: a object is not a JSON value"),
+    (with_options(SELF_CONTAINING), r"options\.me: options nest more than 64 levels deep \(or contain themselves\)"),
+]
+# fmt: on
+
+
+@pytest.mark.parametrize(("data", "message"), BAD_MAPPINGS)
+def test_from_mapping_reports_like_from_yaml_without_positions(data, message):
+    with pytest.raises(PolicyError, match=message):
+        HookPolicy.from_mapping(data)  # type: ignore[arg-type]
+
+
+def test_the_loader_is_a_safe_loader_and_builds_no_python_objects():
+    assert issubclass(PolicyLoader, yaml.SafeLoader)
+    with pytest.raises(PolicyError, match="unsupported YAML tag"):
+        load_yaml("x: !!python/object/apply:os.getcwd []\n")
+
+
+# -- the schema and the examples ------------------------------------------------------------
+
+
+def test_the_checked_in_policy_schema_equals_the_generated_one():
+    checked_in = (SCHEMA_DIR / "hook-policy.schema.json").read_text(encoding="utf-8")
+    assert checked_in == render(policy_json_schema()), "run `python -m ddo_hooks.schemas` and commit the result"
+
+
+def test_the_schema_is_strict_and_offers_both_forms_of_sizes_and_actions():
+    schema = policy_json_schema()
+    assert schema["required"] == ["version"]
+    assert schema["properties"]["version"]["const"] == 1
+    assert all(d["additionalProperties"] is False for d in schema["$defs"].values() if "properties" in d)
+    assert schema["additionalProperties"] is False
+    items = schema["$defs"]["BoundaryPolicy"]["properties"]["actions"]["items"]["anyOf"]
+    assert [i.get("type") or i["$ref"] for i in items] == ["string", "#/$defs/ActionSpec"]
+    size = schema["$defs"]["ReleasePolicy"]["properties"]["min_releasable_bytes"]["anyOf"]
+    assert [s["type"] for s in size] == ["integer", "string"]
+
+
+def test_there_are_two_to_four_examples_and_each_loads_with_the_schema_comment():
+    examples = sorted(EXAMPLES.glob("*.yaml"))
+    assert 2 <= len(examples) <= 4
+    for path in examples:
+        text = path.read_text(encoding="utf-8")
+        assert text.splitlines()[0] == SCHEMA_COMMENT, path.name
+        schema = (path.parent / SCHEMA_COMMENT.split("$schema=")[1]).resolve()
+        assert schema == (SCHEMA_DIR / "hook-policy.schema.json").resolve()
+        HookPolicy.from_yaml(path)
+
+
+def test_the_packaged_default_names_the_schema_relative_to_itself():
+    first = DEFAULT_YAML.read_text(encoding="utf-8").splitlines()[0]
+    relative = first.split("$schema=")[1]
+    assert (DEFAULT_YAML.parent / relative).resolve() == (SCHEMA_DIR / "hook-policy.schema.json").resolve()
+
+
+# -- fuzzing: only PolicyError escapes, and valid policies round-trip ------------------------
+
+# fmt: off
+KEYS = [
+    "version", "enabled", "device", "report_sink", "release", "collect", "min_releasable_bytes",
+    "boundaries", *BOUNDARIES, "actions", "name", "options", "auxiliary_sources", "max_copy_bytes",
+]
+scalars = (
+    st.none() | st.booleans() | st.integers(min_value=-(2**70), max_value=2**70) | st.floats()
+    | st.text(max_size=12) | st.sampled_from(["cuda", "cuda:1", "16MiB", "-1KiB", "host_cache_release", "auto"])
+)
+junk = st.recursive(
+    scalars,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.sampled_from(KEYS) | st.text(max_size=6), inner),
+    max_leaves=25,
+)
+documents = st.dictionaries(st.sampled_from(KEYS), junk, max_size=6).map(lambda d: {"version": 1, **d}) | junk
+
+action_names = st.from_regex(r"[a-z][a-z0-9_.\-]{0,10}", fullmatch=True)
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+    max_leaves=8,
+)
+options = st.dictionaries(st.text(max_size=6), json_values, max_size=3)
+action = action_names | st.fixed_dictionaries({"name": action_names}, optional={"options": options})
+unique_actions = st.lists(action, min_size=1, max_size=3, unique_by=lambda a: a if isinstance(a, str) else a["name"])
+boundary = st.fixed_dictionaries({}, optional={"enabled": st.booleans(), "actions": unique_actions})
+units = st.sampled_from(["", "B", "KB", "MiB", "gib"])
+sizes = st.integers(0, 2**63 - 1) | st.builds("{}{}{}".format, st.integers(0, 4096), st.sampled_from(["", " "]), units)
+sinks = st.none() | st.text(min_size=1, max_size=20)
+valid_documents = st.fixed_dictionaries({"version": st.just(1)}, optional={
+    "enabled": st.booleans(),
+    "device": st.sampled_from(["cuda", "cuda:0", "cuda:3"]),
+    "report_sink": sinks,
+    "release": st.fixed_dictionaries({}, optional={
+        "collect": st.sampled_from(["full", "young", "auto"]), "min_releasable_bytes": sizes,
+    }),
+    "boundaries": st.fixed_dictionaries({}, optional={name: boundary for name in BOUNDARIES}),
+    "auxiliary_sources": st.fixed_dictionaries({}, optional={"enabled": st.booleans(), "max_copy_bytes": sizes}),
+})
+# fmt: on
+
+
+def inert(data: dict) -> bool:
+    boundaries = data.get("boundaries", {})
+    return data.get("enabled", True) and not any(boundaries.get(b, {}).get("enabled", True) for b in BOUNDARIES)
+
+
+def outcome(loader, source) -> HookPolicy | PolicyError:
+    """The policy, or the PolicyError; any other exception fails the test."""
+    try:
+        return loader(source)
+    except PolicyError as e:
+        return e
+
+
+def assert_round_trips(policy: HookPolicy) -> None:
+    dumped = policy.model_dump(mode="json")
+    assert HookPolicy.from_mapping(dumped) == policy
+    assert HookPolicy.from_yaml_text(yaml.safe_dump(dumped)) == policy
+
+
+@settings(max_examples=300, deadline=None)
+@given(documents)
+def test_fuzz_any_yaml_document_gives_a_policy_or_a_policy_error(data):
+    try:
+        text = yaml.safe_dump(data, allow_unicode=True)
+    except yaml.YAMLError:
+        return
+    for result in (outcome(load, text), outcome(HookPolicy.from_mapping, data)):
+        if isinstance(result, PolicyError):
+            assert str(result).strip()
+        else:
+            assert_round_trips(result)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.binary(max_size=200) | st.text(max_size=200).map(str.encode))
+def test_fuzz_any_file_gives_a_policy_or_a_policy_error(tmp_path, raw):
+    path = write(tmp_path, raw)
+    result = outcome(HookPolicy.from_yaml, path)
+    assert isinstance(result, HookPolicy) or str(result).startswith(str(path))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(alphabet=st.sampled_from(list("version: 1\n-[]{},&*!|>'\"%@`#?~abc\t ")), max_size=60))
+def test_fuzz_yaml_punctuation_gives_a_policy_or_a_policy_error(text):
+    assert isinstance(outcome(load, text), (HookPolicy, PolicyError))
+
+
+@settings(max_examples=300, deadline=None)
+@given(valid_documents)
+def test_fuzz_valid_policies_load_and_round_trip(data):
+    if inert(data):
+        with pytest.raises(PolicyError, match="every boundary is disabled"):
+            HookPolicy.from_mapping(data)
+        return
+    policy = HookPolicy.from_mapping(data)
+    assert_round_trips(policy)
+    assert load(yaml.safe_dump(data)) == policy  # (allow_unicode=True mangles U+0085 in PyYAML)
