@@ -1,0 +1,99 @@
+"""Phase-boundary hooks on real pipelines under the offload modes that need CUDA.
+
+Each scenario runs in a fresh process and prints, per boundary, the owned pinned bytes
+before and after the release. A second action at every boundary empties the cache again and
+reports what that freed: zero means the boundary returned every free cached block.
+"""
+
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+SCENARIO = """
+import json, torch
+from ddo_hooks import attach, register_action
+from ddo_hooks.policy import HookPolicy
+from ddo_hooks.tiny_pipelines import build_pipeline, call_kwargs, embed_prompt
+
+@register_action("check_empty")
+def check_empty(ctx):
+    owned = lambda: torch._C._cuda_hostMemoryStats()["allocated_bytes"]["current"]
+    before = owned(); torch._C._host_emptyCache()
+    return ctx.action_report("executed", data={{"left_behind": before - owned()}})
+
+family, mode = {family!r}, {mode!r}
+pipe = build_pipeline(family, dtype=torch.bfloat16)
+cuda, cpu = torch.device("cuda:0"), torch.device("cpu")
+if mode.startswith("group"):
+    pipe.enable_group_offload(cuda, offload_device=cpu, use_stream=True, low_cpu_mem_usage=mode.endswith("lowmem"),
+                              **(dict(offload_type="leaf_level") if "leaf" in mode
+                                 else dict(offload_type="block_level", num_blocks_per_group=1)))
+elif mode == "model-cpu-offload":
+    pipe.enable_model_cpu_offload(device="cuda:0")
+elif mode == "sequential-cpu-offload":
+    pipe.enable_sequential_cpu_offload(device="cuda:0")
+policy = HookPolicy.from_mapping({{"version": 1, "device": "cuda:0",
+    "boundaries": {{b: {{"actions": ["host_cache_release", "check_empty"]}}
+                   for b in ("before_transformer", "before_vae", "after_call")}}}})
+rows = []
+with attach(pipe, policy) as attachment:
+    pipe(**call_kwargs(family))
+    if {drop_encoders!r}:
+        embeds = embed_prompt(pipe, family)
+        for name in ("text_encoder", "text_encoder_2", "tokenizer", "tokenizer_2"):
+            if hasattr(pipe, name):
+                setattr(pipe, name, None)
+        pipe(**{{**call_kwargs(family), "prompt": None, **embeds}})
+    else:
+        pipe(**call_kwargs(family))
+    reports = attachment.reports
+for release, check in zip(reports[::2], reports[1::2]):
+    r = release.release
+    rows.append({{"phase": r.phase, "status": r.status, "before": r.before.allocated_bytes,
+                 "after": r.after.allocated_bytes, "delta": r.allocator_bytes_delta,
+                 "synchronized": r.synchronized, "ms": round(r.elapsed_seconds * 1e3, 2),
+                 "left_behind": check.setup.boundary_action.data["left_behind"]}})
+print("\\n".join(f"  {{row}}" for row in rows))
+print(json.dumps({{"rows": rows}}))
+"""
+
+MODES = [
+    "group-block-stream",
+    "group-block-stream-lowmem",
+    "group-leaf-stream",
+    "group-leaf-stream-lowmem",
+    "model-cpu-offload",
+    "sequential-cpu-offload",
+]
+
+
+def run(run_fresh, family, mode, drop_encoders=False):
+    return run_fresh(SCENARIO.format(family=family, mode=mode, drop_encoders=drop_encoders))["rows"]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_flux_boundaries_release_every_free_block_under_each_mode(run_fresh, gpu_count, mode):
+    rows = run(run_fresh, "flux", mode)
+    assert [r["phase"] for r in rows] == ["before_transformer", "before_vae", "after_call"] * 2
+    assert all(r["status"] == "executed" for r in rows)
+    assert all(r["after"] <= r["before"] for r in rows)
+    assert all(r["left_behind"] == 0 for r in rows)
+    if mode.endswith("lowmem"):  # pins at every onload: the cache has something to give back
+        assert sum(r["delta"] for r in rows) > 0
+    if mode == "model-cpu-offload":  # pins nothing
+        assert all(r["before"] == 0 for r in rows)
+
+
+@pytest.mark.parametrize("family", ["sd", "wan"])
+def test_unet_and_video_pipelines_under_group_offloading_with_streams(run_fresh, gpu_count, family):
+    rows = run(run_fresh, family, "group-block-stream-lowmem")
+    assert [r["phase"] for r in rows] == ["before_transformer", "before_vae", "after_call"] * 2
+    assert all(r["status"] == "executed" and r["left_behind"] == 0 for r in rows)
+
+
+def test_dropped_text_encoders_pinned_copies_are_freed_before_the_transformer(run_fresh, gpu_count):
+    rows = run(run_fresh, "flux", "group-block-stream", drop_encoders=True)
+    second_call_start = rows[3]
+    assert second_call_start["phase"] == "before_transformer"
+    assert second_call_start["delta"] > 0
+    assert rows[0]["delta"] == 0  # while the encoders live, their pinned copies are not releasable
