@@ -17,7 +17,7 @@ process runs inside a loop.
 Example:
     >>> fired = []
     >>> machine = CallPhases("demo", fired.append)
-    >>> machine.call_start(); machine.loop_enter(); machine.loop_exit(error=False); machine.call_end()
+    >>> machine.call_start(); _ = machine.loop_enter(); machine.loop_exit(error=False); machine.call_end()
     >>> fired
     ['before_transformer', 'before_vae', 'after_call']
 """

@@ -84,11 +84,17 @@ def dropped_module_in_a_cycle() -> weakref.ref:
 
 # --- the real backend on this CPU build ---------------------------------------------------
 
+cpu_build_only = pytest.mark.skipif(
+    torch.version.cuda is not None or torch.version.hip is not None,
+    reason="checks a CPU-only torch build (the GPU machine's CUDA build is covered by tests/gpu)",
+)
+
 
 def test_the_real_backend_is_installed_by_default():
     assert isinstance(backend(), TorchHostAllocator)
 
 
+@cpu_build_only
 def test_the_real_backend_has_no_entry_point_on_a_cpu_build_and_says_why():
     entry = TorchHostAllocator().entry_point()
     assert isinstance(entry, str)
@@ -96,6 +102,7 @@ def test_the_real_backend_has_no_entry_point_on_a_cpu_build_and_says_why():
     assert "without CUDA" in entry
 
 
+@cpu_build_only
 def test_the_real_backend_probes_report_no_cuda_without_initializing_it():
     real = TorchHostAllocator()
     assert real.torch_version() == torch.__version__
@@ -112,6 +119,7 @@ def test_disabled_by_default_is_a_noop_on_the_real_backend():
     assert torch.cuda.is_initialized() is False
 
 
+@cpu_build_only
 def test_enabled_on_a_cpu_build_is_an_unsupported_build_noop_naming_the_torch_version():
     r = release().release
     assert (r.status, r.noop_reason, r.released) == ("noop", "unsupported_build", False)
