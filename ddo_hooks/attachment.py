@@ -16,11 +16,9 @@ Example:
 from __future__ import annotations
 
 import contextlib
-import inspect
 import json
 import os
 import threading
-import types
 import weakref
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,6 +32,7 @@ from ddo_hooks.actions import BoundaryContext, RegisteredAction, resolve_action
 from ddo_hooks.errors import BoundaryRefusedError, InvalidArgumentError
 from ddo_hooks.metrics import MetricsTracker
 from ddo_hooks.phases import CallPhases, Phase
+from ddo_hooks.pipeline_signals import PipelineSignals
 from ddo_hooks.policy import BOUNDARIES, HookPolicy
 from ddo_hooks.reports import (
     BoundaryRefusal,
@@ -41,58 +40,10 @@ from ddo_hooks.reports import (
     BoundaryRefusalSetup,
     HostCacheReleaseReport,
 )
-from ddo_hooks.wiring import (
-    DecodeSignal,
-    DenoiserSignal,
-    InstalledHook,
-    LoopBar,
-    install_hook,
-    wrap_attribute,
-)
 
 __all__ = ["Attachment", "attach"]
 
-DENOISER_COMPONENTS = ("transformer", "transformer_2", "unet", "prior")
-"""Pipeline components that run inside the denoising loop."""
-VAE_COMPONENTS = ("vae", "movq", "vqvae")
-"""Pipeline components that decode latents."""
-DECODE_SUBMODULES = ("post_quant_conv", "decoder")
-"""Submodules of a VAE that run first in ``decode`` (``decode`` itself is not ``forward``)."""
-LOADING_METHODS = (
-    "to",
-    "enable_model_cpu_offload",
-    "enable_sequential_cpu_offload",
-    "enable_group_offload",
-    "remove_all_hooks",
-    "reset_device_map",
-    "load_lora_weights",
-    "unload_lora_weights",
-    "fuse_lora",
-    "unfuse_lora",
-    "set_adapters",
-    "delete_adapters",
-    "load_ip_adapter",
-    "unload_ip_adapter",
-    "load_textual_inversion",
-    "unload_textual_inversion",
-)
-"""Pipeline methods that load, move or re-hook components: boundaries are refused while they run."""
-HOOK_NAMES = {"denoiser": "ddo_hooks.denoiser", "decode": "ddo_hooks.vae_decode"}
-
 _ATTACHED: weakref.WeakKeyDictionary[Any, Attachment] = weakref.WeakKeyDictionary()
-
-
-def _call_names(pipeline: Any) -> set[str]:
-    """Attribute names the pipeline's ``__call__`` uses (its code and nested code)."""
-    function = inspect.unwrap(type(pipeline).__call__)
-    code = getattr(function, "__code__", None)
-    names: set[str] = set()
-    stack = [code] if code is not None else []
-    while stack:
-        current = stack.pop()
-        names.update(current.co_names)
-        stack.extend(c for c in current.co_consts if isinstance(c, types.CodeType))
-    return names
 
 
 def _load_policy(policy: HookPolicy | str | os.PathLike[str] | None) -> HookPolicy:
@@ -159,14 +110,9 @@ class Attachment:
         self._dropped: dict[str, weakref.ref] = {}
         self._note_components()
         self.machine = CallPhases(self._owner, lambda boundary: self._fire(boundary, "pipeline"))
-        self._hooks: list[InstalledHook] = []
-        self._attributes: list[Any] = []
-        self._check_signals()
-        try:
-            self._install()
-        except BaseException:
-            self._uninstall()
-            raise
+        self._signals = PipelineSignals(pipeline, self.machine)
+        self._signals.check(policy.enabled_boundaries() if policy.enabled else ())
+        self._signals.install()
 
     # -- public ---------------------------------------------------------------------------
     @property
@@ -234,7 +180,7 @@ class Attachment:
             return
         self._detached = True
         self.machine.reset()
-        self._uninstall()
+        self._signals.remove()
         if _ATTACHED.get(self.pipeline) is self:
             del _ATTACHED[self.pipeline]
 
@@ -261,108 +207,6 @@ class Attachment:
                 for i, spec in enumerate(specs)
             ]
         return resolved
-
-    def _modules(self, names: tuple[str, ...]) -> list[tuple[str, torch.nn.Module]]:
-        found = []
-        for name in names:
-            module = getattr(self.pipeline, name, None)
-            if isinstance(module, torch.nn.Module):
-                found.append((name, module))
-        return found
-
-    def _decode_modules(self) -> list[tuple[str, torch.nn.Module]]:
-        found = []
-        for vae_name, vae in self._modules(VAE_COMPONENTS):
-            for sub in DECODE_SUBMODULES:
-                module = getattr(vae, sub, None)
-                if isinstance(module, torch.nn.Module):
-                    found.append((f"{vae_name}.{sub}", module))
-        return found
-
-    def _check_signals(self) -> None:
-        enabled = set(self.policy.enabled_boundaries()) if self.policy.enabled else set()
-        names = _call_names(self.pipeline)
-        loop = "progress_bar" in names
-        needs = {
-            "before_transformer": loop or bool(self._modules(DENOISER_COMPONENTS)),
-            "before_vae": loop or bool(self._decode_modules()),
-            "after_call": "maybe_free_model_hooks" in names,
-        }
-        signal = {
-            "before_transformer": "a progress bar around its denoising loop or a denoiser component",
-            "before_vae": "a progress bar around its denoising loop or a VAE decoder",
-            "after_call": "a call to maybe_free_model_hooks() at its end",
-        }
-        for boundary in BOUNDARIES:
-            if boundary in enabled and not needs[boundary]:
-                raise InvalidArgumentError(
-                    f"{self._owner} gives no signal for {boundary!r}: its __call__ has no {signal[boundary]}. "
-                    f"Set boundaries.{boundary}.enabled: false in the policy and call "
-                    f"attachment.boundary({boundary!r}) yourself at that point"
-                )
-
-    def _install(self) -> None:
-        for _, module in self._modules(DENOISER_COMPONENTS):
-            self._hooks.append(install_hook(module, DenoiserSignal(self.machine), HOOK_NAMES["denoiser"]))
-        for _, module in self._decode_modules():
-            self._hooks.append(install_hook(module, DecodeSignal(self.machine), HOOK_NAMES["decode"]))
-        pipe, machine = self.pipeline, self.machine
-
-        def signal_before(original: Any, signal: Any) -> Any:
-            def wrapper(*args: Any, **kwargs: Any) -> Any:
-                if not self._detached:
-                    signal()
-                return original(*args, **kwargs)
-
-            return wrapper
-
-        def signal_after(original: Any, signal: Any) -> Any:
-            def wrapper(*args: Any, **kwargs: Any) -> Any:
-                result = original(*args, **kwargs)
-                if not self._detached:
-                    signal()
-                return result
-
-            return wrapper
-
-        def progress_bar(original: Any) -> Any:
-            def wrapper(*args: Any, **kwargs: Any) -> Any:
-                bar = original(*args, **kwargs)
-                return bar if self._detached else LoopBar(bar, machine)
-
-            return wrapper
-
-        def loading(name: str) -> Any:
-            def make(original: Any) -> Any:
-                def wrapper(*args: Any, **kwargs: Any) -> Any:
-                    if self._detached:
-                        return original(*args, **kwargs)
-                    with guard.section("loading", f"{self._owner}.{name}()"):
-                        return original(*args, **kwargs)
-
-                return wrapper
-
-            return make
-
-        if hasattr(pipe, "check_inputs"):
-            self._attributes.append(
-                wrap_attribute(pipe, "check_inputs", lambda o: signal_before(o, machine.call_start))
-            )
-        self._attributes.append(wrap_attribute(pipe, "progress_bar", progress_bar))
-        self._attributes.append(
-            wrap_attribute(pipe, "maybe_free_model_hooks", lambda o: signal_after(o, machine.call_end))
-        )
-        for name in LOADING_METHODS:
-            if callable(getattr(pipe, name, None)):
-                self._attributes.append(wrap_attribute(pipe, name, loading(name)))
-
-    def _uninstall(self) -> None:
-        for attribute in reversed(self._attributes):
-            attribute.restore()
-        self._attributes.clear()
-        for hook in reversed(self._hooks):
-            hook.remove()
-        self._hooks.clear()
 
     # -- boundaries -----------------------------------------------------------------------
     def _note_components(self) -> dict[str, weakref.ref]:
