@@ -29,7 +29,7 @@ from diffusers import DiffusionPipeline
 
 from ddo_hooks import guard
 from ddo_hooks.actions import BoundaryContext, RegisteredAction, resolve_action
-from ddo_hooks.errors import BoundaryRefusedError, InvalidArgumentError
+from ddo_hooks.errors import BoundaryRefusedError, InvalidArgumentError, PolicyError
 from ddo_hooks.metrics import MetricsTracker
 from ddo_hooks.phases import CallPhases, Phase
 from ddo_hooks.pipeline_signals import PipelineSignals
@@ -106,6 +106,7 @@ class Attachment:
         self._lock = threading.Lock()
         self._detached = False
         self._actions = self._resolve_actions()
+        self._sink = self._prepare_sink()
         self._known: dict[str, weakref.ref] = {}
         self._dropped: dict[str, weakref.ref] = {}
         self._note_components()
@@ -289,7 +290,21 @@ class Attachment:
         self.tracker.record_ddo_metrics(report, component=component)
         with self._lock:
             self._reports.append(report)
-        if self.policy.report_sink is not None:
-            path = Path(self.policy.resolve_path(self.policy.report_sink))
-            with path.open("a", encoding="utf-8") as sink:
+        if self._sink is not None:
+            with self._sink.open("a", encoding="utf-8") as sink:
                 sink.write(json.dumps({"component": component, "report": report.model_dump(mode="json")}) + "\n")
+
+    def _prepare_sink(self) -> Path | None:
+        """Resolve the policy's report sink now, creating its folder, so a bad path fails here, not mid-call."""
+        if self.policy.report_sink is None:
+            return None
+        path = self.policy.resolve_path(self.policy.report_sink)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.open("a", encoding="utf-8").close()
+        except OSError as e:
+            raise PolicyError(
+                f"{self.policy.locate(('report_sink',))}: report_sink {str(path)!r} cannot be written: "
+                f"{e.strerror or e}; point it at a writable file"
+            ) from e
+        return path

@@ -185,10 +185,9 @@ def test_a_broken_entry_point_is_a_policy_error_naming_it(tmp_path, monkeypatch)
         resolve_action("broken-action", where="p.yaml:3:7")
 
 
-def test_reports_are_appended_to_the_policys_sink(tmp_path):
+def test_reports_are_appended_to_the_policys_sink_whose_folder_is_created(tmp_path):
     policy_file = tmp_path / "policy.yaml"
     policy_file.write_text("version: 1\nreport_sink: out/reports.jsonl\n")
-    (tmp_path / "out").mkdir()
     pipe = build_pipeline("sd")
     with attach(pipe, policy_file) as attachment:
         pipe(**call_kwargs("sd"))
@@ -200,6 +199,18 @@ def test_reports_are_appended_to_the_policys_sink(tmp_path):
         "host_cache_before_vae",
         "host_cache_after_call",
     ]
+
+
+def test_an_unwritable_sink_is_a_policy_error_at_attach_time_not_mid_call(tmp_path):
+    (tmp_path / "taken").write_text("a file where the sink's folder should be")
+    policy_file = tmp_path / "policy.yaml"
+    policy_file.write_text("version: 1\nreport_sink: taken/reports.jsonl\n")
+    pipe = build_pipeline("sd")
+    with pytest.raises(
+        PolicyError, match=r"policy\.yaml:2:\d+: report_sink '.*taken/reports\.jsonl' cannot be written"
+    ):
+        attach(pipe, policy_file)
+    attach(pipe).detach()  # nothing was left attached
 
 
 def test_the_built_in_action_passes_the_policys_release_settings():
