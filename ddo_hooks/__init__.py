@@ -9,6 +9,7 @@ Example:
 from ddo_hooks import guard
 from ddo_hooks.actions import BoundaryContext, register_action, unregister_action
 from ddo_hooks.attachment import Attachment, attach
+from ddo_hooks.auxiliary_reports import AuxiliarySourceDetachReport
 from ddo_hooks.errors import (
     BoundaryRefusedError,
     DDOError,
@@ -19,6 +20,7 @@ from ddo_hooks.errors import (
 )
 from ddo_hooks.host_cache import release_pytorch_host_cache
 from ddo_hooks.metrics import MetricsTracker
+from ddo_hooks.offload import DynamicOffloadApplyResult, OffloadedComponent, apply_dynamic_offload
 from ddo_hooks.policy import HookPolicy
 from ddo_hooks.reports import (
     ActionReport,
@@ -26,6 +28,15 @@ from ddo_hooks.reports import (
     DDOReport,
     HostCacheReleaseReport,
     parse_report,
+)
+from ddo_hooks.source_adapters import (
+    IntervalObservingAdapter,
+    OffloadRuntime,
+    PayloadInterval,
+    SourceObservationAdapter,
+    available_runtimes,
+    register_offload_runtime,
+    unregister_offload_runtime,
 )
 
 __version__ = "0.1.0"
@@ -49,6 +60,18 @@ __all__ = [
     "HostCacheReleaseReport",
     "MetricsTracker",
     "parse_report",
+    # offload runtimes and bounded auxiliary CPU source detachment
+    "AuxiliarySourceDetachReport",
+    "DynamicOffloadApplyResult",
+    "IntervalObservingAdapter",
+    "OffloadRuntime",
+    "OffloadedComponent",
+    "PayloadInterval",
+    "SourceObservationAdapter",
+    "apply_dynamic_offload",
+    "available_runtimes",
+    "register_offload_runtime",
+    "unregister_offload_runtime",
     # errors
     "BoundaryRefusedError",
     "DDOError",

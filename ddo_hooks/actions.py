@@ -8,7 +8,6 @@ same refusal rules apply to every action (it never runs while loading or denoisi
 
 Example:
     >>> from ddo_hooks.actions import register_action, unregister_action
-    >>> from ddo_hooks.reports import ActionReport
     >>> @register_action("count_calls")
     ... def count_calls(ctx):
     ...     return ctx.action_report("executed", data={"call": ctx.call_index})
@@ -27,9 +26,10 @@ from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any, Literal
 
+from ddo_hooks.boundary_reports import ActionReport, ActionResult, ActionResultSetup
 from ddo_hooks.errors import InvalidArgumentError, PolicyError
 from ddo_hooks.host_cache import release_pytorch_host_cache
-from ddo_hooks.reports import REPORT_TYPES, ActionReport, ActionResult, ActionResultSetup
+from ddo_hooks.reports import REPORT_TYPES
 
 if TYPE_CHECKING:
     from ddo_hooks.metrics import MetricsTracker

@@ -29,17 +29,13 @@ from diffusers import DiffusionPipeline
 
 from ddo_hooks import guard
 from ddo_hooks.actions import BoundaryContext, RegisteredAction, resolve_action
+from ddo_hooks.boundary_reports import BoundaryRefusal, BoundaryRefusalReport, BoundaryRefusalSetup
 from ddo_hooks.errors import BoundaryRefusedError, InvalidArgumentError, PolicyError
 from ddo_hooks.metrics import MetricsTracker
 from ddo_hooks.phases import CallPhases, Phase
 from ddo_hooks.pipeline_signals import PipelineSignals
 from ddo_hooks.policy import BOUNDARIES, HookPolicy
-from ddo_hooks.reports import (
-    BoundaryRefusal,
-    BoundaryRefusalReport,
-    BoundaryRefusalSetup,
-    HostCacheReleaseReport,
-)
+from ddo_hooks.reports import HostCacheReleaseReport
 
 __all__ = ["Attachment", "attach"]
 

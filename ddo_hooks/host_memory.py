@@ -23,7 +23,7 @@ from typing import Any
 
 import psutil
 
-from ddo_hooks.reports import HostObservation
+from ddo_hooks.report_base import HostObservation
 
 __all__ = ["MEMORYSTATUSEX", "PROCESS_MEMORY_COUNTERS_EX", "observe_host"]
 

@@ -27,10 +27,7 @@ import math
 from typing import Annotated, Any, Literal, TypeAlias
 
 from pydantic import (
-    BaseModel,
-    ConfigDict,
     Field,
-    JsonValue,
     StrictBool,
     StrictFloat,
     StrictInt,
@@ -40,38 +37,40 @@ from pydantic import (
     model_validator,
 )
 
+from ddo_hooks.auxiliary_reports import AuxiliarySourceDetachReport
+from ddo_hooks.boundary_reports import ActionReport, BoundaryRefusalReport
 from ddo_hooks.errors import ReportError
+from ddo_hooks.report_base import (
+    PHASE_PATTERN,
+    SCHEMA_VERSION,
+    Bytes,
+    HostObservation,
+    PhaseLabel,
+    ReportModel,
+    Seconds,
+)
 
 __all__ = [
-    "AllocatorSnapshot",
-    "BoundaryRefusal",
+    # re-exported: every report model of schema version 1 and the shared field types
+    "PHASE_PATTERN",
+    "REPORT_TYPES",
+    "ActionReport",
+    "AuxiliarySourceDetachReport",
     "BoundaryRefusalReport",
+    "HostObservation",
+    # the host-cache release route
+    "AllocatorSnapshot",
     "DDOReport",
     "GarbageCollection",
     "HostCacheRelease",
     "HostCacheReleaseReport",
-    "HostObservation",
-    "PHASE_PATTERN",
+    "HostCacheReleaseSetup",
     "ReleaseTimings",
     "ThresholdDecision",
     "parse_report",
     "report_json_schema",
     "validate_active_counter",
 ]
-
-SCHEMA_VERSION = 1
-
-PHASE_PATTERN = r"^[a-z][a-z0-9_.\-]{0,63}$"
-"""Phase and boundary labels: a lowercase letter, then up to 63 of ``a-z 0-9 _ . -``."""
-
-Bytes = Annotated[StrictInt, Field(ge=0)]
-"""A byte count: a non-negative integer."""
-
-Seconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]
-"""A duration in seconds: a finite, non-negative number."""
-
-PhaseLabel = Annotated[str, Field(pattern=PHASE_PATTERN)]
-"""A phase label such as ``before_transformer`` (see :data:`PHASE_PATTERN`)."""
 
 NoopReason = Literal[
     "disabled",
@@ -81,10 +80,6 @@ NoopReason = Literal[
     "lazy_init_required",
     "below_threshold",
 ]
-
-
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
 
 def validate_active_counter(reported: object, allocated: int | None) -> int | None:
@@ -111,7 +106,7 @@ def validate_active_counter(reported: object, allocated: int | None) -> int | No
     return reported
 
 
-class AllocatorSnapshot(_Model):
+class AllocatorSnapshot(ReportModel):
     """One reading of PyTorch's pinned host allocator counters (raw stats, no CUDA call)."""
 
     status: Literal["available", "unavailable"]
@@ -171,33 +166,7 @@ class AllocatorSnapshot(_Model):
         return self
 
 
-class HostObservation(_Model):
-    """A snapshot of the process's host memory (not a continuous peak)."""
-
-    platform: Literal["linux", "windows", "darwin", "other"]
-    """The operating system the observation was made on."""
-    rss_bytes: Bytes | None
-    """Process resident set size (psutil)."""
-    private_bytes: Bytes | None = None
-    """Windows: process private bytes (``PrivateUsage``, committed private memory)."""
-    physical_available_bytes: Bytes | None = None
-    """Windows: physical memory available (``GlobalMemoryStatusEx.ullAvailPhys``)."""
-    commit_available_bytes: Bytes | None = None
-    """Windows: commit the process can still use (``ullAvailPageFile``), not pagefile free disk space."""
-    unavailable: dict[str, str] = Field(default_factory=dict)
-    """Fields that could not be observed, each with the reason; those fields are null."""
-
-    @model_validator(mode="after")
-    def _unavailable_are_null(self) -> HostObservation:
-        for name in self.unavailable:
-            if name not in type(self).model_fields or name in ("platform", "unavailable"):
-                raise ValueError(f"unavailable names unknown field {name!r}")
-            if getattr(self, name) is not None:
-                raise ValueError(f"{name} is listed as unavailable but has a value")
-        return self
-
-
-class ReleaseTimings(_Model):
+class ReleaseTimings(ReportModel):
     """Where ``elapsed_seconds`` went, step by step."""
 
     collect_seconds: Seconds
@@ -210,7 +179,7 @@ class ReleaseTimings(_Model):
     """The torch release call itself; ``None`` when it was not called."""
 
 
-class GarbageCollection(_Model):
+class GarbageCollection(ReportModel):
     """How Python garbage was collected before the release."""
 
     strategy: Literal["full", "young", "auto"]
@@ -238,7 +207,7 @@ class GarbageCollection(_Model):
         return self
 
 
-class ThresholdDecision(_Model):
+class ThresholdDecision(ReportModel):
     """The decision against ``min_releasable_bytes``, made from the snapshot before release."""
 
     min_releasable_bytes: Bytes
@@ -250,7 +219,7 @@ class ThresholdDecision(_Model):
     whose counter is known wrong (< 2.13), so it was not used and the release ran anyway."""
 
 
-class HostCacheRelease(_Model):
+class HostCacheRelease(ReportModel):
     """Fields under ``setup.host_cache_release``."""
 
     phase: PhaseLabel
@@ -333,14 +302,14 @@ class HostCacheRelease(_Model):
         return self
 
 
-class HostCacheReleaseSetup(_Model):
+class HostCacheReleaseSetup(ReportModel):
     """The ``setup`` section of a host-cache release report."""
 
     host_cache_release: HostCacheRelease
     """The release boundary's fields."""
 
 
-class HostCacheReleaseReport(_Model):
+class HostCacheReleaseReport(ReportModel):
     """The DDO report of one host-cache boundary (route ``pytorch_host_cache_release``)."""
 
     schema_version: Literal[1] = SCHEMA_VERSION
@@ -356,86 +325,20 @@ class HostCacheReleaseReport(_Model):
         return self.setup.host_cache_release
 
 
-class BoundaryRefusal(_Model):
-    """Fields under ``setup.boundary_refusal``: a boundary that was requested and not run."""
-
-    boundary: PhaseLabel
-    """The boundary that was refused."""
-    action: str = Field(min_length=1)
-    """The action that did not run."""
-    reason: Literal["loading", "denoising", "release_in_progress", "inference_in_progress"]
-    """Why it was refused."""
-    detail: str
-    """A sentence saying what was going on, for people."""
-    requested_by: Literal["pipeline", "host"]
-    """``pipeline``: fired by a pipeline call; ``host``: a manual ``Attachment.boundary`` request."""
-    call_index: Bytes
-    """How many pipeline calls the attachment had seen when the request came."""
-
-
-class BoundaryRefusalSetup(_Model):
-    """The ``setup`` section of a refusal report."""
-
-    boundary_refusal: BoundaryRefusal
-    """The refusal's fields."""
-
-
-class BoundaryRefusalReport(_Model):
-    """The DDO report of a refused boundary (route ``phase_boundary_refusal``)."""
-
-    schema_version: Literal[1] = SCHEMA_VERSION
-    """The main DDO report schema version."""
-    route: Literal["phase_boundary_refusal"] = "phase_boundary_refusal"
-    """What produced the report."""
-    setup: BoundaryRefusalSetup
-    """The report body."""
-
-
-class ActionResult(_Model):
-    """Fields under ``setup.boundary_action``: the result of a user-registered action."""
-
-    action: str = Field(min_length=1)
-    """The registered action name."""
-    boundary: PhaseLabel
-    """The boundary it ran at."""
-    status: Literal["executed", "noop"]
-    """What the action says it did."""
-    detail: str = ""
-    """A sentence for people."""
-    data: dict[str, JsonValue] = Field(default_factory=dict)
-    """Any JSON data the action wants to keep."""
-
-
-class ActionResultSetup(_Model):
-    """The ``setup`` section of a user action's report."""
-
-    boundary_action: ActionResult
-    """The action's fields."""
-
-
-class ActionReport(_Model):
-    """The DDO report of a user-registered boundary action (route ``boundary_action``)."""
-
-    schema_version: Literal[1] = SCHEMA_VERSION
-    """The main DDO report schema version."""
-    route: Literal["boundary_action"] = "boundary_action"
-    """What produced the report."""
-    setup: ActionResultSetup
-    """The report body."""
-
-
 DDOReport: TypeAlias = Annotated[
-    HostCacheReleaseReport | BoundaryRefusalReport | ActionReport,
+    HostCacheReleaseReport | BoundaryRefusalReport | ActionReport | AuxiliarySourceDetachReport,
     Field(discriminator="route"),
 ]
 """Any DDO report of schema version 1, told apart by ``route``."""
 
-REPORT_TYPES = (HostCacheReleaseReport, BoundaryRefusalReport, ActionReport)
+REPORT_TYPES = (HostCacheReleaseReport, BoundaryRefusalReport, ActionReport, AuxiliarySourceDetachReport)
 
 _ADAPTER: TypeAdapter[Any] = TypeAdapter(DDOReport)
 
 
-def parse_report(data: Any) -> HostCacheReleaseReport | BoundaryRefusalReport | ActionReport:
+def parse_report(
+    data: Any,
+) -> HostCacheReleaseReport | BoundaryRefusalReport | ActionReport | AuxiliarySourceDetachReport:
     """Validate a mapping or a JSON string as a DDO report.
 
     Args:

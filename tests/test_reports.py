@@ -463,6 +463,7 @@ def test_the_json_schema_names_every_route():
         "pytorch_host_cache_release",
         "phase_boundary_refusal",
         "boundary_action",
+        "auxiliary_cpu_source_detach",
     }
 
 
