@@ -1,6 +1,6 @@
 """ddo_hooks: release PyTorch's pinned host cache at quiet boundaries of diffusers pipeline calls.
 
-Example:
+Examples:
     >>> import ddo_hooks
     >>> ddo_hooks.release_pytorch_host_cache(phase="after_call").release.status
     'noop'

@@ -6,7 +6,7 @@ the decorator, or from another package through the ``ddo_hooks.actions`` entry-p
 An action receives a :class:`BoundaryContext` and returns a DDO report or ``None``; the
 same refusal rules apply to every action (it never runs while loading or denoising).
 
-Example:
+Examples:
     >>> from ddo_hooks.actions import register_action, unregister_action
     >>> @register_action("count_calls")
     ... def count_calls(ctx):

@@ -14,7 +14,7 @@ Owned bytes are trusted. The active counter is wrong before torch 2.13 (it only 
 reported and validated separately: it is usable only when it is a non-negative integer no
 greater than the owned bytes.
 
-Example:
+Examples:
     >>> raw = {"allocated_bytes": {"current": 0}, "active_bytes": {"current": 3_904_897_030}}
     >>> snap = snapshot_from_raw(raw)
     >>> snap.allocated_bytes, snap.reported_active_bytes, snap.active_bytes, snap.active_counter_consistent

@@ -1,6 +1,6 @@
 """``attach``: put a hook policy on a diffusers pipeline; ``Attachment``: the handle.
 
-Example:
+Examples:
     >>> from ddo_hooks import attach, MetricsTracker
     >>> from ddo_hooks.tiny_pipelines import build_pipeline, call_kwargs
     >>> pipe = build_pipeline("sd")

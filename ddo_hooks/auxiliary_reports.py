@@ -7,7 +7,7 @@ the ceiling, what each component's offload runtime reported, and host observatio
 after. It does not prove that the operating system got memory back: a loader storage is freed
 only when nobody else holds a view into it.
 
-Example:
+Examples:
     >>> from ddo_hooks.reports import parse_report
     >>> detach = AuxiliarySourceDetach(
     ...     status="noop", noop_reason="disabled", detail="disabled: nothing was inspected or copied",

@@ -30,7 +30,7 @@ Exclusive component ownership is required: a view into the loader storage held a
 (an escaped reference) cannot be discovered and keeps that storage alive. The report records the
 copied bytes and host observations; it does not prove that the OS got memory back.
 
-Example:
+Examples:
     >>> from ddo_hooks.source_adapters import get_offload_runtime
     >>> flat = torch.arange(64, dtype=torch.float32)       # a loader's flat buffer
     >>> model = torch.nn.Sequential(torch.nn.Linear(4, 4))

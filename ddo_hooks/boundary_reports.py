@@ -1,6 +1,6 @@
 """Reports of the phase hooks themselves: a refused boundary, and a user action's result.
 
-Example:
+Examples:
     >>> refusal = BoundaryRefusal(boundary="before_vae", action="host_cache_release", reason="denoising",
     ...                           detail="FluxPipeline is inside its denoising loop", requested_by="host", call_index=1)
     >>> BoundaryRefusalReport(setup=BoundaryRefusalSetup(boundary_refusal=refusal)).route

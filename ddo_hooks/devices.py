@@ -1,6 +1,6 @@
 """Parsing the CUDA device argument, without touching CUDA.
 
-Example:
+Examples:
     >>> parse_cuda_device("cuda:1"), parse_cuda_device("cuda"), parse_cuda_device(0)
     (1, None, 0)
     >>> parse_cuda_device("cpu")

@@ -5,7 +5,7 @@ passed are also :class:`ValueError`, errors about the state of the process are a
 :class:`RuntimeError`. Messages name the offending argument, field, module or file and say
 how to fix it.
 
-Example:
+Examples:
     >>> from ddo_hooks import release_pytorch_host_cache
     >>> from ddo_hooks.errors import DDOError
     >>> try:

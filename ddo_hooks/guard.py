@@ -8,7 +8,7 @@ waits for it to finish (a release takes well under a second), so the two never o
 
 The phase hooks open sections for you. Hosts that load components themselves mark it:
 
-Example:
+Examples:
     >>> from ddo_hooks import guard, release_pytorch_host_cache
     >>> from ddo_hooks.errors import BoundaryRefusedError
     >>> with guard.section("loading", "my_loader"):

@@ -12,7 +12,7 @@ forked child. It never initializes CUDA and never creates a CUDA context. It nev
 native source storage, changes budgets or runs inside denoise steps. Synchronization and
 release failures propagate as :class:`~ddo_hooks.errors.HostCacheReleaseError`.
 
-Example:
+Examples:
     >>> report = release_pytorch_host_cache(enabled=True, phase="before_transformer", device="cuda:0")
     >>> r = report.release
     >>> r.status, r.released, r.noop_reason in {"unsupported_build", "cuda_not_initialized"}
@@ -206,7 +206,7 @@ def release_pytorch_host_cache(
             release is in progress (see :mod:`ddo_hooks.guard`).
         HostCacheReleaseError: Synchronizing the device or the release call failed.
 
-    Example:
+    Examples:
         >>> release_pytorch_host_cache().release.noop_reason
         'disabled'
     """

@@ -9,7 +9,7 @@ commit the process can still use (``ullAvailPageFile``), never pagefile free dis
 A field whose call failed is ``None`` and listed in ``unavailable`` with the reason. These
 are snapshots, not peaks, and they never affect a policy decision.
 
-Example:
+Examples:
     >>> obs = observe_host()
     >>> obs.rss_bytes > 0
     True

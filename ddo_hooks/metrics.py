@@ -1,6 +1,6 @@
 """``MetricsTracker``: validated DDO reports kept by component, in order.
 
-Example:
+Examples:
     >>> from ddo_hooks import MetricsTracker, release_pytorch_host_cache
     >>> tracker = MetricsTracker()
     >>> report = release_pytorch_host_cache(phase="before_transformer")

@@ -8,7 +8,7 @@ policy's phase hooks, and offers the bounded auxiliary CPU source detachment
 ``auxiliary_sources``, that detachment runs once right after the runtime is applied, before
 the first forward, and its report is recorded in the tracker under ``auxiliary_cpu_sources``.
 
-Example:
+Examples:
     >>> from ddo_hooks import HookPolicy
     >>> from ddo_hooks.tiny_pipelines import build_pipeline, call_kwargs
     >>> pipe = build_pipeline("flux")

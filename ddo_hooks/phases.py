@@ -14,7 +14,7 @@ machine returns to IDLE, so the next call starts clean. While the machine is DEN
 ``denoising`` section of :mod:`ddo_hooks.guard` is held, so no release anywhere in the
 process runs inside a loop.
 
-Example:
+Examples:
     >>> fired = []
     >>> machine = CallPhases("demo", fired.append)
     >>> machine.call_start(); _ = machine.loop_enter(); machine.loop_exit(error=False); machine.call_end()

@@ -6,7 +6,7 @@ end), then installs: a ``DenoiserSignal`` on every denoiser, a ``DecodeSignal`` 
 decode submodules, and instance wrappers of ``check_inputs``, ``progress_bar``,
 ``maybe_free_model_hooks`` and the loading methods (see :mod:`ddo_hooks.wiring`).
 
-Example:
+Examples:
     >>> from ddo_hooks.tiny_pipelines import build_pipeline
     >>> sorted(call_names(build_pipeline("sd")) & {"progress_bar", "maybe_free_model_hooks", "check_inputs"})
     ['check_inputs', 'maybe_free_model_hooks', 'progress_bar']

@@ -7,7 +7,7 @@ a raw YAML, pydantic or OS error escape: each problem becomes one line of a
 policy remembers where each key came from (:meth:`HookPolicy.locate`), so code that checks
 action names at attach time can point at the offending line.
 
-Example:
+Examples:
     >>> policy = HookPolicy.from_yaml_text("version: 1\nrelease: {min_releasable_bytes: 64MiB}\n")
     >>> policy.release.min_releasable_bytes, policy.enabled_boundaries()
     (67108864, ('before_transformer', 'before_vae', 'after_call'))
@@ -333,7 +333,7 @@ class HookPolicy(_Model):
     def default(cls) -> HookPolicy:
         """The packaged default policy ``ddo_hooks/policies/default.yaml``: ``HookPolicy(version=1)``.
 
-        Example:
+        Examples:
             >>> HookPolicy.default() == HookPolicy(version=1)
             True
         """
@@ -387,7 +387,7 @@ class HookPolicy(_Model):
         Returns just :attr:`source` when the position is unknown (a default, or a policy not
         loaded from YAML).
 
-        Example:
+        Examples:
             >>> policy = HookPolicy.from_yaml_text("version: 1\nboundaries:\n  after_call:\n"
             ...                                    "    actions: [host_cache_release, my.flush]\n")
             >>> policy.locate(("boundaries", "after_call", "actions", 1))
@@ -404,7 +404,7 @@ class HookPolicy(_Model):
         ``~`` is expanded; a relative path is taken against the policy file's folder, or the
         current working directory (at call time) for a policy not loaded from a file.
 
-        Example:
+        Examples:
             >>> policy = HookPolicy.from_mapping({"version": 1, "report_sink": "reports.jsonl"})
             >>> policy.resolve_path(policy.report_sink) == Path.cwd() / "reports.jsonl"
             True
@@ -437,7 +437,7 @@ class HookPolicy(_Model):
 def policy_json_schema() -> dict[str, Any]:
     """The JSON Schema of a hook policy file, as checked into ``ddo_hooks/schemas``.
 
-    Example:
+    Examples:
         >>> policy_json_schema()["required"]
         ['version']
     """

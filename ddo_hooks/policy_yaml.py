@@ -9,7 +9,7 @@ into one line per problem: ``file:line:col: key.path: what is wrong; how to fix 
 
 Only :class:`~ddo_hooks.errors.PolicyError` escapes this module's public functions.
 
-Example:
+Examples:
     >>> data, positions = load_yaml("version: 1\nboundaries:\n  after_call: {enabled: false}\n")
     >>> data["boundaries"]["after_call"], positions[("boundaries", "after_call", "enabled")]
     ({'enabled': False}, (3, 16))
@@ -103,6 +103,9 @@ class _Builder:
                     path,
                     f"unsupported YAML tag {_tag(node.tag)!r}; use a plain string, number, boolean or null",
                 )
+                return None
+            except ValueError as e:  # e.g. Python refuses to convert an int of more than 4300 digits
+                self.problem(node.start_mark, path, f"cannot be read as a value: {e}; write a shorter number")
                 return None
         if node.tag not in (_MAP_TAG, _SEQ_TAG):
             self.problem(node.start_mark, path, f"unsupported YAML tag {_tag(node.tag)!r}; use a plain mapping or list")
@@ -251,7 +254,7 @@ def read_policy_file(path: str | os.PathLike[str]) -> str:
 def format_key_path(path: KeyPath) -> str:
     """Write a key path as people read it: ``boundaries.after_call.actions[1].name``.
 
-    Example:
+    Examples:
         >>> format_key_path(("boundaries", "after_call", "actions", 1, "name"))
         'boundaries.after_call.actions[1].name'
     """
@@ -353,7 +356,7 @@ def _unknown(key: object, allowed: list[str]) -> str:
 def did_you_mean(value: object, choices: Sequence[str]) -> str | None:
     """The choice closest to a misspelt ``value`` (:mod:`difflib`), or ``None``.
 
-    Example:
+    Examples:
         >>> did_you_mean("before_vea", ["before_transformer", "before_vae", "after_call"])
         'before_vae'
     """
@@ -368,7 +371,7 @@ def did_you_mean(value: object, choices: Sequence[str]) -> str | None:
 def show_value(value: object) -> str:
     """A short YAML-like rendering of a value for messages: ``null``, ``true``, ``'text'``, ``a list``.
 
-    Example:
+    Examples:
         >>> show_value(None), show_value(True), show_value("cpu"), show_value([1])
         ('null', 'true', "'cpu'", 'a list')
     """

@@ -1,6 +1,6 @@
 """What every DDO report model shares: the strict base model and the reusable field types.
 
-Example:
+Examples:
     >>> from ddo_hooks.report_base import HostObservation
     >>> HostObservation(platform="linux", rss_bytes=-1)
     Traceback (most recent call last):

@@ -11,7 +11,7 @@ Validation rejects impossible reports (negative byte counts, an executed release
 allocator snapshots, ``released`` without ``executed``, a delta that is not before minus
 after) with a message that names the field.
 
-Example:
+Examples:
     >>> from ddo_hooks import release_pytorch_host_cache
     >>> report = release_pytorch_host_cache(phase="after_call")
     >>> data = report.model_dump(mode="json")
@@ -93,7 +93,7 @@ def validate_active_counter(reported: object, allocated: int | None) -> int | No
         The counter when it is a non-negative integer no greater than ``allocated``;
         otherwise ``None`` (absent, negative, not an integer, or greater than owned).
 
-    Example:
+    Examples:
         >>> validate_active_counter(1024, 4096)
         1024
         >>> validate_active_counter(3_904_897_030, 0) is None  # torch 2.11 after a release
@@ -350,7 +350,7 @@ def parse_report(
     Raises:
         ReportError: The data is not a valid DDO report; the message lists each field path.
 
-    Example:
+    Examples:
         >>> parse_report({"schema_version": 2, "route": "pytorch_host_cache_release", "setup": {}})
         Traceback (most recent call last):
         ...
@@ -375,7 +375,7 @@ def _describe(error: ValidationError) -> str:
 def report_json_schema() -> dict[str, Any]:
     """Return the JSON Schema of a DDO report (any route), as checked into ``ddo_hooks/schemas``.
 
-    Example:
+    Examples:
         >>> report_json_schema()["title"]
         'DDOReport'
     """

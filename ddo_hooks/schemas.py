@@ -3,7 +3,7 @@
 Regenerate after changing a model: ``python -m ddo_hooks.schemas``. A test fails when the
 checked-in files drift from the models.
 
-Example:
+Examples:
     >>> generated_schemas()["ddo-report.schema.json"]["title"]
     'DDOReport'
 """

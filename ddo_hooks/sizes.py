@@ -7,7 +7,7 @@ Units: ``B``; ``KB``, ``MB``, ``GB``, ``TB`` (powers of 1000); ``KiB``, ``MiB``,
 bits here); the ``i`` is what makes a unit binary (``MiB`` is 1024², ``MB`` is 1000²).
 Fractions are floored to whole bytes.
 
-Example:
+Examples:
     >>> parse_size("16MiB"), parse_size("16 MiB"), parse_size("2GB"), parse_size(512)
     (16777216, 16777216, 2000000000, 512)
     >>> parse_size("1.5GiB")
@@ -88,7 +88,7 @@ def parse_size(value: object, *, name: str = "size") -> int:
         InvalidArgumentError: A negative, boolean, NaN or infinite value, an empty string,
             an unknown unit or anything that is not a size; the message lists the accepted forms.
 
-    Example:
+    Examples:
         >>> parse_size("1 KiB"), parse_size("1kb"), parse_size("0.5 B"), parse_size("0")
         (1024, 1000, 0, 0)
         >>> parse_size(-1, name="min_releasable_bytes")
@@ -153,7 +153,7 @@ def format_size(n: int) -> str:
     Raises:
         InvalidArgumentError: ``n`` is not an int (``bool`` included).
 
-    Example:
+    Examples:
         >>> format_size(1536), format_size(3 * 1024**3 // 2), format_size(-2048)
         ('1.5 KiB', '1.5 GiB', '-2.0 KiB')
     """

@@ -16,7 +16,7 @@ must ask before it copies anything (:class:`SourceObservationAdapter`):
 
 Third-party runtimes register themselves with :func:`register_offload_runtime`.
 
-Example:
+Examples:
     >>> import torch
     >>> from diffusers.models import FluxTransformer2DModel
     >>> model = FluxTransformer2DModel(num_layers=1, num_single_layers=1, attention_head_dim=8,
@@ -86,7 +86,7 @@ _NAME_RE = re.compile(r"^[a-z][a-z0-9_.\-]*$")
 class PayloadInterval:
     """A byte range ``[start, end)`` of host memory, as absolute addresses.
 
-    Example:
+    Examples:
         >>> a = PayloadInterval(100, 164)
         >>> a.nbytes, a.overlaps(PayloadInterval(160, 200)), a.overlaps(PayloadInterval(164, 200))
         (64, True, False)
@@ -328,7 +328,7 @@ def register_offload_runtime(runtime: OffloadRuntime, *, replace: bool = False) 
         InvalidArgumentError: Not an :class:`OffloadRuntime`, a malformed name, a part that is not
             callable, or the name is taken and ``replace`` is False.
 
-    Example:
+    Examples:
         >>> builtin = get_offload_runtime("diffusers_group_offload")
         >>> _ = register_offload_runtime(OffloadRuntime("my.runtime", builtin.apply, DiffusersGroupOffloadAdapter))
         >>> "my.runtime" in available_runtimes()
@@ -371,7 +371,7 @@ def unregister_offload_runtime(name: str) -> None:
 def available_runtimes() -> tuple[str, ...]:
     """The registered runtime names, sorted.
 
-    Example:
+    Examples:
         >>> "diffusers_group_offload" in available_runtimes()
         True
     """

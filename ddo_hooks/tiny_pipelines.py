@@ -6,7 +6,7 @@ outputs) and word-level tokenizers built in memory. Nothing is read from or writ
 hub: no ``from_pretrained`` is ever called. A call with :func:`call_kwargs` takes well under a
 second on a laptop CPU. Needs the ``demo`` extra (``transformers``).
 
-Example:
+Examples:
     >>> pipe = build_pipeline("sd", seed=0)
     >>> pipe(**call_kwargs("sd")).images.shape
     torch.Size([1, 3, 32, 32])
@@ -277,7 +277,7 @@ def build_pipeline(family: Family, *, seed: int = 0, dtype: torch.dtype = torch.
     Raises:
         ValueError: If ``family`` is not one of :data:`FAMILIES`.
 
-    Example:
+    Examples:
         >>> pipe = build_pipeline("flux", seed=1)
         >>> type(pipe).__name__, pipe.vae.config.latent_channels
         ('FluxPipeline', 16)
@@ -309,7 +309,7 @@ def call_kwargs(family: Family, *, steps: int = 2, seed: int = 0, output_type: s
         ``guidance_scale`` (classifier-free guidance for sd and wan, the guidance embedding
         for flux), ``max_sequence_length`` (flux, wan), ``generator`` and ``output_type``.
 
-    Example:
+    Examples:
         >>> kwargs = call_kwargs("wan", steps=3)
         >>> kwargs["num_inference_steps"], kwargs["num_frames"], kwargs["height"]
         (3, 5, 16)
@@ -341,7 +341,7 @@ def embed_prompt(
         flux: ``prompt_embeds`` and ``pooled_prompt_embeds``; sd and wan: ``prompt_embeds`` and
         ``negative_prompt_embeds`` (both use classifier-free guidance).
 
-    Example:
+    Examples:
         >>> pipe = build_pipeline("wan")
         >>> embeds = embed_prompt(pipe, "wan")
         >>> pipe.text_encoder = pipe.tokenizer = None

@@ -545,3 +545,9 @@ def test_fuzz_valid_policies_load_and_round_trip(data):
     policy = HookPolicy.from_mapping(data)
     assert_round_trips(policy)
     assert load(yaml.safe_dump(data)) == policy  # (allow_unicode=True mangles U+0085 in PyYAML)
+
+
+def test_a_number_too_long_to_convert_is_a_policy_error_at_its_position():
+    text = "version: 1\nrelease:\n  min_releasable_bytes: " + "9" * 5000 + "\n"
+    with pytest.raises(PolicyError, match=r"^p\.yaml:3:25: release\.min_releasable_bytes: cannot be read as a value"):
+        HookPolicy.from_yaml_text(text, source="p.yaml")

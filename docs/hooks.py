@@ -1,0 +1,305 @@
+"""mkdocs hooks: the reference pages generated from the models, and the published JSON Schemas.
+
+A page asks for a generated section with a marker line of its own:
+
+* ``<!-- generated: policy-reference -->``: every field of :class:`ddo_hooks.HookPolicy`, from
+  ``HookPolicy.model_json_schema()``;
+* ``<!-- generated: report-reference -->``: every field of every DDO report route, from
+  ``ddo_hooks.reports.report_json_schema()``.
+
+Each model of the schema becomes a section (a table of its fields: key, type, default and
+description), reached from the top through the key paths a YAML or JSON document uses. Types and
+descriptions come from the JSON Schema; a default the schema leaves out (a ``default_factory``)
+comes from the pydantic field itself. Nothing is hand-copied, so the pages follow the models.
+
+The checked-in schemas (``ddo_hooks/schemas/*.json``) are published with the site under
+``schemas/``, so pages can link to them.
+
+``tests/test_docs.py`` imports this file to check that every field is rendered.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import typing
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel
+
+__all__ = ["GENERATORS", "policy_reference", "render_models", "report_reference"]
+
+SCHEMA_DIR = Path(__file__).resolve().parent.parent / "ddo_hooks" / "schemas"
+MARKER = re.compile(r"^<!-- generated: ([a-z-]+) -->$", re.MULTILINE)
+_ROLE = re.compile(r":(?:meth|func|class|data|attr|mod|obj):`~?([^`]+)`")
+
+
+# -- rendering --------------------------------------------------------------------------------
+
+
+def _models_of(roots: Iterable[type[BaseModel]]) -> dict[str, type[BaseModel]]:
+    """Every pydantic model reachable from ``roots`` through field annotations, by class name."""
+    found: dict[str, type[BaseModel]] = {}
+    stack = list(roots)
+    while stack:
+        model = stack.pop()
+        if model.__name__ in found:
+            continue
+        found[model.__name__] = model
+        for field in model.model_fields.values():
+            annotations = [field.annotation]
+            while annotations:
+                annotation = annotations.pop()
+                if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+                    stack.append(annotation)
+                annotations.extend(typing.get_args(annotation))
+    return found
+
+
+def _text(description: str | None) -> str:
+    """A docstring as one line of Markdown for a table cell."""
+    if not description:
+        return ""
+    text = _ROLE.sub(lambda m: f"``{m.group(1).rsplit('.', 1)[-1]}``", description)
+    text = text.replace("``", "`")
+    text = re.sub(r"\s*\n\s*", " ", text.strip())
+    return _escape_pipes(text)
+
+
+def _escape_pipes(text: str) -> str:
+    """Escape ``|`` outside code spans for a Markdown table cell (the table keeps those inside)."""
+    parts = text.split("`")
+    return "`".join(part if i % 2 else part.replace("|", "\\|") for i, part in enumerate(parts))
+
+
+def _code(value: str) -> str:
+    return f"`{value}`"
+
+
+def _flow(value: Any) -> str:
+    """A value as YAML flow text, as a policy file would spell it."""
+    if value is None:
+        return "null"
+    text = yaml.safe_dump(value, default_flow_style=True, sort_keys=False, width=10_000).strip()
+    return text.removesuffix("\n...").removesuffix("...").strip()
+
+
+class _Renderer:
+    def __init__(self, schema: dict[str, Any], models: dict[str, type[BaseModel]], anchor_prefix: str) -> None:
+        self.schema = schema
+        self.defs: dict[str, dict[str, Any]] = schema.get("$defs", {})
+        self.models = models
+        self.prefix = anchor_prefix
+        self.paths: dict[str, list[str]] = {}
+        self.order: list[str] = []
+
+    # The sections: models in breadth-first order from the roots, each with its key paths.
+    def walk(self, roots: list[tuple[str, str]]) -> None:
+        queue = list(roots)
+        for name, path in roots:
+            self.paths.setdefault(name, []).append(path)
+        while queue:
+            name, _ = queue.pop(0)
+            if name in self.order:
+                continue
+            self.order.append(name)
+            node = self._model(name)
+            for key, sub in node.get("properties", {}).items():
+                for child, suffix in self._children(sub):
+                    for parent_path in self.paths[name]:
+                        child_path = f"{parent_path}.{key}{suffix}" if parent_path else f"{key}{suffix}"
+                        if child_path not in self.paths.setdefault(child, []):
+                            self.paths[child].append(child_path)
+                    queue.append((child, ""))
+
+    def _model(self, name: str) -> dict[str, Any]:
+        return self.schema if name == self.schema.get("title") and "properties" in self.schema else self.defs[name]
+
+    def _children(self, node: dict[str, Any], suffix: str = "") -> list[tuple[str, str]]:
+        """Models (with properties) that a property's schema refers to, with the path suffix."""
+        found: list[tuple[str, str]] = []
+        if "$ref" in node:
+            name = node["$ref"].rsplit("/", 1)[-1]
+            if "properties" in self.defs.get(name, {}):
+                found.append((name, suffix))
+        for option in node.get("anyOf", []) + node.get("oneOf", []):
+            found += self._children(option, suffix)
+        if isinstance(node.get("items"), dict):
+            found += self._children(node["items"], f"{suffix}[]")
+        if isinstance(node.get("additionalProperties"), dict):
+            found += self._children(node["additionalProperties"], f"{suffix}.<key>")
+        return found
+
+    def anchor(self, name: str) -> str:
+        return f"{self.prefix}-{name.lower()}"
+
+    def type_of(self, node: dict[str, Any]) -> str:
+        if "$ref" in node:
+            name = node["$ref"].rsplit("/", 1)[-1]
+            if "properties" not in self.defs.get(name, {}):
+                return "any JSON value" if not self.defs.get(name) else self.type_of(self.defs[name])
+            return f"[{name}](#{self.anchor(name)})"
+        if "const" in node:
+            return f"{_code(json.dumps(node['const']))} (constant)"
+        if "enum" in node:
+            return "one of " + ", ".join(_code(str(v)) for v in node["enum"])
+        options = node.get("anyOf") or node.get("oneOf")
+        if options:
+            return " or ".join(self.type_of(option) for option in options)
+        kind = node.get("type")
+        if kind is None:
+            return "any JSON value"
+        text = {"integer": "integer", "number": "number", "boolean": "boolean", "null": "null"}.get(kind)
+        if kind in ("integer", "number"):
+            if "minimum" in node:
+                text += f" ≥ {node['minimum']}"
+            if "maximum" in node:
+                text += f" ≤ {node['maximum']}"
+        elif kind == "string":
+            text = "string"
+            if "minLength" in node:
+                text = "non-empty string" if node["minLength"] == 1 else f"string of ≥ {node['minLength']} characters"
+            if "pattern" in node:
+                text += f" matching {_code(node['pattern'])}"
+        elif kind == "array":
+            items = node.get("items")
+            text = "list of " + (self.type_of(items) if isinstance(items, dict) else "values")
+        elif kind == "object":
+            values = node.get("additionalProperties")
+            text = f"mapping of string to {self.type_of(values)}" if isinstance(values, dict) else "mapping"
+        return text or str(kind)
+
+    def default_of(self, model_name: str, key: str, node: dict[str, Any], required: bool) -> str:
+        if required:
+            return "required"
+        if "default" in node:
+            return _code(_flow(node["default"]))
+        model = self.models.get(model_name)
+        field = model.model_fields.get(key) if model else None
+        if field is not None and field.default_factory is not None:
+            value = field.default_factory()  # type: ignore[call-arg]
+            if isinstance(value, BaseModel):
+                children = self._children(node)
+                if children:
+                    return f"[its defaults](#{self.anchor(children[0][0])})"
+                value = value.model_dump(mode="json")
+            return _code(_flow(value))
+        return "none"
+
+    def where(self, name: str) -> str:
+        """The key paths of a model, siblings folded: ``boundaries.{before_transformer,before_vae}``."""
+        paths = self.paths.get(name, [])
+        groups: dict[str, list[str]] = {}
+        for path in paths:
+            head, _, last = path.rpartition(".")
+            groups.setdefault(head, []).append(last)
+        shown = []
+        for head, lasts in groups.items():
+            tail = lasts[0] if len(lasts) == 1 else "{" + ",".join(lasts) + "}"
+            shown.append(f"{head}.{tail}" if head else tail)
+        return ", ".join(_code(s) for s in shown if s)
+
+    def section(self, name: str, level: int, title: str | None = None) -> str:
+        node = self._model(name)
+        where = self.where(name)
+        heading = title or (f"{where} ({name})" if where else name)
+        lines = [f"{'#' * level} {heading} {{#{self.anchor(name)}}}", ""]
+        if node.get("description"):
+            lines += [_text(node["description"]), ""]
+        lines += ["| Key | Type | Default | Description |", "|---|---|---|---|"]
+        required = set(node.get("required", []))
+        for key, sub in node.get("properties", {}).items():
+            description = sub.get("description") or self._ref_description(sub)
+            lines.append(
+                f"| {_code(key)} | {_escape_pipes(self.type_of(sub))} "
+                f"| {self.default_of(name, key, sub, key in required)} "
+                f"| {_text(description)} |"
+            )
+        lines.append("")
+        return "\n".join(lines)
+
+    def _ref_description(self, node: dict[str, Any]) -> str | None:
+        for child, _ in self._children(node):
+            return self.defs[child].get("description")
+        return None
+
+
+def render_models(
+    schema: dict[str, Any],
+    roots: list[type[BaseModel]],
+    *,
+    anchor_prefix: str,
+    level: int = 3,
+    titles: dict[str, str] | None = None,
+) -> str:
+    """Render every model of ``schema`` reachable from ``roots`` as Markdown sections.
+
+    Args:
+        schema: A pydantic JSON Schema (``model_json_schema()`` or a ``TypeAdapter``'s).
+        roots: The top-level models (the schema's own model, or each member of a union).
+        anchor_prefix: Prefix of the section anchors, unique per page.
+        level: The heading level of each section.
+        titles: Headings for some models (by class name) instead of their key paths.
+    """
+    renderer = _Renderer(schema, _models_of(roots), anchor_prefix)
+    renderer.walk([(root.__name__, "") for root in roots])
+    titles = titles or {}
+    return "\n".join(renderer.section(name, level, titles.get(name)) for name in renderer.order)
+
+
+def policy_reference() -> str:
+    """Every field of a hook policy, from ``HookPolicy.model_json_schema()``."""
+    from ddo_hooks.policy import HookPolicy
+
+    return render_models(
+        HookPolicy.model_json_schema(),
+        [HookPolicy],
+        anchor_prefix="policy",
+        titles={"HookPolicy": "Top level (HookPolicy)"},
+    )
+
+
+def report_reference() -> str:
+    """Every field of every DDO report route, from ``report_json_schema()``."""
+    from ddo_hooks.reports import REPORT_TYPES, report_json_schema
+
+    schema = report_json_schema()
+    sections = []
+    for model in REPORT_TYPES:  # one route after the other, each from its top
+        title = f"Route `{model.model_fields['route'].default}` ({model.__name__})"
+        sections.append(render_models(schema, [model], anchor_prefix="report", titles={model.__name__: title}))
+    return "\n".join(sections)
+
+
+GENERATORS: dict[str, Callable[[], str]] = {
+    "policy-reference": policy_reference,
+    "report-reference": report_reference,
+}
+
+
+# -- mkdocs events ----------------------------------------------------------------------------
+
+
+def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
+    """Replace each ``<!-- generated: NAME -->`` marker line with the generated Markdown."""
+
+    def generate(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name not in GENERATORS:
+            known = ", ".join(GENERATORS)
+            raise ValueError(f"{page.file.src_uri}: unknown generated section {name!r} (known: {known})")
+        return GENERATORS[name]()
+
+    return MARKER.sub(generate, markdown)
+
+
+def on_files(files: Any, config: Any) -> Any:
+    """Publish the checked-in JSON Schemas under ``schemas/``."""
+    from mkdocs.structure.files import File
+
+    for path in sorted(SCHEMA_DIR.glob("*.schema.json")):
+        files.append(File.generated(config, f"schemas/{path.name}", abs_src_path=str(path)))
+    return files

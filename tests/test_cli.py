@@ -1,0 +1,474 @@
+"""The `ddo-hooks` command line, every command through a real subprocess.
+
+Each invocation is a fresh interpreter that imports torch and diffusers (about 4 s of CPU), so
+the module fixture `runs` starts every invocation listed in `RUNS` at once, a few at a time, and
+each test reads the result it names. `{tmp}` in an argument is the folder of the input files.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+import torch
+from fakes import FakeHostAllocator
+
+from ddo_hooks import MetricsTracker, release_pytorch_host_cache
+from ddo_hooks._allocator import use_backend
+from ddo_hooks.boundary_reports import BoundaryRefusal, BoundaryRefusalReport, BoundaryRefusalSetup
+from ddo_hooks.cli import main
+from ddo_hooks.report_table import boundary_rows, infer_calls
+from ddo_hooks.sizes import format_size
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "examples"
+SCHEMAS = ROOT / "ddo_hooks" / "schemas"
+BOUNDARIES = ["before_transformer", "before_vae", "after_call"]
+CONSOLE_SCRIPT = shutil.which("ddo-hooks", path=os.pathsep.join([str(Path(sys.executable).parent), os.defpath]))
+CONSOLE_SCRIPT = CONSOLE_SCRIPT or shutil.which("ddo-hooks")
+
+RUNS: dict[str, tuple[str, ...]] = {
+    # the demo (slowest first)
+    "demo flux": ("demo", "--device", "cpu", "--report", "{tmp}/flux.jsonl"),
+    "demo sd with an example policy": (
+        *("demo", "--family", "sd", "--device", "cpu", "--steps", "1", "--calls", "3"),
+        *("--policy", "{tmp}/release-all-boundaries.yaml", "--report", "{tmp}/sd.jsonl"),
+    ),
+    # help and usage
+    "help": ("--help",),
+    "help demo": ("demo", "--help"),
+    "help validate-policy": ("validate-policy", "--help"),
+    "help validate-report": ("validate-report", "--help"),
+    "help schema": ("schema", "--help"),
+    "help summarize": ("summarize", "--help"),
+    "usage: unknown command": ("clean-cache",),
+    "usage: bad device": ("demo", "--device", "tpu"),
+    # validate-policy
+    "policy valid": ("validate-policy", str(EXAMPLES / "after-call-only.yaml")),
+    "policy invalid": ("validate-policy", "{tmp}/misspelt.yaml"),
+    "policy missing": ("validate-policy", "{tmp}/no-such.yaml"),
+    "policy directory": ("validate-policy", "{tmp}"),
+    "policy binary": ("validate-policy", "{tmp}/binary.dat"),
+    "policy empty": ("validate-policy", "{tmp}/empty.yaml"),
+    # validate-report
+    "report jsonl": ("validate-report", "{tmp}/run.jsonl"),
+    "report tracker json": ("validate-report", "{tmp}/run.json"),
+    "report invalid field": ("validate-report", "{tmp}/bad-status.jsonl"),
+    "report invalid json": ("validate-report", "{tmp}/truncated.jsonl"),
+    "report empty": ("validate-report", "{tmp}/empty.jsonl"),
+    "report binary": ("validate-report", "{tmp}/binary.dat"),
+    "report directory": ("validate-report", "{tmp}"),
+    # schema and summarize
+    "schema policy": ("schema", "policy"),
+    "schema report": ("schema", "report"),
+    "summarize": ("summarize", "{tmp}/run.jsonl"),
+}
+
+USER_ERRORS = {
+    # run: what stderr must say (the file, the place, the fix)
+    "policy invalid": ["misspelt.yaml:3:3: boundaries.before_vea: unknown key; did you mean 'before_vae'?"],
+    "policy missing": ["no-such.yaml: no such policy file", "check the path"],
+    "policy directory": ["is a directory, not a policy file"],
+    "policy binary": ["binary.dat: looks like a binary file", "UTF-8 YAML"],
+    "policy empty": ["empty.yaml: the policy is empty; write at least 'version: 1'"],
+    "report invalid field": [
+        "bad-status.jsonl:2:",
+        "report.setup.host_cache_release.status: Input should be 'executed' or 'noop'",
+    ],
+    "report invalid json": ["truncated.jsonl:3:", "not JSON"],
+    "report empty": ["empty.jsonl: is empty; expected JSON Lines"],
+    "report binary": ["binary.dat: looks like a binary file"],
+    "report directory": ["is a directory, not a report file"],
+}
+
+USAGE_ERRORS = {
+    "usage: unknown command": "invalid choice: 'clean-cache'",
+    "usage: bad device": "'tpu' is not a demo device; use 'cpu', 'cuda' or 'cuda:N'",
+}
+
+
+def _executed(phase: str):
+    with use_backend(FakeHostAllocator()):
+        return release_pytorch_host_cache(enabled=True, phase=phase, device="cuda:0")
+
+
+def _refused(boundary: str) -> BoundaryRefusalReport:
+    refusal = BoundaryRefusal(
+        boundary=boundary,
+        action="host_cache_release",
+        reason="loading",
+        detail="a component was loading (pipe.load_lora_weights())",
+        requested_by="pipeline",
+        call_index=2,
+    )
+    return BoundaryRefusalReport(setup=BoundaryRefusalSetup(boundary_refusal=refusal))
+
+
+def _saved_run() -> MetricsTracker:
+    """Two calls: the first executes every boundary, the second has a refusal and a no-op."""
+    tracker = MetricsTracker()
+    for phase in BOUNDARIES:
+        tracker.record_ddo_metrics(_executed(phase), component=f"host_cache_{phase}")
+    tracker.record_ddo_metrics(_refused("before_transformer"), component="host_cache_before_transformer")
+    tracker.record_ddo_metrics(_executed("before_vae"), component="host_cache_before_vae")
+    tracker.record_ddo_metrics(release_pytorch_host_cache(phase="after_call"), component="host_cache_after_call")
+    return tracker
+
+
+def _write_inputs(folder: Path) -> None:
+    shutil.copy(EXAMPLES / "release-all-boundaries.yaml", folder)  # its report_sink lands in folder/reports/
+    (folder / "misspelt.yaml").write_text("version: 1\nboundaries:\n  before_vea: {}\n", encoding="utf-8")
+    (folder / "binary.dat").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR")
+    (folder / "empty.yaml").write_text("", encoding="utf-8")
+    (folder / "empty.jsonl").write_text("\n  \n", encoding="utf-8")
+    run = _saved_run()
+    (folder / "run.jsonl").write_text(run.to_jsonl(), encoding="utf-8")
+    (folder / "run.json").write_text(run.to_json(), encoding="utf-8")
+    lines = run.to_jsonl().splitlines()
+    record = json.loads(lines[1])
+    record["report"]["setup"]["host_cache_release"]["status"] = "done"
+    (folder / "bad-status.jsonl").write_text("\n".join([lines[0], json.dumps(record), *lines[2:]]), encoding="utf-8")
+    (folder / "truncated.jsonl").write_text("\n".join([*lines[:2], lines[2][:50], *lines[3:]]), encoding="utf-8")
+
+
+def _run(command: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONIOENCODING": "utf-8"}
+    return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, encoding="utf-8", timeout=300)
+
+
+class Runs:
+    """The started invocations; `runs["name"]` waits for one and returns its CompletedProcess."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self._pool = ThreadPoolExecutor(max_workers=(os.cpu_count() or 2) + 1)
+        self._futures: dict[str, Future[subprocess.CompletedProcess[str]]] = {}
+        for name, args in RUNS.items():
+            self.start(name, [sys.executable, "-m", "ddo_hooks", *args])
+        if CONSOLE_SCRIPT:
+            self.start("console --version", [CONSOLE_SCRIPT, "--version"])
+
+    def start(self, name: str, command: list[str]) -> None:
+        command = [part.replace("{tmp}", str(self.folder)) for part in command]
+        self._futures[name] = self._pool.submit(_run, command, self.folder)
+
+    def __getitem__(self, name: str) -> subprocess.CompletedProcess[str]:
+        return self._futures[name].result()
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory):
+    folder = tmp_path_factory.mktemp("cli")
+    _write_inputs(folder)
+    started = Runs(folder)
+    yield started
+    started.close()
+
+
+def _rows(stdout: str) -> list[tuple[int, str, str]]:
+    """(call, boundary, status) of each table row."""
+    found = re.findall(r"^(\d+) +(\S+) +(executed|no-op: \S+|refused: \S+) ", stdout, flags=re.MULTILINE)
+    return [(int(call), boundary, status) for call, boundary, status in found]
+
+
+# -- demo -------------------------------------------------------------------------------------
+
+
+def test_demo_prints_one_row_per_boundary_per_call_and_explains_each_noop(runs: Runs):
+    result = runs["demo flux"]
+    assert result.returncode == 0, result.stderr
+    saved = MetricsTracker.from_jsonl((runs.folder / "flux.jsonl").read_text(encoding="utf-8"))
+    releases = [report.release for report in saved.reports()]
+    assert [(call, boundary) for call, boundary, _ in _rows(result.stdout)] == [
+        (call, boundary) for call in (1, 2) for boundary in BOUNDARIES
+    ]
+    assert [status for _, _, status in _rows(result.stdout)] == [
+        "executed" if r.status == "executed" else f"no-op: {r.noop_reason}" for r in releases
+    ]
+    for release in releases:  # the table says why each no-op was one, in the report's own words
+        assert release.status == "noop" or torch.cuda.is_available()  # a CPU-only torch has nothing to release
+        if release.status == "noop":
+            assert f"no-op {release.noop_reason}: {release.detail}" in result.stdout
+    assert f"wrote 6 validated reports to {runs.folder / 'flux.jsonl'}" in result.stdout
+    assert [component for component, _ in saved.records()] == [f"host_cache_{b}" for b in BOUNDARIES] * 2
+
+
+def test_demo_shows_progress_and_drops_the_text_encoders_after_the_first_call(runs: Runs):
+    stderr = runs["demo flux"].stderr
+    assert "built a tiny FluxPipeline" in stderr
+    assert "call 1/2: 2 steps, prompt 'a tiny test prompt'" in stderr
+    assert "dropped text_encoder, text_encoder_2, tokenizer, tokenizer_2" in stderr
+    assert "call 2/2: 2 steps, prompt embeddings" in stderr
+    assert "100%" in stderr  # the progress bar
+
+
+def test_demo_with_an_example_policy_and_another_family(runs: Runs):
+    result = runs["demo sd with an example policy"]
+    assert result.returncode == 0, result.stderr
+    assert "built a tiny StableDiffusionPipeline" in result.stderr
+    assert "release-all-boundaries.yaml" in result.stderr
+    assert [(c, b) for c, b, _ in _rows(result.stdout)] == [(c, b) for c in (1, 2, 3) for b in BOUNDARIES]
+    written = (runs.folder / "sd.jsonl").read_text(encoding="utf-8")
+    assert len(MetricsTracker.from_jsonl(written).reports()) == 9
+    sink = runs.folder / "reports" / "ddo-reports.jsonl"  # the policy's report_sink, relative to the policy
+    assert MetricsTracker.from_jsonl(sink.read_text(encoding="utf-8")).reports() == (
+        MetricsTracker.from_jsonl(written).reports()
+    )
+
+
+def test_demo_families_are_the_tiny_pipeline_families():
+    from ddo_hooks.demo import FAMILIES
+    from ddo_hooks.tiny_pipelines import FAMILIES as BUILT
+
+    assert FAMILIES == BUILT
+
+
+# -- validate-policy --------------------------------------------------------------------------
+
+
+def test_validate_policy_summarizes_a_valid_policy(runs: Runs):
+    result = runs["policy valid"]
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count("\n") == 1
+    assert "after-call-only.yaml: valid policy (version 1, device cuda): " in result.stdout
+    assert "before_transformer: off; before_vae: off; after_call: host_cache_release" in result.stdout
+
+
+# -- validate-report --------------------------------------------------------------------------
+
+
+CONTENTS = (
+    "6 reports; routes: pytorch_host_cache_release x5, phase_boundary_refusal x1; "
+    "components: host_cache_before_transformer, host_cache_before_vae, host_cache_after_call\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("run", "summary"),
+    [
+        ("report jsonl", f"run.jsonl: valid JSON Lines, {CONTENTS}"),
+        ("report tracker json", f"run.json: valid tracker JSON, {CONTENTS}"),
+    ],
+)
+def test_validate_report_accepts_json_lines_and_tracker_json(runs: Runs, run: str, summary: str):
+    result = runs[run]
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == f"{runs.folder}{os.sep}{summary}"
+
+
+# -- user errors and usage errors -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("run", "expected"), USER_ERRORS.items(), ids=list(USER_ERRORS))
+def test_user_errors_exit_1_with_a_message_and_no_traceback(runs: Runs, run: str, expected: list[str]):
+    result = runs[run]
+    assert result.returncode == 1, result.stdout
+    assert "Traceback" not in result.stderr
+    for text in expected:
+        assert text in result.stderr
+    assert result.stdout == ""
+
+
+@pytest.mark.parametrize(("run", "expected"), USAGE_ERRORS.items(), ids=list(USAGE_ERRORS))
+def test_usage_errors_exit_2(runs: Runs, run: str, expected: str):
+    result = runs[run]
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    assert expected in result.stderr
+    assert "usage: ddo-hooks" in result.stderr
+
+
+@pytest.mark.parametrize("run", [name for name in RUNS if name.startswith("help")])
+def test_help_exits_0_on_every_command(runs: Runs, run: str):
+    result = runs[run]
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("usage: ddo-hooks")
+    assert "-h, --help" in result.stdout
+    if run == "help":
+        assert re.findall(r"^    (\S+)", result.stdout, re.MULTILINE) == [
+            *("demo", "validate-policy", "validate-report", "schema", "summarize"),
+        ]
+
+
+# -- schema and summarize ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("which", "file"), [("policy", "hook-policy"), ("report", "ddo-report")])
+def test_schema_prints_the_checked_in_schema(runs: Runs, which: str, file: str):
+    result = runs[f"schema {which}"]
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == (SCHEMAS / f"{file}.schema.json").read_text(encoding="utf-8")
+
+
+def test_summarize_shows_the_table_and_totals_per_boundary(runs: Runs):
+    result = runs["summarize"]
+    assert result.returncode == 0, result.stderr
+    assert _rows(result.stdout) == [
+        (1, "before_transformer", "executed"),
+        (1, "before_vae", "executed"),
+        (1, "after_call", "executed"),
+        (2, "before_transformer", "refused: loading"),
+        (2, "before_vae", "executed"),
+        (2, "after_call", "no-op: disabled"),
+    ]
+    assert "refused loading: a component was loading (pipe.load_lora_weights())" in result.stdout
+    totals = result.stdout.split("totals per boundary across calls:\n", 1)[1]
+    run = MetricsTracker.from_jsonl((runs.folder / "run.jsonl").read_text(encoding="utf-8"))
+    delta = run.reports()[0].release.allocator_bytes_delta
+    assert delta > 0
+    assert re.search(rf"^before_vae +2 +2 +0 +0 +{re.escape(format_size(2 * delta))} ", totals, re.MULTILINE)
+    assert re.search(rf"^before_transformer +2 +1 +0 +1 +{re.escape(format_size(delta))} ", totals, re.MULTILINE)
+    assert re.search(rf"^after_call +2 +1 +1 +0 +{re.escape(format_size(delta))} ", totals, re.MULTILINE)
+
+
+# -- the console script ------------------------------------------------------------------------
+
+
+@pytest.mark.skipif(CONSOLE_SCRIPT is None, reason="the ddo-hooks console script is not on PATH (pip install -e .)")
+def test_the_console_script_runs_the_command_line(runs: Runs):
+    from ddo_hooks import __version__
+
+    result = runs["console --version"]
+    assert (result.returncode, result.stdout.strip()) == (0, f"ddo-hooks {__version__}")
+
+
+# -- more cases, in process (main() is what both entry points call) ---------------------------
+
+
+def _main(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    status = main(list(argv))
+    out, err = capsys.readouterr()
+    assert "Traceback" not in err
+    return status, out, err
+
+
+def test_a_bare_report_validates(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    path = tmp_path / "bare.json"
+    path.write_text(json.dumps(_executed("before_vae").model_dump(mode="json"), indent=2), encoding="utf-8")
+    status, out, _ = _main(capsys, "validate-report", str(path))
+    assert status == 0
+    assert out.startswith(f"{path}: valid report JSON, 1 report; routes: pytorch_host_cache_release x1; ")
+    assert out.endswith("; components: none (a bare report)\n")
+
+
+def test_an_invalid_record_in_tracker_json_is_located_at_its_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    document = json.loads(_saved_run().to_json())
+    document["records"][4]["report"]["setup"]["host_cache_release"]["elapsed_seconds"] = -1.0
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(document, indent=2), encoding="utf-8")
+    line, column = next(
+        (n, s.index('"elapsed_seconds"') + 1) for n, s in enumerate(path.read_text().splitlines(), 1) if "-1.0" in s
+    )
+    status, _, err = _main(capsys, "validate-report", str(path))
+    assert status == 1
+    where = f"{path}:{line}:{column}: records[4].report.setup.host_cache_release.elapsed_seconds:"
+    assert err.startswith(f"{where} Input should be greater than or equal to 0")
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        ('{"component": "x"}\n', ":1:1: record: expected an object with exactly 'component' and 'report'"),
+        ("[1, 2]", ":1:1: a JSON list is not a report file"),
+        ('{"schema_version": 1, "route": "nope", "setup": {}}', ":1:23: route: Input tag 'nope'"),
+        ("{\n", ":2:1: not JSON: Expecting property name"),
+        ("[" * 100_000 + "]" * 100_000, ": cannot be read as JSON (maximum recursion depth exceeded"),
+    ],
+)
+def test_report_file_problems_are_located(tmp_path: Path, capsys: pytest.CaptureFixture[str], content, expected):
+    path = tmp_path / "reports.jsonl"
+    path.write_text(content, encoding="utf-8")
+    status, out, err = _main(capsys, "validate-report", str(path))
+    assert (status, out) == (1, "")
+    assert err.startswith(f"{path}{expected}")
+
+
+def test_a_bad_component_name_is_located_at_its_key(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    lines = _saved_run().to_jsonl().splitlines()
+    lines[2] = lines[2].replace('"component": "host_cache_after_call"', '"component": "after call!"')
+    path = tmp_path / "reports.jsonl"
+    path.write_text("\n".join(lines), encoding="utf-8")
+    status, _, err = _main(capsys, "validate-report", str(path))
+    assert status == 1
+    assert err.startswith(f"{path}:3:2: component: component='after call!' must be a non-empty name")
+
+
+def test_a_policy_yaml_cannot_read_is_a_user_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    path = tmp_path / "policy.yaml"
+    path.write_text(f"version: 1\nrelease:\n  min_releasable_bytes: {'9' * 5000}\n", encoding="utf-8")
+    status, _, err = _main(capsys, "validate-policy", str(path))
+    assert status == 1
+    assert err.startswith(f"{path}:3:25: release.min_releasable_bytes: cannot be read as a value: Exceeds the limit")
+
+
+@pytest.mark.parametrize("command", ["validate-policy", "validate-report", "summarize"])
+def test_files_that_are_not_utf8_are_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str):
+    path = tmp_path / "latin1.txt"
+    path.write_bytes("version: 1 # café".encode("latin-1"))
+    status, _, err = _main(capsys, command, str(path))
+    assert status == 1
+    assert err.startswith(f"{path}: is not UTF-8 text (byte 0xe9 at offset 16); save ")
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        ((), "the following arguments are required: COMMAND"),
+        (("demo", "--steps", "0"), "argument --steps: must be a whole number >= 1, got '0'"),
+        (("demo", "--calls", "two"), "argument --calls: must be a whole number >= 1, got 'two'"),
+        (("demo", "--family", "sdxl"), "argument --family: invalid choice: 'sdxl'"),
+        (("demo", "--device", "cuda:x"), "'cuda:x' is not a demo device"),
+        (("schema", "drawing"), "argument which: invalid choice: 'drawing'"),
+        (("validate-policy",), "the following arguments are required: FILE"),
+    ],
+)
+def test_usage_errors_name_the_argument(capsys: pytest.CaptureFixture[str], argv: tuple[str, ...], expected: str):
+    status, _, err = _main(capsys, *argv)
+    assert status == 2
+    assert expected in err
+
+
+def test_demo_checks_its_arguments_before_building_anything(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    missing = tmp_path / "missing"
+    status, _, err = _main(capsys, "demo", "--device", "cpu", "--report", str(missing / "r.jsonl"))
+    assert status == 1
+    assert err == f"--report {missing / 'r.jsonl'}: the folder {missing} does not exist; create it first\n"
+    status, _, err = _main(capsys, "demo", "--report", str(tmp_path))
+    assert status == 1
+    assert "is a directory; give a file path" in err
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("version: 2\n", encoding="utf-8")
+    status, _, err = _main(capsys, "demo", "--policy", str(policy))
+    assert status == 1
+    assert err == f"{policy}:1:1: version: unsupported version 2; supported versions: 1 (write 'version: 1')\n"
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
+def test_demo_on_cuda_without_cuda_says_how_to_run_on_the_cpu(capsys: pytest.CaptureFixture[str]):
+    status, _, err = _main(capsys, "demo", "--device", "cuda")
+    assert status == 1
+    assert "CUDA is not available" in err
+    assert "leave --device out (or pass --device cpu)" in err
+
+
+def test_validate_policy_notes_actions_that_are_not_registered(capsys: pytest.CaptureFixture[str]):
+    status, out, err = _main(capsys, "validate-policy", str(EXAMPLES / "custom-action.yaml"))
+    assert status == 0
+    assert "after_call: host_cache_release, my_pkg.log_memory" in out
+    assert err == "note: not registered here, so attach() will refuse them: my_pkg.log_memory\n"
+
+
+def test_calls_are_inferred_from_the_boundary_order():
+    after_call = [("host_cache_after_call", release_pytorch_host_cache(phase="after_call"))] * 3
+    assert infer_calls(after_call) == [1, 2, 3]  # the same action at the same boundary: a new call
+    assert [row.call for row in boundary_rows(_saved_run().records())] == [1, 1, 1, 2, 2, 2]
