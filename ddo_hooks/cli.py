@@ -26,7 +26,6 @@ import sys
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from ddo_hooks import __version__
@@ -34,6 +33,7 @@ from ddo_hooks.errors import DDOError, InvalidArgumentError, ReportError
 from ddo_hooks.metrics import MetricsTracker
 from ddo_hooks.report_table import diagnose_report_file
 from ddo_hooks.reports import parse_report
+from ddo_hooks.textfiles import read_text_file
 
 __all__ = ["ReportFile", "build_parser", "load_report_file", "main"]
 
@@ -53,22 +53,14 @@ class ReportFile:
 
 
 def _read_text(source: str) -> str:
-    file = Path(source)
-    try:
-        raw = file.read_bytes()
-    except FileNotFoundError as e:
-        raise ReportError(f"{source}: no such report file (looked for {file.absolute()}); check the path") from e
-    except OSError as e:
-        if isinstance(e, IsADirectoryError) or file.is_dir():
-            raise ReportError(f"{source}: is a directory, not a report file; pass a .jsonl or .json file") from e
-        raise ReportError(f"{source}: cannot read the report file: {e.strerror or e}") from e
-    if (nul := raw.find(b"\x00")) >= 0:
-        raise ReportError(f"{source}: looks like a binary file (NUL byte at offset {nul}); expected {_FORMS}")
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as e:
-        bad = f"byte {raw[e.start]:#04x} at offset {e.start}"
-        raise ReportError(f"{source}: is not UTF-8 text ({bad}); save the reports as UTF-8 JSON") from e
+    text = read_text_file(
+        source,
+        kind="report",
+        error=ReportError,
+        directory_fix="pass a .jsonl or .json file",
+        binary_fix=f"expected {_FORMS}",
+        encoding_fix="save the reports as UTF-8 JSON",
+    )
     if not text.strip():
         raise ReportError(f"{source}: is empty; expected {_FORMS}")
     return text

@@ -26,13 +26,13 @@ import os
 import types
 import typing
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any, Union
 
 import yaml
 from pydantic import BaseModel, ValidationError
 
 from ddo_hooks.errors import PolicyError
+from ddo_hooks.textfiles import read_text_file
 
 __all__ = [
     "KeyPath",
@@ -231,24 +231,14 @@ def read_policy_file(path: str | os.PathLike[str]) -> str:
     Raises:
         PolicyError: The path is missing, a directory, unreadable, binary or not UTF-8.
     """
-    source = os.fspath(path)
-    file = Path(source)
-    try:
-        raw = file.read_bytes()
-    except FileNotFoundError as e:
-        raise PolicyError(f"{source}: no such policy file (looked for {file.absolute()}); check the path") from e
-    except OSError as e:
-        if isinstance(e, IsADirectoryError) or file.is_dir():
-            raise PolicyError(f"{source}: is a directory, not a policy file; pass a .yaml file's path") from e
-        raise PolicyError(f"{source}: cannot read the policy file: {e.strerror or e}") from e
-    if (nul := raw.find(b"\x00")) >= 0:
-        binary = f"looks like a binary file (NUL byte at offset {nul})"
-        raise PolicyError(f"{source}: {binary}; a policy is a UTF-8 YAML text file")
-    try:
-        return raw.decode("utf-8-sig")
-    except UnicodeDecodeError as e:
-        bad = f"byte {raw[e.start]:#04x} at offset {e.start}"
-        raise PolicyError(f"{source}: is not UTF-8 text ({bad}); save the policy as UTF-8") from e
+    return read_text_file(
+        path,
+        kind="policy",
+        error=PolicyError,
+        directory_fix="pass a .yaml file's path",
+        binary_fix="a policy is a UTF-8 YAML text file",
+        encoding_fix="save the policy as UTF-8",
+    )
 
 
 def format_key_path(path: KeyPath) -> str:
