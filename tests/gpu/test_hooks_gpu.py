@@ -71,9 +71,12 @@ def run(run_fresh, family, mode, drop_encoders=False):
     return run_fresh(SCENARIO.format(family=family, mode=mode, drop_encoders=drop_encoders))["rows"]
 
 
-@pytest.mark.parametrize("mode", MODES)
-def test_flux_boundaries_release_every_free_block_under_each_mode(run_fresh, gpu_count, mode):
-    rows = run(run_fresh, "flux", mode)
+CASES = [("flux", mode) for mode in MODES] + [("sd", "group-block-stream-lowmem"), ("wan", "group-block-stream-lowmem")]
+
+
+@pytest.mark.parametrize(("family", "mode"), CASES, ids=[f"{family}-{mode}" for family, mode in CASES])
+def test_boundaries_release_every_free_block_under_each_cuda_offload_mode(run_fresh, gpu_count, family, mode):
+    rows = run(run_fresh, family, mode)
     assert [r["phase"] for r in rows] == ["before_transformer", "before_vae", "after_call"] * 2
     assert all(r["status"] == "executed" for r in rows)
     assert all(r["after"] <= r["before"] for r in rows)
@@ -82,13 +85,6 @@ def test_flux_boundaries_release_every_free_block_under_each_mode(run_fresh, gpu
         assert sum(r["delta"] for r in rows) > 0
     if mode == "model-cpu-offload":  # pins nothing
         assert all(r["before"] == 0 for r in rows)
-
-
-@pytest.mark.parametrize("family", ["sd", "wan"])
-def test_unet_and_video_pipelines_under_group_offloading_with_streams(run_fresh, gpu_count, family):
-    rows = run(run_fresh, family, "group-block-stream-lowmem")
-    assert [r["phase"] for r in rows] == ["before_transformer", "before_vae", "after_call"] * 2
-    assert all(r["status"] == "executed" and r["left_behind"] == 0 for r in rows)
 
 
 def test_dropped_text_encoders_pinned_copies_are_freed_before_the_transformer(run_fresh, gpu_count):
