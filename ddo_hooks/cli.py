@@ -20,105 +20,17 @@ Examples:
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from ddo_hooks import __version__
-from ddo_hooks.errors import DDOError, InvalidArgumentError, ReportError
-from ddo_hooks.metrics import MetricsTracker
-from ddo_hooks.report_table import diagnose_report_file
-from ddo_hooks.reports import parse_report
-from ddo_hooks.textfiles import read_text_file
+from ddo_hooks.errors import DDOError, InvalidArgumentError
+from ddo_hooks.report_files import REPORT_FILE_FORMS, load_report_file
 
-__all__ = ["ReportFile", "build_parser", "load_report_file", "main"]
-
-_FORMS = "JSON Lines of {component, report} records (as `ddo-hooks demo` writes), a tracker JSON document or one report"
-
-
-# -- reading report files --------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ReportFile:
-    """A validated report file: its form and ``(component, report)`` records (component ``None``: a bare report)."""
-
-    path: str
-    form: str
-    records: list[tuple[str | None, Any]]
-
-
-def _read_text(source: str) -> str:
-    text = read_text_file(
-        source,
-        kind="report",
-        error=ReportError,
-        directory_fix="pass a .jsonl or .json file",
-        binary_fix=f"expected {_FORMS}",
-        encoding_fix="save the reports as UTF-8 JSON",
-    )
-    if not text.strip():
-        raise ReportError(f"{source}: is empty; expected {_FORMS}")
-    return text
-
-
-def _detect(source: str, text: str) -> tuple[str, Any]:
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as e:
-        first = next(line for line in text.splitlines() if line.strip())
-        try:
-            json.loads(first)
-        except json.JSONDecodeError:
-            raise ReportError(f"{source}:{e.lineno}:{e.colno}: not JSON: {e.msg}; expected {_FORMS}") from e
-        return "JSON Lines", None
-    if isinstance(data, dict) and "records" in data:
-        return "tracker JSON", data
-    if isinstance(data, dict) and {"component", "report"} & set(data):
-        return "JSON Lines", data
-    if not isinstance(data, dict):
-        raise ReportError(f"{source}:1:1: a JSON {type(data).__name__} is not a report file; expected {_FORMS}")
-    return "report JSON", data
-
-
-def load_report_file(path: str | os.PathLike[str]) -> ReportFile:
-    """Read and validate a report file: JSON Lines, a tracker JSON document or one bare report.
-
-    Args:
-        path: The file.
-
-    Returns:
-        The :class:`ReportFile`.
-
-    Raises:
-        ReportError: The file is missing, a directory, binary, not UTF-8, empty, not JSON, or
-            holds an invalid record; the message says ``file:line:col: key.path: problem``.
-    """
-    source = os.fspath(path)
-    text = _read_text(source)
-    try:
-        form, data = _detect(source, text)
-        try:
-            if form == "JSON Lines":
-                records: list[tuple[str | None, Any]] = list(MetricsTracker.from_jsonl(text).records())
-            elif form == "tracker JSON":
-                records = list(MetricsTracker.from_json(text).records())
-            else:
-                records = [(None, parse_report(data))]
-        except ReportError as e:
-            raise ReportError(diagnose_report_file(source, text, form) or f"{source}: {e}") from e
-    except (RecursionError, ValueError) as e:  # nested too deeply, or a number too long to read
-        if isinstance(e, ReportError):
-            raise
-        raise ReportError(f"{source}: cannot be read as JSON ({e}); expected {_FORMS}") from e
-    if not records:
-        raise ReportError(f"{source}: holds no reports; expected {_FORMS}")
-    return ReportFile(source, form, records)
-
+__all__ = ["build_parser", "main"]
 
 # -- commands ----------------------------------------------------------------------------------
 
@@ -274,7 +186,7 @@ def build_parser() -> argparse.ArgumentParser:
         "validate-report",
         _validate_report,
         "check a file of DDO reports (JSON Lines or JSON)",
-        f"Check a file of DDO reports: {_FORMS}. {checked}",
+        f"Check a file of DDO reports: {REPORT_FILE_FORMS}. {checked}",
     )
     schema = _command(
         commands,

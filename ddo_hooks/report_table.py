@@ -1,14 +1,12 @@
 """Reports for people: one table row per boundary report, and totals per boundary across calls.
 
 ``ddo-hooks demo`` prints :func:`format_table` for the run it just made; ``ddo-hooks summarize``
-prints it for a saved run (read with :func:`ddo_hooks.cli.load_report_file`), followed by
+prints it for a saved run (read with :func:`ddo_hooks.report_files.load_report_file`), followed by
 :func:`format_totals`. A row shows the call, the boundary, what happened (``executed``,
 ``no-op: <reason>`` or ``refused: <reason>``), the pinned bytes the allocator owned before and
 after, the signed ``allocator_bytes_delta`` (before minus after: positive is what the allocator
 gave back), the process RSS before and after, and the elapsed time. Each distinct no-op or
 refusal reason seen is explained once, below the table, with the report's own ``detail``.
-When a saved run does not validate, :func:`diagnose_report_file` says where, as
-``file:line:col: key.path: problem``.
 
 Examples:
     >>> from ddo_hooks import release_pytorch_host_cache
@@ -26,36 +24,21 @@ Examples:
 
 from __future__ import annotations
 
-import contextlib
-import json
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from pydantic import TypeAdapter, ValidationError
-
-from ddo_hooks.errors import InvalidArgumentError
-from ddo_hooks.metrics import MetricsTracker
 from ddo_hooks.policy import BOUNDARIES, HOST_CACHE_RELEASE
-from ddo_hooks.policy_yaml import KeyPath, Positions, format_key_path, nearest_position
-from ddo_hooks.reports import REPORT_TYPES, DDOReport, parse_report
 from ddo_hooks.sizes import format_size
 
 __all__ = [
     "BoundaryRow",
     "arrow_for",
     "boundary_rows",
-    "diagnose_report_file",
     "format_table",
     "format_totals",
     "infer_calls",
-    "json_positions",
 ]
-
-_REPORT: TypeAdapter[Any] = TypeAdapter(DDOReport)
-_ROUTES = {cls.model_fields["route"].default for cls in REPORT_TYPES}
-_WS = re.compile(r"[ \t\n\r]*")
 
 
 @dataclass(frozen=True)
@@ -292,117 +275,3 @@ def format_totals(rows: Sequence[BoundaryRow]) -> str:
             ]
         )
     return "\n".join(_render(header, body)) if body else "(no reports)"
-
-
-# -- where a report file is wrong ---------------------------------------------------------------
-
-
-def json_positions(text: str) -> Positions:
-    r"""The 1-based (line, column) of every key path of a valid JSON document (keys, list items).
-
-    Examples:
-        >>> json_positions('{"a": [1,\n {"b": 2}]}')[("a", 1, "b")]
-        (2, 3)
-    """
-    offsets: dict[KeyPath, int] = {}
-    scan = json.JSONDecoder().raw_decode
-
-    def value(i: int, path: KeyPath) -> int:
-        i = _WS.match(text, i).end()  # type: ignore[union-attr]
-        offsets.setdefault(path, i)
-        opener = text[i]
-        if opener not in "[{":
-            return scan(text, i)[1]
-        i, index = i + 1, 0
-        while True:
-            i = _WS.match(text, i).end()  # type: ignore[union-attr]
-            if text[i] in "]}":
-                return i + 1
-            if text[i] == ",":
-                i += 1
-                continue
-            if opener == "{":
-                key, end = json.decoder.scanstring(text, i + 1)  # type: ignore[attr-defined]
-                offsets[(*path, key)] = i
-                i = value(text.index(":", end) + 1, (*path, key))
-            else:
-                i, index = value(i, (*path, index)), index + 1
-
-    with contextlib.suppress(ValueError, IndexError, RecursionError):
-        value(0, ())  # the caller validated the document; positions found before a failure still help
-    starts = [0] + [m.end() for m in re.finditer("\n", text)]
-    positions: Positions = {}
-    for path, offset in offsets.items():
-        line = next(n for n in range(len(starts), 0, -1) if starts[n - 1] <= offset)
-        positions[path] = (line, offset - starts[line - 1] + 1)
-    return positions
-
-
-def _report_problems(data: Any, positions: Positions, prefix: KeyPath) -> list[tuple[tuple[int, int], str]]:
-    try:
-        _REPORT.validate_python(data)
-        return []
-    except ValidationError as e:
-        errors = e.errors(include_url=False)
-    found = []
-    for item in errors:
-        loc = tuple(item["loc"])
-        loc = loc[1:] if loc and loc[0] in _ROUTES else loc
-        if item["type"].startswith("union_tag"):
-            loc = ("route",)
-        path = (*prefix, *loc)
-        message = item["msg"].removeprefix("Value error, ")
-        found.append((nearest_position(positions, path) or (1, 1), f"{format_key_path(path)}: {message}"))
-    return found
-
-
-def _record_problems(item: Any, positions: Positions, prefix: KeyPath) -> list[tuple[tuple[int, int], str]]:
-    where = nearest_position(positions, prefix) or (1, 1)
-    if not isinstance(item, dict) or set(item) != {"component", "report"}:
-        got = f"keys {', '.join(map(repr, item))}" if isinstance(item, dict) else f"a JSON {type(item).__name__}"
-        name = format_key_path(prefix) if prefix else "record"
-        return [(where, f"{name}: expected an object with exactly 'component' and 'report', got {got}")]
-    problems = _report_problems(item["report"], positions, (*prefix, "report"))
-    if not problems:
-        try:
-            MetricsTracker().record_ddo_metrics(parse_report(item["report"]), component=item["component"])
-        except InvalidArgumentError as e:
-            path = (*prefix, "component")
-            problems = [(nearest_position(positions, path) or where, f"{format_key_path(path)}: {e}")]
-    return problems
-
-
-def diagnose_report_file(source: str, text: str, form: str) -> str:
-    """Say where a report file that failed validation is wrong, for people.
-
-    Args:
-        source: The file name, as messages show it.
-        text: Its text.
-        form: ``"JSON Lines"``, ``"tracker JSON"`` or ``"report JSON"``.
-
-    Returns:
-        ``file:line:col: key.path: problem`` lines for the first invalid record (one line per
-        problem), or ``""`` when nothing is found to be wrong.
-    """
-    if form == "JSON Lines":
-        for number, line in enumerate(text.splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                item = json.loads(line)
-            except json.JSONDecodeError as e:
-                return f"{source}:{number}:{e.colno}: not JSON: {e.msg}; each line holds one JSON object"
-            problems = _record_problems(item, json_positions(line), ())
-            if problems:
-                return "\n".join(f"{source}:{number}:{col}: {message}" for (_, col), message in problems)
-        return ""
-    data, positions = json.loads(text), json_positions(text)
-    if form == "report JSON":
-        problems = _report_problems(data, positions, ())
-    elif not isinstance(data.get("records"), list):
-        problems = [(nearest_position(positions, ("records",)) or (1, 1), "records: expected a list of records")]
-    else:
-        problems = []
-        for index, item in enumerate(data["records"]):
-            problems = problems or _record_problems(item, positions, ("records", index))
-    return "\n".join(f"{source}:{line}:{col}: {message}" for (line, col), message in problems)
