@@ -21,10 +21,11 @@ from pathlib import Path
 import torch
 
 from ddo_hooks import attach
-from ddo_hooks.phases import CallPhases
-from ddo_hooks.policy import HookPolicy
-from ddo_hooks.tiny_pipelines import FAMILIES, build_pipeline, call_kwargs
-from ddo_hooks.wiring import DenoiserSignal, install_hook
+from ddo_hooks.hooks.mechanics import install_hook
+from ddo_hooks.hooks.signals import DenoiserSignal
+from ddo_hooks.hooks.phases import CallPhases
+from ddo_hooks.policy.model import HookPolicy
+from ddo_hooks.testing.tiny_pipelines import FAMILIES, build_pipeline, call_kwargs
 
 
 def time_call(pipe, family: str, steps: int) -> float:

@@ -71,7 +71,7 @@ def _quiet() -> None:
 
 
 def _tokenizer(*, bos: bool, model_max_length: int) -> Any:
-    """A lower-casing word-level tokenizer over ``VOCAB`` (as ``ddo_hooks.tiny_pipelines`` builds them)."""
+    """A lower-casing word-level tokenizer over ``VOCAB`` (as ``ddo_hooks.testing.tiny_pipelines`` builds them)."""
     from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
     from transformers import PreTrainedTokenizerFast
 
@@ -369,7 +369,7 @@ class _StepClock:
 def _attach(pipe: Any, now: Any, observed: list[dict[str, Any]]) -> Any:
     """Arm 4: the default policy (all three boundaries, ``collect: auto``) plus an observer after each release."""
     from ddo_hooks import HookPolicy, attach, register_action
-    from ddo_hooks.policy import BOUNDARIES
+    from ddo_hooks.boundaries import BOUNDARIES
 
     @register_action("bench.observe", replace=True)
     def observe(ctx: Any) -> None:

@@ -1,53 +1,69 @@
 """ddo_hooks: release PyTorch's pinned host cache at quiet boundaries of diffusers pipeline calls.
 
+The names below are what users use; each is imported when first used, so ``import ddo_hooks``
+costs almost nothing and imports neither diffusers nor transformers. The layers behind them are
+sub-packages (``release``, ``reports``, ``policy``, ``hooks``, ``offload``, ``cli``, ``testing``);
+see the architecture page of the docs.
+
 Examples:
     >>> import ddo_hooks
     >>> ddo_hooks.release_pytorch_host_cache(phase="after_call").release.status
     'noop'
 """
 
-from ddo_hooks import guard
-from ddo_hooks.actions import BoundaryContext, register_action, unregister_action
-from ddo_hooks.attachment import Attachment, attach
-from ddo_hooks.auxiliary_reports import AuxiliarySourceDetachReport
-from ddo_hooks.errors import (
-    BoundaryRefusedError,
-    DDOError,
-    HostCacheReleaseError,
-    InvalidArgumentError,
-    PolicyError,
-    ReportError,
-)
-from ddo_hooks.host_cache import release_pytorch_host_cache
-from ddo_hooks.metrics import MetricsTracker
-from ddo_hooks.offload import DynamicOffloadApplyResult, OffloadedComponent, apply_dynamic_offload
-from ddo_hooks.policy import HookPolicy
-from ddo_hooks.reports import (
-    ActionReport,
-    BoundaryRefusalReport,
-    DDOReport,
-    HostCacheReleaseReport,
-    parse_report,
-)
-from ddo_hooks.source_adapters import (
-    IntervalObservingAdapter,
-    OffloadRuntime,
-    PayloadInterval,
-    SourceObservationAdapter,
-    available_runtimes,
-    register_offload_runtime,
-    unregister_offload_runtime,
-)
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
+
+# Where each public name lives (a test keeps this, __all__ and the imports below equal).
+_EXPORTS: dict[str, str] = {
+    # attach a policy to a pipeline
+    "Attachment": "ddo_hooks.hooks.attachment",
+    "HookPolicy": "ddo_hooks.policy.model",
+    "attach": "ddo_hooks.hooks.attachment",
+    # the release core
+    "release_pytorch_host_cache": "ddo_hooks.release.host_cache",
+    # pluggable boundary actions
+    "BoundaryContext": "ddo_hooks.hooks.actions",
+    "register_action": "ddo_hooks.hooks.actions",
+    "unregister_action": "ddo_hooks.hooks.actions",
+    # reports and their tracker
+    "ActionReport": "ddo_hooks.reports.boundary",
+    "AuxiliarySourceDetachReport": "ddo_hooks.reports.auxiliary",
+    "BoundaryRefusalReport": "ddo_hooks.reports.boundary",
+    "DDOReport": "ddo_hooks.reports.parse",
+    "HostCacheReleaseReport": "ddo_hooks.reports.release",
+    "MetricsTracker": "ddo_hooks.reports.tracker",
+    "parse_report": "ddo_hooks.reports.parse",
+    # offload runtimes and bounded auxiliary CPU source detachment
+    "DynamicOffloadApplyResult": "ddo_hooks.offload.apply",
+    "IntervalObservingAdapter": "ddo_hooks.offload.runtimes",
+    "OffloadRuntime": "ddo_hooks.offload.runtimes",
+    "OffloadedComponent": "ddo_hooks.offload.auxiliary",
+    "PayloadInterval": "ddo_hooks.offload.runtimes",
+    "SourceObservationAdapter": "ddo_hooks.offload.runtimes",
+    "apply_dynamic_offload": "ddo_hooks.offload.apply",
+    "available_runtimes": "ddo_hooks.offload.runtimes",
+    "register_offload_runtime": "ddo_hooks.offload.runtimes",
+    "unregister_offload_runtime": "ddo_hooks.offload.runtimes",
+    # errors
+    "BoundaryRefusedError": "ddo_hooks.errors",
+    "DDOError": "ddo_hooks.errors",
+    "HostCacheReleaseError": "ddo_hooks.errors",
+    "InvalidArgumentError": "ddo_hooks.errors",
+    "PolicyError": "ddo_hooks.errors",
+    "ReportError": "ddo_hooks.errors",
+}
 
 __all__ = [
     # attach a policy to a pipeline
     "Attachment",
     "HookPolicy",
     "attach",
-    # the release core and the process-wide guard
-    "guard",
+    # the release core
     "release_pytorch_host_cache",
     # pluggable boundary actions
     "BoundaryContext",
@@ -55,13 +71,13 @@ __all__ = [
     "unregister_action",
     # reports and their tracker
     "ActionReport",
+    "AuxiliarySourceDetachReport",
     "BoundaryRefusalReport",
     "DDOReport",
     "HostCacheReleaseReport",
     "MetricsTracker",
     "parse_report",
     # offload runtimes and bounded auxiliary CPU source detachment
-    "AuxiliarySourceDetachReport",
     "DynamicOffloadApplyResult",
     "IntervalObservingAdapter",
     "OffloadRuntime",
@@ -80,3 +96,46 @@ __all__ = [
     "PolicyError",
     "ReportError",
 ]
+
+if TYPE_CHECKING:  # what the lazy names are, for type checkers and IDEs
+    from ddo_hooks.errors import (
+        BoundaryRefusedError,
+        DDOError,
+        HostCacheReleaseError,
+        InvalidArgumentError,
+        PolicyError,
+        ReportError,
+    )
+    from ddo_hooks.hooks.actions import BoundaryContext, register_action, unregister_action
+    from ddo_hooks.hooks.attachment import Attachment, attach
+    from ddo_hooks.offload.apply import DynamicOffloadApplyResult, apply_dynamic_offload
+    from ddo_hooks.offload.auxiliary import OffloadedComponent
+    from ddo_hooks.offload.runtimes import (
+        IntervalObservingAdapter,
+        OffloadRuntime,
+        PayloadInterval,
+        SourceObservationAdapter,
+        available_runtimes,
+        register_offload_runtime,
+        unregister_offload_runtime,
+    )
+    from ddo_hooks.policy.model import HookPolicy
+    from ddo_hooks.release.host_cache import release_pytorch_host_cache
+    from ddo_hooks.reports.auxiliary import AuxiliarySourceDetachReport
+    from ddo_hooks.reports.boundary import ActionReport, BoundaryRefusalReport
+    from ddo_hooks.reports.parse import DDOReport, parse_report
+    from ddo_hooks.reports.release import HostCacheReleaseReport
+    from ddo_hooks.reports.tracker import MetricsTracker
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'ddo_hooks' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*__all__, "__version__"])

@@ -1,4 +1,4 @@
-"""One small, explicit fake of the allocator seam (`ddo_hooks._allocator.HostAllocatorBackend`).
+"""One small, explicit fake of the allocator seam (`ddo_hooks.release.allocator.HostAllocatorBackend`).
 
 A CPU machine has no CUDA host allocator, so the executed path of the release core is tested
 through this fake. It records every call, in order, into ``calls`` (a list the test may share
@@ -12,7 +12,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ddo_hooks._allocator import EntryPoint
+from ddo_hooks.release.allocator import EntryPoint
 
 MiB = 1 << 20
 

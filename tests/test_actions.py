@@ -23,10 +23,10 @@ from ddo_hooks import (
     register_action,
     unregister_action,
 )
-from ddo_hooks._allocator import use_backend
-from ddo_hooks.actions import ENTRY_POINT_GROUP, available_actions, resolve_action
-from ddo_hooks.policy import HookPolicy
-from ddo_hooks.tiny_pipelines import build_pipeline, call_kwargs, embed_prompt
+from ddo_hooks.hooks.actions import ENTRY_POINT_GROUP, available_actions, resolve_action
+from ddo_hooks.policy.model import HookPolicy
+from ddo_hooks.release.allocator import use_backend
+from ddo_hooks.testing.tiny_pipelines import build_pipeline, call_kwargs, embed_prompt
 
 
 @pytest.fixture
@@ -239,6 +239,30 @@ def test_the_built_in_action_passes_the_policys_release_settings():
     assert not second.collection.full_collection
     assert second.noop_reason == "below_threshold"
     del kept
+
+
+def test_each_boundary_runs_the_built_in_action_with_its_own_options():
+    fake = FakeHostAllocator(cached_bytes=8 * MiB, live_bytes=MiB)
+    pipe = build_pipeline("sd")
+    policy = HookPolicy.from_mapping(
+        {
+            "version": 1,
+            "release": {"collect": "young"},
+            "boundaries": {
+                "before_vae": {
+                    "actions": [{"name": "host_cache_release", "options": {"min_releasable_bytes": "64MiB"}}]
+                },
+                "after_call": {"actions": [{"name": "host_cache_release", "options": {"collect": "full"}}]},
+            },
+        }
+    )
+    with use_backend(fake), attach(pipe, policy) as attachment:
+        pipe(**call_kwargs("sd"))
+    before_transformer, before_vae, after_call = (r.release for r in attachment.reports)
+    assert (before_transformer.collection.strategy, before_transformer.status) == ("young", "executed")
+    assert (before_vae.collection.strategy, before_vae.noop_reason) == ("young", "below_threshold")
+    assert before_vae.threshold.min_releasable_bytes == 64 * MiB
+    assert (after_call.collection.strategy, after_call.collection.full_collection) == ("full", True)
 
 
 def tiny_unet2d():

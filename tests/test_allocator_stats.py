@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ddo_hooks.allocator_stats import snapshot_from_raw, unavailable_snapshot
-from ddo_hooks.reports import AllocatorSnapshot
+from ddo_hooks.release.counters import snapshot_from_raw, unavailable_snapshot
+from ddo_hooks.reports.release import AllocatorSnapshot
 
 MiB = 1 << 20
 

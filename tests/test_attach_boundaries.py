@@ -6,10 +6,11 @@ import pytest
 import torch
 from diffusers.callbacks import MultiPipelineCallbacks, PipelineCallback
 
-from ddo_hooks import HostCacheReleaseReport, MetricsTracker, attach, guard
-from ddo_hooks.phases import Phase
-from ddo_hooks.policy import HookPolicy
-from ddo_hooks.tiny_pipelines import FAMILIES, build_pipeline, call_kwargs, embed_prompt
+from ddo_hooks import HostCacheReleaseReport, MetricsTracker, attach
+from ddo_hooks.hooks.phases import Phase
+from ddo_hooks.policy.model import HookPolicy
+from ddo_hooks.release import guard
+from ddo_hooks.testing.tiny_pipelines import FAMILIES, build_pipeline, call_kwargs, embed_prompt
 
 ORDER = ["before_transformer", "before_vae", "after_call"]
 
@@ -118,7 +119,7 @@ def test_dropped_text_encoders_are_offered_to_the_release_as_expected_freed(monk
     pipe = build_pipeline("flux")
     embeds = embed_prompt(pipe, "flux")
     seen = []
-    from ddo_hooks import actions
+    from ddo_hooks.hooks import actions
 
     @actions.register_action("record_dropped")
     def record_dropped(ctx):
@@ -142,7 +143,7 @@ def test_a_dropped_component_still_alive_is_named_in_the_context():
     pipe = build_pipeline("flux")
     embeds = embed_prompt(pipe, "flux")
     seen = []
-    from ddo_hooks import actions
+    from ddo_hooks.hooks import actions
 
     @actions.register_action("record_dropped")
     def record_dropped(ctx):

@@ -9,8 +9,8 @@ import torch
 from diffusers.hooks import HookRegistry
 
 from ddo_hooks import InvalidArgumentError, attach
-from ddo_hooks.pipeline_signals import HOOK_NAMES, LOADING_METHODS
-from ddo_hooks.tiny_pipelines import FAMILIES, build_pipeline, call_kwargs
+from ddo_hooks.hooks.signals import HOOK_NAMES, LOADING_METHODS
+from ddo_hooks.testing.tiny_pipelines import FAMILIES, build_pipeline, call_kwargs
 
 OUR_ATTRIBUTES = {"progress_bar", "check_inputs", "maybe_free_model_hooks", *LOADING_METHODS}
 

@@ -7,9 +7,9 @@ import torch
 from diffusers.hooks import HookRegistry
 
 from ddo_hooks import attach
-from ddo_hooks.phases import Phase
-from ddo_hooks.pipeline_signals import HOOK_NAMES
-from ddo_hooks.tiny_pipelines import FAMILIES, build_pipeline, call_kwargs
+from ddo_hooks.hooks.phases import Phase
+from ddo_hooks.hooks.signals import HOOK_NAMES
+from ddo_hooks.testing.tiny_pipelines import FAMILIES, build_pipeline, call_kwargs
 
 ORDER = ["before_transformer", "before_vae", "after_call"]
 CPU = torch.device("cpu")

@@ -6,9 +6,10 @@ import threading
 
 import pytest
 
-from ddo_hooks import BoundaryRefusalReport, HostCacheReleaseReport, InvalidArgumentError, attach, guard
-from ddo_hooks.policy import HookPolicy
-from ddo_hooks.tiny_pipelines import build_pipeline, call_kwargs
+from ddo_hooks import BoundaryRefusalReport, HostCacheReleaseReport, InvalidArgumentError, attach
+from ddo_hooks.policy.model import HookPolicy
+from ddo_hooks.release import guard
+from ddo_hooks.testing.tiny_pipelines import build_pipeline, call_kwargs
 
 
 def refusal(report):

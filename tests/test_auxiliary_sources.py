@@ -23,15 +23,15 @@ import torch
 from diffusers.hooks import HookRegistry
 
 from ddo_hooks import InvalidArgumentError, apply_dynamic_offload, parse_report
-from ddo_hooks.auxiliary_reports import AuxiliarySourceDetach
-from ddo_hooks.source_adapters import (
+from ddo_hooks.offload.runtimes import (
     OffloadRuntime,
     PayloadInterval,
     get_offload_runtime,
     register_offload_runtime,
     unregister_offload_runtime,
 )
-from ddo_hooks.tiny_pipelines import build_pipeline, call_kwargs
+from ddo_hooks.reports.auxiliary import AuxiliarySourceDetach
+from ddo_hooks.testing.tiny_pipelines import build_pipeline, call_kwargs
 
 LOADERS = ("torch_mmap", "safetensors", "flat_buffer")
 COMPONENTS = ("transformer", "text_encoder_2")

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from fakes import FakeHostAllocator, MiB
 
-from ddo_hooks import _allocator
+from ddo_hooks.release import allocator as _allocator
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "benchmarks"

@@ -21,10 +21,10 @@ import torch
 from fakes import FakeHostAllocator
 
 from ddo_hooks import MetricsTracker, release_pytorch_host_cache
-from ddo_hooks._allocator import use_backend
-from ddo_hooks.boundary_reports import BoundaryRefusal, BoundaryRefusalReport, BoundaryRefusalSetup
 from ddo_hooks.cli import main
-from ddo_hooks.report_table import boundary_rows, infer_calls
+from ddo_hooks.cli.table import boundary_rows, infer_calls
+from ddo_hooks.release.allocator import use_backend
+from ddo_hooks.reports.boundary import BoundaryRefusal, BoundaryRefusalReport, BoundaryRefusalSetup
 from ddo_hooks.sizes import format_size
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -227,8 +227,8 @@ def test_demo_with_an_example_policy_and_another_family(runs: Runs):
 
 
 def test_demo_families_are_the_tiny_pipeline_families():
-    from ddo_hooks.demo import FAMILIES
-    from ddo_hooks.tiny_pipelines import FAMILIES as BUILT
+    from ddo_hooks.cli.demo import FAMILIES
+    from ddo_hooks.testing.tiny_pipelines import FAMILIES as BUILT
 
     assert FAMILIES == BUILT
 

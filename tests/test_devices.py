@@ -7,8 +7,8 @@ import re
 import pytest
 import torch
 
-from ddo_hooks.devices import ACCEPTED_DEVICE_FORMS, parse_cuda_device
 from ddo_hooks.errors import InvalidArgumentError
+from ddo_hooks.release.devices import ACCEPTED_DEVICE_FORMS, parse_cuda_device
 
 FORMS = re.escape(ACCEPTED_DEVICE_FORMS)
 

@@ -8,9 +8,10 @@ from collections.abc import Iterator
 import pytest
 from fakes import FakeHostAllocator
 
-from ddo_hooks import guard, release_pytorch_host_cache
-from ddo_hooks._allocator import use_backend
+from ddo_hooks import release_pytorch_host_cache
 from ddo_hooks.errors import BoundaryRefusedError, InvalidArgumentError
+from ddo_hooks.release import guard
+from ddo_hooks.release.allocator import use_backend
 
 WAIT = 10  # seconds; a test that waits this long has failed
 

@@ -1,7 +1,7 @@
 """The release core, `release_pytorch_host_cache`: every branch, on real torch.
 
 The real backend is exercised as it is on this CPU build. The executed path is exercised
-through the one seam, `ddo_hooks._allocator.use_backend`, with `fakes.FakeHostAllocator`,
+through the one seam, `ddo_hooks.release.allocator.use_backend`, with `fakes.FakeHostAllocator`,
 which records every call, in order, into the same list as a recording `gc.collect`.
 """
 
@@ -19,8 +19,8 @@ import torch
 from fakes import ENTRY_POINT_NAME, FakeHostAllocator, MiB, probes
 
 from ddo_hooks import HostCacheReleaseReport, parse_report, release_pytorch_host_cache
-from ddo_hooks._allocator import EntryPoint, TorchHostAllocator, backend, use_backend
 from ddo_hooks.errors import HostCacheReleaseError, InvalidArgumentError
+from ddo_hooks.release.allocator import EntryPoint, TorchHostAllocator, backend, use_backend
 
 FROM_GC = ("gc.collect(", "has_primary_context", "synchronize", "raw_host_stats", "release")
 

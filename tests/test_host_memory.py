@@ -11,8 +11,8 @@ import ctypes
 import psutil
 import pytest
 
-from ddo_hooks import host_memory
-from ddo_hooks.host_memory import MEMORYSTATUSEX, PROCESS_MEMORY_COUNTERS_EX, observe_host
+from ddo_hooks.release import host_memory
+from ddo_hooks.release.host_memory import MEMORYSTATUSEX, PROCESS_MEMORY_COUNTERS_EX, observe_host
 
 GiB = 1 << 30
 SIXTY_FOUR_BIT = ctypes.sizeof(ctypes.c_void_p) == 8

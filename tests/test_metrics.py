@@ -8,9 +8,9 @@ import pytest
 from fakes import FakeHostAllocator
 
 from ddo_hooks import HostCacheReleaseReport, MetricsTracker, release_pytorch_host_cache
-from ddo_hooks._allocator import use_backend
 from ddo_hooks.errors import InvalidArgumentError, ReportError
-from ddo_hooks.metrics import read_reports
+from ddo_hooks.release.allocator import use_backend
+from ddo_hooks.reports.tracker import read_reports
 
 
 def noop(phase: str = "before_transformer") -> HostCacheReleaseReport:

@@ -22,11 +22,11 @@ from ddo_hooks import (
     register_offload_runtime,
     unregister_offload_runtime,
 )
-from ddo_hooks.auxiliary_reports import AuxiliarySourceDetach, ComponentSourceObservation
-from ddo_hooks.offload import AUXILIARY_COMPONENT
-from ddo_hooks.pipeline_signals import HOOK_NAMES
-from ddo_hooks.source_adapters import OBSERVER_HOOK, DiffusersGroupOffloadAdapter, get_offload_runtime
-from ddo_hooks.tiny_pipelines import FAMILIES, build_pipeline, call_kwargs
+from ddo_hooks.hooks.signals import HOOK_NAMES
+from ddo_hooks.offload.apply import AUXILIARY_COMPONENT
+from ddo_hooks.offload.runtimes import OBSERVER_HOOK, DiffusersGroupOffloadAdapter, get_offload_runtime
+from ddo_hooks.reports.auxiliary import AuxiliarySourceDetach, ComponentSourceObservation
+from ddo_hooks.testing.tiny_pipelines import FAMILIES, build_pipeline, call_kwargs
 
 MODULES = {"flux": ["transformer", "vae", "text_encoder", "text_encoder_2"], "sd": ["unet", "vae", "text_encoder"]}
 
@@ -150,12 +150,12 @@ def test_the_adapter_sees_a_forward_of_its_own_component_only():
     assert (detach.refusal_reason, detach.offending) == ("execution_started", ("text_encoder_2",))
 
 
-def test_detach_hooks_removes_the_phase_hooks_and_observers_and_keeps_the_runtime():
+def test_detach_removes_the_phase_hooks_and_observers_and_keeps_the_runtime():
     pipe = build_pipeline("flux")
     result = apply_dynamic_offload(pipe, onload_device="cpu", components=["transformer"])
     assert {OBSERVER_HOOK, HOOK_NAMES["denoiser"], "group_offloading"} <= hook_names(pipe.transformer)
-    result.detach_hooks()
-    result.detach_hooks()  # a second call does nothing
+    result.detach()
+    result.detach()  # a second call does nothing
     assert hook_names(pipe.transformer) & {OBSERVER_HOOK, HOOK_NAMES["denoiser"]} == set()
     assert "group_offloading" in hook_names(pipe.transformer)
     assert result.attachment.detached
@@ -163,6 +163,17 @@ def test_detach_hooks_removes_the_phase_hooks_and_observers_and_keeps_the_runtim
     attach(pipe).detach()  # the pipeline is free to be attached again
     with pytest.raises(InvalidArgumentError, match="already has diffusers group offloading applied"):
         apply_dynamic_offload(pipe, onload_device="cpu", components=["transformer"])
+
+
+def test_the_apply_result_is_a_handle_like_an_attachment():
+    pipe = build_pipeline("flux")
+    with apply_dynamic_offload(pipe, onload_device="cpu", components=["transformer"]) as result:
+        assert not result.detached
+        pipe(**call_kwargs("flux"))
+    assert result.detached
+    assert result.attachment.detached
+    assert hook_names(pipe.transformer) & {OBSERVER_HOOK, HOOK_NAMES["denoiser"]} == set()
+    assert [r.release.phase for r in result.tracker.reports()] == ["before_transformer", "before_vae", "after_call"]
 
 
 @pytest.mark.parametrize(

@@ -4,8 +4,8 @@ import threading
 
 import pytest
 
-from ddo_hooks import guard
-from ddo_hooks.phases import CallPhases, Phase
+from ddo_hooks.hooks.phases import CallPhases, Phase
+from ddo_hooks.release import guard
 
 
 @pytest.fixture

@@ -12,14 +12,20 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 import ddo_hooks
+from ddo_hooks.boundaries import BOUNDARIES, HOST_CACHE_RELEASE
+from ddo_hooks.cli.schema import SCHEMA_DIR, render
 from ddo_hooks.errors import InvalidArgumentError, PolicyError
-from ddo_hooks.policy import BOUNDARIES, HOST_CACHE_RELEASE, ActionSpec, HookPolicy, policy_json_schema
-from ddo_hooks.policy_yaml import PolicyLoader, load_yaml
-from ddo_hooks.schemas import SCHEMA_DIR, render
+from ddo_hooks.policy.model import HookPolicy, policy_json_schema
+from ddo_hooks.policy.parts import ActionSpec
+from ddo_hooks.policy.yaml_loader import PolicyLoader, load_yaml
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
-DEFAULT_YAML = Path(ddo_hooks.__file__).with_name("policies") / "default.yaml"
+DEFAULT_YAML = Path(ddo_hooks.__file__).parent / "policy" / "presets" / "default.yaml"
 SCHEMA_COMMENT = "# yaml-language-server: $schema=../ddo_hooks/schemas/hook-policy.schema.json"
+
+
+MiB = 1 << 20
+V = "version: 1\n"
 
 
 def load(text: str) -> HookPolicy:
@@ -108,6 +114,21 @@ def test_the_device_is_stored_as_a_canonical_string(written, stored):
     assert HookPolicy.from_mapping({"version": 1, "device": written}).device == stored
 
 
+def test_the_built_in_action_receives_the_release_settings_overridden_per_boundary():
+    policy = load(
+        V + "release: {collect: young, min_releasable_bytes: 1MiB}\n"
+        "boundaries:\n"
+        "  before_vae: {actions: [{name: host_cache_release, options: {min_releasable_bytes: 2MiB}}, other]}\n"
+        "  after_call: {actions: [{name: host_cache_release, options: {collect: full}}]}\n"
+    )
+    assert policy.actions("before_transformer")[0].options == {"collect": "young", "min_releasable_bytes": MiB}
+    release, other = policy.actions("before_vae")
+    assert release.options == {"collect": "young", "min_releasable_bytes": 2 * MiB}
+    assert (other.name, other.options) == ("other", {})  # other actions get their options as written
+    assert policy.actions("after_call")[0].options == {"collect": "full", "min_releasable_bytes": MiB}
+    assert policy.boundary("after_call").actions[0].options == {"collect": "full"}  # as written
+
+
 def test_a_disabled_policy_has_no_enabled_boundaries():
     policy = load("version: 1\nenabled: false\n")
     assert policy.enabled_boundaries() == ()
@@ -173,7 +194,6 @@ def test_a_relative_path_of_a_policy_not_from_a_file_resolves_against_the_cwd(tm
 
 # -- errors that teach ----------------------------------------------------------------------
 
-V = "version: 1\n"
 AFTER = V + "boundaries: {after_call: {actions: [%s]}}\n"  # one action list, for action cases
 
 # fmt: off
@@ -216,6 +236,13 @@ WRONG_VALUES = [
     (AFTER % "{name: x, options: {when: 2024-01-01}}",
      r"actions\[0\]\.options\.when: a date is not a JSON value; use strings, numbers"),
     (AFTER % "{name: x, options: {a: [1, .inf]}}", r"options\.a\[1\]: inf is not a JSON number"),
+    (AFTER % "{name: host_cache_release, options: {colect: full}}",
+     r"^policy\.yaml:2:74: boundaries\.after_call\.actions\[0\]\.options\.colect: unknown option of "
+     r"host_cache_release; it takes collect, min_releasable_bytes \(the keys of 'release'\)$"),
+    (AFTER % "{name: host_cache_release, options: {collect: ful}}",
+     r"actions\[0\]\.options\.collect: 'ful': Input should be 'full', 'young' or 'auto'$"),
+    (AFTER % "{name: host_cache_release, options: {min_releasable_bytes: 5 parsecs}}",
+     r"actions\[0\]\.options\.min_releasable_bytes: '5 parsecs': '5 parsecs' has an unknown unit"),
     (V + "boundaries:\n  before_transformer: {enabled: false}\n  before_vae: {enabled: false}\n"
      "  after_call: {enabled: false}\n",
      r"^policy\.yaml:2:1: boundaries: every boundary is disabled, so the policy would do nothing; "
@@ -412,7 +439,7 @@ def test_the_loader_is_a_safe_loader_and_builds_no_python_objects():
 
 def test_the_checked_in_policy_schema_equals_the_generated_one():
     checked_in = (SCHEMA_DIR / "hook-policy.schema.json").read_text(encoding="utf-8")
-    assert checked_in == render(policy_json_schema()), "run `python -m ddo_hooks.schemas` and commit the result"
+    assert checked_in == render(policy_json_schema()), "run `python -m ddo_hooks.cli.schema` and commit the result"
 
 
 def test_the_schema_is_strict_and_offers_both_forms_of_sizes_and_actions():

@@ -12,20 +12,19 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ddo_hooks import parse_report
-from ddo_hooks.allocator_stats import unavailable_snapshot
 from ddo_hooks.errors import ReportError
-from ddo_hooks.reports import (
-    ActionReport,
+from ddo_hooks.release.counters import unavailable_snapshot
+from ddo_hooks.reports.base import HostObservation
+from ddo_hooks.reports.boundary import ActionReport, BoundaryRefusalReport
+from ddo_hooks.reports.parse import report_json_schema
+from ddo_hooks.reports.release import (
     AllocatorSnapshot,
-    BoundaryRefusalReport,
     GarbageCollection,
     HostCacheRelease,
     HostCacheReleaseReport,
     HostCacheReleaseSetup,
-    HostObservation,
     ReleaseTimings,
     ThresholdDecision,
-    report_json_schema,
     validate_active_counter,
 )
 

@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from ddo_hooks.reports import report_json_schema
-from ddo_hooks.schemas import SCHEMA_DIR, generated_schemas, render, write_schemas
+from ddo_hooks.cli.schema import SCHEMA_DIR, generated_schemas, render, write_schemas
+from ddo_hooks.reports.parse import report_json_schema
 
-REGENERATE = "the checked-in schema drifted from the models: run `python -m ddo_hooks.schemas` and commit the result"
+REGENERATE = "the checked-in schema drifted from the models: run `python -m ddo_hooks.cli.schema` and commit the result"
 
 
 def test_the_checked_in_report_schema_equals_the_generated_one():

@@ -10,7 +10,7 @@ import pytest
 import torch
 from diffusers import DiffusionPipeline
 
-from ddo_hooks.tiny_pipelines import FAMILIES, build_pipeline, call_kwargs, embed_prompt
+from ddo_hooks.testing.tiny_pipelines import FAMILIES, build_pipeline, call_kwargs, embed_prompt
 
 OUTPUT_SHAPES = {"flux": (1, 3, 32, 32), "sd": (1, 3, 32, 32), "wan": (1, 5, 3, 16, 16)}
 LATENT_SHAPES = {"flux": (1, 4, 64), "sd": (1, 4, 4, 4), "wan": (1, 16, 2, 2, 2)}

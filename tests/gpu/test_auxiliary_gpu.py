@@ -18,7 +18,7 @@ PRELUDE = """
 import gc, json, os, tempfile, torch
 from diffusers import FluxTransformer2DModel
 from ddo_hooks import HookPolicy, apply_dynamic_offload
-from ddo_hooks.tiny_pipelines import build_pipeline
+from ddo_hooks.testing.tiny_pipelines import build_pipeline
 
 DEVICE = {device!r}
 OPTIONS = {options!r}

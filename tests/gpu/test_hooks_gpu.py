@@ -12,8 +12,8 @@ pytestmark = pytest.mark.gpu
 SCENARIO = """
 import json, torch
 from ddo_hooks import attach, register_action
-from ddo_hooks.policy import HookPolicy
-from ddo_hooks.tiny_pipelines import build_pipeline, call_kwargs, embed_prompt
+from ddo_hooks.policy.model import HookPolicy
+from ddo_hooks.testing.tiny_pipelines import build_pipeline, call_kwargs, embed_prompt
 
 @register_action("check_empty")
 def check_empty(ctx):

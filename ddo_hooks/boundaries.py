@@ -1,0 +1,101 @@
+"""The one boundary vocabulary: the names every layer, table and docs page takes from here.
+
+A pipeline call passes three *phase boundaries*, quiet points where a release is safe, in this
+order: :data:`BEFORE_TRANSFORMER` (prompts are encoded, the denoising loop has not started),
+:data:`BEFORE_VAE` (the loop is over, the VAE has not decoded) and :data:`AFTER_CALL` (the call
+returned its components to rest). A boundary runs *actions*; :data:`HOST_CACHE_RELEASE` is the
+built-in one. A boundary that is requested where it is not allowed is *refused* for one of the
+:data:`REFUSAL_REASONS`.
+
+Examples:
+    >>> BOUNDARIES
+    ('before_transformer', 'before_vae', 'after_call')
+    >>> component_name(HOST_CACHE_COMPONENT_PREFIX, AFTER_CALL)
+    'host_cache_after_call'
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+__all__ = [
+    "ACTION_NAME_PATTERN",
+    "AFTER_CALL",
+    "BEFORE_TRANSFORMER",
+    "BEFORE_VAE",
+    "BOUNDARIES",
+    "BOUNDARY_NOTES",
+    "HOST_CACHE_COMPONENT_PREFIX",
+    "HOST_CACHE_RELEASE",
+    "PHASE_PATTERN",
+    "REFUSAL_REASONS",
+    "BoundaryName",
+    "RefusalReason",
+    "component_name",
+]
+
+BEFORE_TRANSFORMER = "before_transformer"
+"""After the text encoders ran, before the denoising loop starts."""
+BEFORE_VAE = "before_vae"
+"""After the denoising loop, before the VAE decodes."""
+AFTER_CALL = "after_call"
+"""After the pipeline call returned its components to rest."""
+
+BOUNDARIES: tuple[str, ...] = (BEFORE_TRANSFORMER, BEFORE_VAE, AFTER_CALL)
+"""The phase boundaries of a pipeline call, in the order they fire."""
+
+BoundaryName = Literal["before_transformer", "before_vae", "after_call"]
+"""One of :data:`BOUNDARIES` (a test keeps the two equal)."""
+
+BOUNDARY_NOTES: dict[str, tuple[str, str]] = {
+    BEFORE_TRANSFORMER: (
+        "After the prompts are encoded and the latents prepared, when the denoising loop starts",
+        "Pinned copies of text encoders that were dropped or offloaded after encoding",
+    ),
+    BEFORE_VAE: (
+        'When the denoising loop ends, before the VAE decodes (also with `output_type="latent"`)',
+        "Blocks the denoiser's onloads returned to the cache (group offloading with "
+        "`low_cpu_mem_usage=True` pins at every onload)",
+    ),
+    AFTER_CALL: (
+        "When the call has put its components back to rest (`maybe_free_model_hooks()` returned)",
+        "Whatever the call left cached, before the process sits idle or the next call starts",
+    ),
+}
+"""Each boundary: when it fires, and what a release there can give back (the docs' table)."""
+
+HOST_CACHE_RELEASE = "host_cache_release"
+"""The built-in action: release PyTorch's pinned host cache."""
+
+HOST_CACHE_COMPONENT_PREFIX = "host_cache"
+"""The built-in action's reports are recorded under ``host_cache_<boundary>``."""
+
+ACTION_NAME_PATTERN = r"^[a-z][a-z0-9_.\-]*$"
+"""Action names: a lowercase letter, then ``a-z 0-9 _ . -``."""
+
+PHASE_PATTERN = r"^[a-z][a-z0-9_.\-]{0,63}$"
+"""Phase and boundary labels in reports: a lowercase letter, then up to 63 of ``a-z 0-9 _ . -``."""
+
+RefusalReason = Literal["loading", "denoising", "release_in_progress", "inference_in_progress"]
+"""Why a boundary was refused (see :data:`REFUSAL_REASONS`)."""
+
+REFUSAL_REASONS: dict[str, str] = {
+    "denoising": "Inside a denoising loop: this pipeline's, or any other attached pipeline's in the process.",
+    "loading": (
+        "While components load, move or are re-hooked: the pipeline's own methods (`to`, "
+        "`enable_model_cpu_offload`, `enable_group_offload`, the LoRA, IP-Adapter and textual-inversion "
+        "loaders, ...) while they run, and any section a host marks with `attachment.loading()` or "
+        '`ddo_hooks.release.guard.section("loading", ...)`.'
+    ),
+    "release_in_progress": "Beside another release.",
+    "inference_in_progress": (
+        "Beside another call: a host request while a call of this pipeline runs in another thread."
+    ),
+}
+"""Each refusal reason code with when it applies (the docs' table; a test keeps it equal to
+:data:`RefusalReason`)."""
+
+
+def component_name(prefix: str, boundary: str) -> str:
+    """The tracker component an action's report at ``boundary`` is recorded under."""
+    return f"{prefix}_{boundary}"

@@ -1,0 +1,239 @@
+"""The ``ddo-hooks`` command line (also ``python -m ddo_hooks``).
+
+Commands: ``demo`` (run a tiny real pipeline with the policy attached and show what each
+boundary did), ``validate-policy``, ``validate-report``, ``schema`` and ``summarize``. Exit
+status: 0 on success, 1 for a user error (a missing, unreadable or invalid file; the message
+names the file, the line and column, the key and the fix), 2 for a usage error.
+
+Examples:
+    >>> import contextlib, io
+    >>> from importlib import resources
+    >>> policy = resources.files("ddo_hooks.policy") / "presets" / "default.yaml"
+    >>> with contextlib.redirect_stdout(io.StringIO()) as out:
+    ...     status = main(["validate-policy", str(policy)])
+    >>> status, out.getvalue().split(": ", 1)[1]  # doctest: +ELLIPSIS
+    (0, 'valid policy (version 1, device cuda): before_transformer: host_cache_release; ...')
+    >>> main(["schema", "drawing"])
+    2
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+from ddo_hooks import __version__
+from ddo_hooks.cli.demo import DEFAULT_REPORT, FAMILIES
+from ddo_hooks.errors import DDOError, InvalidArgumentError
+from ddo_hooks.reports import REPORT_FILE_FORMS
+
+__all__ = ["build_parser", "main"]
+
+
+# -- commands ----------------------------------------------------------------------------------
+
+
+def _load_policy(path: str) -> Any:
+    from ddo_hooks.policy.model import HookPolicy
+
+    return HookPolicy.from_yaml(path)
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from ddo_hooks.cli import demo
+    from ddo_hooks.cli.table import arrow_for, boundary_rows, format_table
+
+    policy = _load_policy(args.policy) if args.policy else None
+    result = demo.run_demo(
+        family=args.family, policy=policy, device=args.device, steps=args.steps, calls=args.calls, report=args.report
+    )
+    print(format_table(boundary_rows(result.tracker.records(), result.calls), arrow=arrow_for(sys.stdout)))
+    print()
+    count = f"{len(result.calls)} validated report{'' if len(result.calls) == 1 else 's'}"
+    print(f"wrote {count} to {result.report_path} (check: ddo-hooks summarize {result.report_path})")
+    return 0
+
+
+def _validate_policy(args: argparse.Namespace) -> int:
+    from ddo_hooks.boundaries import BOUNDARIES
+    from ddo_hooks.hooks.actions import available_actions
+
+    policy = _load_policy(args.file)
+    if not policy.enabled:
+        print(f"{args.file}: valid policy (version {policy.version}), disabled (enabled: false): no boundary acts")
+        return 0
+    parts = []
+    for name in BOUNDARIES:
+        boundary = policy.boundary(name)
+        parts.append(f"{name}: {', '.join(boundary.action_names())}" if boundary.enabled else f"{name}: off")
+    print(f"{args.file}: valid policy (version {policy.version}, device {policy.device}): {'; '.join(parts)}")
+    known = set(available_actions())
+    missing = sorted({a for n in policy.enabled_boundaries() for a in policy.boundary(n).action_names()} - known)
+    if missing:
+        print(f"note: not registered here, so attach() will refuse them: {', '.join(missing)}", file=sys.stderr)
+    return 0
+
+
+def _validate_report(args: argparse.Namespace) -> int:
+    from ddo_hooks.reports.files import load_report_file
+
+    loaded = load_report_file(args.file)
+    routes = Counter(report.route for _, report in loaded.records)
+    components = list(dict.fromkeys(c for c, _ in loaded.records if c is not None))
+    route_text = ", ".join(f"{route} x{n}" for route, n in routes.items())
+    component_text = ", ".join(components) if components else "none (a bare report)"
+    count = len(loaded.records)
+    noun = "report" if count == 1 else "reports"
+    print(f"{args.file}: valid {loaded.form}, {count} {noun}; routes: {route_text}; components: {component_text}")
+    return 0
+
+
+def _schema(args: argparse.Namespace) -> int:
+    from ddo_hooks.cli import schema
+
+    sys.stdout.write(schema.render(schema.generated_schema(args.which)))
+    return 0
+
+
+def _summarize(args: argparse.Namespace) -> int:
+    from ddo_hooks.cli.table import arrow_for, boundary_rows, format_table, format_totals
+    from ddo_hooks.reports.files import load_report_file
+
+    loaded = load_report_file(args.file)
+    rows = boundary_rows(loaded.records)
+    calls = len({row.call for row in rows})
+    print(f"{args.file}: {len(rows)} reports over {calls} pipeline calls (calls inferred from the boundary order)")
+    print()
+    print(format_table(rows, arrow=arrow_for(sys.stdout)))
+    print()
+    print("totals per boundary across calls:")
+    print(format_totals(rows))
+    return 0
+
+
+# -- the parser ----------------------------------------------------------------------------------
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}")
+    return value
+
+
+def _device(text: str) -> Any:
+    from ddo_hooks.cli.demo import parse_demo_device
+
+    try:
+        return parse_demo_device(text)
+    except InvalidArgumentError as e:
+        raise argparse.ArgumentTypeError(str(e)) from e
+
+
+def _command(
+    commands: Any, name: str, handler: Any, summary: str, description: str, *, file: bool = True
+) -> argparse.ArgumentParser:
+    parser = commands.add_parser(name, help=summary, description=description)
+    if file:
+        parser.add_argument("file", metavar="FILE", help="the file to read")
+    parser.set_defaults(handler=handler)
+    return parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``ddo-hooks`` argument parser, with one sub-parser per command."""
+    parser = argparse.ArgumentParser(
+        prog="ddo-hooks",
+        description="Release PyTorch's pinned host cache at quiet points of diffusers pipeline calls, "
+        "and check the policies and reports that drive and record it.",
+        epilog="Start with: ddo-hooks demo. Run 'ddo-hooks COMMAND --help' for a command's options.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    demo = _command(
+        commands,
+        "demo",
+        _demo,
+        "run a tiny real pipeline with the policy attached and show what each boundary did",
+        "Build a tiny real diffusers pipeline (random weights, nothing downloaded), attach the policy, "
+        "run one call with the prompt, drop the text encoders, run the remaining calls with prompt embeddings, "
+        "then print one row per boundary report and write the reports as JSON Lines. On CUDA the model "
+        "components use group offloading, so pinned host memory exists; on the CPU the table shows why each "
+        "boundary was a no-op.",
+        file=False,
+    )
+    demo.add_argument("--policy", metavar="FILE", help="a YAML hook policy (default: the packaged default policy)")
+    demo.add_argument(
+        "--device", type=_device, metavar="DEV", help="cpu, cuda or cuda:N (default: cuda when available, else cpu)"
+    )
+    demo.add_argument("--family", choices=FAMILIES, default="flux", help="the pipeline to build (default: flux)")
+    demo.add_argument("--steps", type=_positive, default=2, metavar="N", help="denoising steps per call (default: 2)")
+    demo.add_argument("--calls", type=_positive, default=2, metavar="N", help="pipeline calls in total (default: 2)")
+    demo.add_argument(
+        "--report", default=DEFAULT_REPORT, metavar="FILE", help=f"JSON Lines output (default: {DEFAULT_REPORT})"
+    )
+
+    checked = "Exit 0 with a one-line summary, or 1 with file:line:col: key: problem."
+    _command(commands, "validate-policy", _validate_policy, "check a YAML hook policy", f"Check a policy. {checked}")
+    _command(
+        commands,
+        "validate-report",
+        _validate_report,
+        "check a file of DDO reports (JSON Lines or JSON)",
+        f"Check a file of DDO reports: {REPORT_FILE_FORMS}. {checked}",
+    )
+    schema = _command(
+        commands,
+        "schema",
+        _schema,
+        "print the JSON Schema of a policy or a report",
+        "Print the JSON Schema of a hook policy or a DDO report (the files in ddo_hooks/schemas/).",
+        file=False,
+    )
+    schema.add_argument("which", choices=("policy", "report"), help="which schema to print")
+    _command(
+        commands,
+        "summarize",
+        _summarize,
+        "show a saved run as the demo's table, with totals per boundary",
+        "Show the reports of a saved run (e.g. the demo's JSON Lines) as one row per boundary report, "
+        "followed by totals per boundary across calls.",
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``ddo-hooks`` command line.
+
+    Args:
+        argv: The arguments after the program name (default: ``sys.argv[1:]``).
+
+    Returns:
+        The exit status: 0 on success, 1 for a user error, 2 for a usage error.
+    """
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:  # argparse exits after --help/--version (0) and on usage errors (2)
+        return e.code if isinstance(e.code, int) else 2
+    try:
+        return int(args.handler(args))
+    except DDOError as e:
+        print(e, file=sys.stderr)
+    except BrokenPipeError:  # e.g. `ddo-hooks schema report | head`: stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, UnicodeDecodeError) as e:
+        where = f"{e.filename}: " if getattr(e, "filename", None) else ""
+        print(f"ddo-hooks {args.command}: {where}{getattr(e, 'strerror', None) or e}", file=sys.stderr)
+    except KeyboardInterrupt:
+        print(f"ddo-hooks {args.command}: interrupted", file=sys.stderr)
+        return 130
+    return 1

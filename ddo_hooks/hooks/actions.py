@@ -1,0 +1,235 @@
+"""Boundary actions: what runs at a phase boundary, and how users plug in their own.
+
+The built-in action ``host_cache_release`` calls the release core. Register your own with
+the decorator, or from another package through the ``ddo_hooks.actions`` entry-point group
+(``my_action = "my_pkg.module:function"``). The YAML policy names the actions per boundary.
+An action receives a :class:`BoundaryContext` and returns a DDO report or ``None``; the
+same refusal rules apply to every action (it never runs while loading or denoising).
+
+Examples:
+    >>> from ddo_hooks import register_action, unregister_action
+    >>> @register_action("count_calls")
+    ... def count_calls(ctx):
+    ...     return ctx.action_report("executed", data={"call": ctx.call_index})
+    >>> "count_calls" in available_actions()
+    True
+    >>> unregister_action("count_calls")
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import weakref
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from importlib.metadata import entry_points
+from typing import TYPE_CHECKING, Any, Literal
+
+from ddo_hooks.boundaries import ACTION_NAME_PATTERN, HOST_CACHE_COMPONENT_PREFIX, HOST_CACHE_RELEASE, component_name
+from ddo_hooks.errors import InvalidArgumentError, PolicyError
+from ddo_hooks.reports.boundary import ActionReport, ActionResult, ActionResultSetup
+from ddo_hooks.reports.parse import REPORT_TYPES
+
+if TYPE_CHECKING:
+    from ddo_hooks.policy.model import HookPolicy
+    from ddo_hooks.reports.tracker import MetricsTracker
+
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "BoundaryContext",
+    "RegisteredAction",
+    "available_actions",
+    "register_action",
+    "resolve_action",
+    "unregister_action",
+]
+
+ENTRY_POINT_GROUP = "ddo_hooks.actions"
+_NAME_RE = re.compile(ACTION_NAME_PATTERN)
+
+
+@dataclass(frozen=True)
+class BoundaryContext:
+    """What an action gets when its boundary fires.
+
+    Attributes:
+        pipeline: The diffusers pipeline the attachment is on.
+        boundary: ``before_transformer``, ``before_vae`` or ``after_call``.
+        action: The name of the action being run.
+        call_index: 1 for the first pipeline call seen by the attachment, then 2, ...
+        device: The policy's CUDA device (``"cuda"`` or ``"cuda:N"``).
+        tracker: The attachment's metrics tracker.
+        policy: The attached policy.
+        options: This action's ``options`` from the policy (for the built-in
+            ``host_cache_release``: the ``release`` settings with this boundary's overrides).
+        dropped: Components that left the pipeline and should be dead by now, by name
+            (weak references; the built-in action collects garbage fully only if one lives).
+    """
+
+    pipeline: Any
+    boundary: str
+    action: str
+    call_index: int
+    device: str
+    tracker: MetricsTracker
+    policy: HookPolicy
+    options: Mapping[str, Any] = field(default_factory=dict)
+    dropped: Mapping[str, weakref.ref] = field(default_factory=dict)
+    on_survivors: Callable[[Iterable[str]], None] | None = field(default=None, repr=False)
+
+    def note_survivors(self, names: Iterable[str]) -> None:
+        """Say which ``dropped`` components outlived a full collection: something else holds them.
+
+        The attachment then stops expecting them to be freed, so later boundaries do not
+        collect fully for them again.
+        """
+        if self.on_survivors is not None:
+            self.on_survivors(names)
+
+    def action_report(self, status: Literal["executed", "noop"], *, detail: str = "", data: Any = None) -> ActionReport:
+        """Build a validated ``boundary_action`` report for this action at this boundary."""
+        result = ActionResult(action=self.action, boundary=self.boundary, status=status, detail=detail, data=data or {})
+        return ActionReport(setup=ActionResultSetup(boundary_action=result))
+
+
+ActionFunction = Callable[[BoundaryContext], Any]
+
+
+@dataclass(frozen=True)
+class RegisteredAction:
+    """An action known by name.
+
+    Attributes:
+        name: The name policies use.
+        run: The function called with a :class:`BoundaryContext`.
+        component_prefix: Reports are recorded under ``f"{component_prefix}_{boundary}"``.
+    """
+
+    name: str
+    run: ActionFunction
+    component_prefix: str
+
+    def component(self, boundary: str) -> str:
+        """The tracker component for this action at ``boundary``."""
+        return component_name(self.component_prefix, boundary)
+
+    def __call__(self, ctx: BoundaryContext) -> Any:
+        """Run the action and check that it returned a DDO report or ``None``."""
+        report = self.run(ctx)
+        if report is not None and not isinstance(report, REPORT_TYPES):
+            raise InvalidArgumentError(
+                f"action {self.name!r} returned {type(report).__name__}; an action returns a DDO report "
+                "(e.g. ctx.action_report('executed', data={...})) or None"
+            )
+        return report
+
+
+_REGISTRY: dict[str, RegisteredAction] = {}
+
+
+def register_action(
+    name: str, *, component_prefix: str | None = None, replace: bool = False
+) -> Callable[[ActionFunction], ActionFunction]:
+    """Register a boundary action under ``name`` (a decorator).
+
+    Args:
+        name: Lowercase letters, digits, ``_ . -``, starting with a letter.
+        component_prefix: Prefix of the tracker component (default: ``name``).
+        replace: Allow replacing an action already registered under ``name``.
+
+    Raises:
+        InvalidArgumentError: A malformed name, or the name is taken and ``replace`` is False.
+    """
+    if not isinstance(name, str) or not _NAME_RE.match(name):
+        raise InvalidArgumentError(f"action name {name!r} must match {_NAME_RE.pattern}")
+    if name in _REGISTRY and not replace:
+        raise InvalidArgumentError(f"an action named {name!r} is already registered; pass replace=True to replace it")
+
+    def decorator(function: ActionFunction) -> ActionFunction:
+        if not callable(function):
+            raise InvalidArgumentError(f"action {name!r} must be callable, got {type(function).__name__}")
+        _REGISTRY[name] = RegisteredAction(name, function, component_prefix or name)
+        return function
+
+    return decorator
+
+
+def unregister_action(name: str) -> None:
+    """Remove a registered action.
+
+    Raises:
+        InvalidArgumentError: No action is registered under ``name`` (or it is built in).
+    """
+    if name == HOST_CACHE_RELEASE:
+        raise InvalidArgumentError(f"the built-in action {HOST_CACHE_RELEASE!r} cannot be unregistered")
+    if name not in _REGISTRY:
+        raise InvalidArgumentError(f"no action named {name!r} is registered (registered: {sorted(_REGISTRY)})")
+    del _REGISTRY[name]
+
+
+def _entry_point_names() -> dict[str, Any]:
+    return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
+
+
+def available_actions() -> tuple[str, ...]:
+    """Every action name a policy can use: registered ones and installed entry points."""
+    return tuple(sorted(set(_REGISTRY) | set(_entry_point_names())))
+
+
+def resolve_action(name: str, *, where: str = "") -> RegisteredAction:
+    """Find the action a policy names: the registry first, then the entry-point group.
+
+    Args:
+        name: The action name.
+        where: The policy position (``file:line:col``) for the error message.
+
+    Raises:
+        PolicyError: No such action; the message suggests the closest names.
+    """
+    if name in _REGISTRY:
+        return _REGISTRY[name]
+    eps = _entry_point_names()
+    if name in eps:
+        try:
+            loaded = eps[name].load()
+        except Exception as e:
+            raise PolicyError(f"{where}: action {name!r}: loading entry point {eps[name].value!r} failed: {e}") from e
+        if isinstance(loaded, RegisteredAction):
+            action = loaded
+        elif callable(loaded):
+            action = RegisteredAction(name, loaded, name)
+        else:
+            raise PolicyError(f"{where}: entry point {eps[name].value!r} for action {name!r} is not callable")
+        _REGISTRY.setdefault(name, action)
+        return _REGISTRY[name]
+    known = available_actions()
+    close = difflib.get_close_matches(name, known, n=1)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    raise PolicyError(
+        f"{where}: unknown action {name!r}; {hint}known actions: {', '.join(known)}. Register it with "
+        f"@ddo_hooks.register_action({name!r}) or the {ENTRY_POINT_GROUP!r} entry-point group before attaching"
+    )
+
+
+@register_action(HOST_CACHE_RELEASE, component_prefix=HOST_CACHE_COMPONENT_PREFIX)
+def host_cache_release(ctx: BoundaryContext) -> Any:
+    """The built-in action: :func:`~ddo_hooks.release_pytorch_host_cache` with its options.
+
+    Its options are the policy's ``release`` settings (``collect``, ``min_releasable_bytes``),
+    overridden by the boundary's own; dropped components it could not free are noted as survivors.
+    """
+    from ddo_hooks.release.host_cache import release_pytorch_host_cache  # imports torch: only when it runs
+
+    report = release_pytorch_host_cache(
+        enabled=True,
+        phase=ctx.boundary,
+        device=ctx.device,
+        collect=ctx.options["collect"],
+        expect_freed=ctx.dropped,
+        min_releasable_bytes=ctx.options["min_releasable_bytes"],
+    )
+    collection = report.release.collection
+    if collection is not None and collection.survivors:
+        ctx.note_survivors(collection.survivors)
+    return report

@@ -1,0 +1,111 @@
+"""Hook mechanics: installing ddo_hooks' hooks and wrappers, and removing them exactly.
+
+Two kinds of attachment, each with an exact inverse:
+
+* **Module hooks** through diffusers' ``HookRegistry`` (public surface: ``check_if_exists_or_initialize``,
+  ``register_hook``, ``remove_hook``, ``hooks``; the rest through :mod:`ddo_hooks._compat.diffusers`).
+  Where a module already carries an accelerate hook, ours goes *beneath* it
+  (:func:`ddo_hooks._compat.accelerate.lifted`): accelerate's hook is taken off, ours is registered,
+  and the same accelerate hook object is put back. Accelerate then saves our wrapper as the
+  forward it restores, so ``maybe_free_model_hooks()`` (which removes and re-adds every accelerate
+  hook at the end of a call) keeps ours. Removal does the same in reverse.
+* **Instance attributes** of the pipeline (``progress_bar``, ``check_inputs``,
+  ``maybe_free_model_hooks`` and the loading methods) wrapped on the instance, never the
+  class, and restored to exactly what was there. A wrapper that somebody else wrapped
+  again is left in place but goes inert.
+
+Examples:
+    >>> import torch
+    >>> from diffusers.hooks import ModelHook
+    >>> module = torch.nn.Linear(2, 2)
+    >>> installed = install_hook(module, ModelHook(), "example")
+    >>> installed.remove()
+    >>> hasattr(module, "_diffusers_hook"), "forward" in vars(module)
+    (False, False)
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from diffusers.hooks import HookRegistry, ModelHook
+
+from ddo_hooks._compat import accelerate as accelerate_compat
+from ddo_hooks._compat import diffusers as diffusers_compat
+
+__all__ = ["InstalledHook", "WrappedAttribute", "install_hook", "wrap_attribute"]
+
+_MISSING = object()
+
+
+@dataclass
+class InstalledHook:
+    """A ddo_hooks hook registered on one module."""
+
+    module: torch.nn.Module
+    name: str
+    created_registry: bool
+    had_forward_attribute: bool
+
+    def remove(self) -> None:
+        """Unregister the hook, leaving accelerate's hook (if any) on top and no registry we created."""
+        module = self.module
+
+        def unregister() -> None:
+            registry = HookRegistry.check_if_exists_or_initialize(module)
+            registry.remove_hook(self.name, recurse=False)
+            if self.created_registry and not registry.hooks:
+                diffusers_compat.drop_registry(module)  # the registry did not exist before we came
+            forward = vars(module).get("forward")
+            if not self.had_forward_attribute and getattr(forward, "__func__", None) is type(module).forward:
+                del module.forward  # remove_hook leaves the plain bound method as an instance attribute
+            diffusers_compat.invalidate_parents(module)
+
+        accelerate_compat.lifted(module, unregister)
+
+
+def install_hook(module: torch.nn.Module, hook: ModelHook, name: str) -> InstalledHook:
+    """Register ``hook`` on ``module`` under ``name``, beneath any accelerate hook."""
+    created = diffusers_compat.registry_of(module) is None
+    had_forward: list[bool] = []
+
+    def register() -> None:
+        had_forward.append("forward" in vars(module))  # as it is beneath any accelerate hook
+        HookRegistry.check_if_exists_or_initialize(module).register_hook(hook, name)
+        diffusers_compat.invalidate_parents(module)
+
+    accelerate_compat.lifted(module, register)
+    return InstalledHook(module, name, created, had_forward[0])
+
+
+@dataclass
+class WrappedAttribute:
+    """An instance attribute replaced by a wrapper, and what to put back."""
+
+    owner: Any
+    name: str
+    previous: Any
+    wrapper: Any
+
+    def restore(self) -> bool:
+        """Put back what was there; returns False (and leaves it) if someone re-wrapped ours."""
+        if vars(self.owner).get(self.name, _MISSING) is not self.wrapper:
+            return False
+        if self.previous is _MISSING:
+            object.__delattr__(self.owner, self.name)
+        else:
+            object.__setattr__(self.owner, self.name, self.previous)
+        return True
+
+
+def wrap_attribute(owner: Any, name: str, make: Callable[[Callable[..., Any]], Callable[..., Any]]) -> WrappedAttribute:
+    """Replace ``owner.name`` on the instance with ``make(original)``, keeping its metadata."""
+    previous = vars(owner).get(name, _MISSING)
+    original = getattr(owner, name)
+    wrapper = functools.wraps(original)(make(original))
+    object.__setattr__(owner, name, wrapper)  # bypasses DiffusionPipeline.__setattr__'s config sync
+    return WrappedAttribute(owner, name, previous, wrapper)

@@ -1,0 +1,411 @@
+"""Bounded auxiliary CPU source detachment: copy small residual loader views into storage of their own.
+
+After a component is loaded and its offload runtime has applied itself, registered CPU tensors
+that the runtime does not keep as its own sources (buffers, norms, embeddings outside its
+groups, tied or stray parameters) can still be views into a large loader storage: a
+``torch.load(..., mmap=True)`` file, a safetensors mapping, a flat state-dict buffer. One small
+view keeps the whole storage alive. :func:`detach_auxiliary_cpu_sources` copies those views,
+once, before the first forward, so the loader storage can be freed. It is a separate diagnostic
+opt-in, not a host-cache flush, and it never changes GPU residency budgets or computation.
+
+It refuses (a report; nothing is changed) unless every component is attached to its runtime
+and no forward ran under it; when the runtime keeps native CPU sources, its adapter reports
+every retained payload interval, as many as its native binding count (an older adapter without
+that observation supports only the zero-CPU-source case); every registered tensor is a plain
+dense CPU tensor and no two overlap without being the same view (a partial alias); no selected
+view overlaps a retained interval; and the selected views total at most ``max_copy_bytes``.
+
+What it selects: every registered CPU tensor except those that are exactly a retained runtime
+source, those in pinned memory, and those that alone cover an ordinary resizable PyTorch
+allocation. Loader storages (mmap and safetensors slices, ``torch.load`` records, flat buffers)
+are never taken as owned; copying a tensor that in fact owned its memory is harmless and bounded
+by the ceiling. Whole-component ownership is out of scope.
+
+What it preserves: the registered ``Parameter`` and buffer objects themselves (``is`` identity,
+so optimizers and hooks holding them stay valid; ``param.data`` is rebound, an autograd-view
+buffer has its implementation swapped in place), exact aliases (tied weights end as one new
+storage), bitwise values, device, dtype, ``requires_grad`` and strides.
+
+Exclusive component ownership is required: a view into the loader storage held anywhere else
+(an escaped reference) cannot be discovered and keeps that storage alive. The report records the
+copied bytes and host observations; it does not prove that the OS got memory back.
+
+Examples:
+    >>> from ddo_hooks.offload.runtimes import get_offload_runtime
+    >>> flat = torch.arange(64, dtype=torch.float32)       # a loader's flat buffer
+    >>> model = torch.nn.Sequential(torch.nn.Linear(4, 4))
+    >>> model[0].weight.data, model[0].bias.data = flat[:16].view(4, 4), flat[16:20]
+    >>> runtime = get_offload_runtime("diffusers_group_offload")
+    >>> runtime.apply(model, torch.device("cpu"), {"offload_type": "leaf_level"})
+    >>> component = OffloadedComponent("model", model, runtime.name, runtime.adapter(model))
+    >>> detach = detach_auxiliary_cpu_sources([component]).detach
+    >>> detach.status, detach.copied_tensors, detach.copied_bytes
+    ('executed', 2, 80)
+    >>> model[0].weight.untyped_storage().data_ptr() != flat.untyped_storage().data_ptr()
+    True
+"""
+
+from __future__ import annotations
+
+import time
+import weakref
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from ddo_hooks._compat import torch as torch_compat
+from ddo_hooks.errors import InvalidArgumentError
+from ddo_hooks.offload.runtimes import IntervalObservingAdapter, PayloadInterval, SourceObservationAdapter
+from ddo_hooks.release import allocator as _allocator
+from ddo_hooks.release import guard
+from ddo_hooks.release.host_memory import observe_host
+from ddo_hooks.reports.auxiliary import (
+    AuxiliarySourceDetachReport,
+    AuxiliarySourceDetachSetup,
+    ComponentSourceObservation,
+    DetachRefusalReason,
+)
+from ddo_hooks.sizes import format_size
+
+__all__ = ["DEFAULT_MAX_COPY_BYTES", "OffloadedComponent", "detach_auxiliary_cpu_sources"]
+
+DEFAULT_MAX_COPY_BYTES = 16 * 2**20
+"""The default copy ceiling: 16 MiB."""
+
+_NOTHING_CHANGED = "nothing was copied or changed"
+
+
+@dataclass(frozen=True)
+class OffloadedComponent:
+    """A pipeline component under an offload runtime, with that runtime's adapter.
+
+    Attributes:
+        name: The pipeline component's name, e.g. ``transformer``.
+        module: The component.
+        runtime: The registered runtime's name.
+        adapter: The runtime's source-observation adapter for this component.
+    """
+
+    name: str
+    module: torch.nn.Module
+    runtime: str
+    adapter: SourceObservationAdapter
+
+
+class _Refusal(Exception):
+    def __init__(self, reason: DetachRefusalReason, detail: str, offending: Sequence[str] = ()) -> None:
+        super().__init__(detail)
+        self.reason, self.detail, self.offending = reason, f"{detail}; {_NOTHING_CHANGED}", tuple(offending)
+
+
+@dataclass
+class _Entry:
+    """One registered tensor object and every name it is registered under."""
+
+    tensor: torch.Tensor
+    names: list[str]
+
+
+@dataclass
+class _Group:
+    """Registered tensors that are exactly the same view (one storage after the copy)."""
+
+    span: PayloadInterval
+    entries: list[_Entry] = field(default_factory=list)
+
+
+@dataclass
+class _Plan:
+    selected: list[_Group] = field(default_factory=list)
+    skipped_tensors: dict[str, int] = field(default_factory=dict)
+    skipped_bytes: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def selected_tensors(self) -> int:
+        return sum(len(g.entries) for g in self.selected)
+
+    @property
+    def selected_bytes(self) -> int:
+        return sum(g.span.nbytes for g in self.selected)
+
+
+def _check_arguments(components: object, enabled: object, max_copy_bytes: object) -> None:
+    if not isinstance(enabled, bool):
+        raise InvalidArgumentError(f"enabled={enabled!r} must be True or False")
+    if isinstance(max_copy_bytes, bool) or not isinstance(max_copy_bytes, int) or max_copy_bytes < 0:
+        raise InvalidArgumentError(f"max_copy_bytes={max_copy_bytes!r} must be an int >= 0 (bytes; default 16 MiB)")
+    if not isinstance(components, Sequence) or not all(isinstance(c, OffloadedComponent) for c in components):
+        raise InvalidArgumentError(f"components={components!r} must be a sequence of OffloadedComponent")
+
+
+def _observe(component: OffloadedComponent, observations: list[ComponentSourceObservation]) -> list[PayloadInterval]:
+    """Ask the adapter, record what it said, and return its retained intervals (refusing as the rules say)."""
+    adapter, name, runtime = component.adapter, component.name, component.runtime
+    kind = type(adapter)
+    seen: dict[str, Any] = {"component": name, "runtime": runtime, "adapter": f"{kind.__module__}.{kind.__qualname__}"}
+
+    def refuse(reason: DetachRefusalReason, detail: str) -> _Refusal:
+        return _Refusal(reason, detail, [name])
+
+    def ask(key: str, value: Any, valid: bool) -> Any:
+        if not valid:
+            raise refuse("observation_invalid", f"the adapter of {name!r} returned {value!r} for {key}")
+        seen[key] = value
+        return value
+
+    try:
+        attached = adapter.is_attached()
+        if not ask("attached", attached, isinstance(attached, bool)):
+            raise refuse("runtime_not_attached", f"{name!r} is not attached to its offload runtime {runtime!r}")
+        started = adapter.execution_started()
+        if ask("execution_started", started, isinstance(started, bool)):
+            raise refuse("execution_started", f"a forward already ran under {runtime!r} on {name!r}")
+        count = adapter.native_binding_count()
+        ask("native_binding_count", count, type(count) is int and count >= 0)
+        sources = f"the runtime of {name!r} keeps {count} native CPU source(s)"
+        if not isinstance(adapter, IntervalObservingAdapter):
+            seen["interval_observation"] = "unsupported"
+            if count:
+                raise refuse(
+                    "interval_observation_unsupported",
+                    f"{sources} and its adapter has no retained_cpu_intervals(); such an older adapter supports"
+                    " only the zero-CPU-source case",
+                )
+            return []
+        intervals = adapter.retained_cpu_intervals()
+        if intervals is None:
+            seen["interval_observation"] = "unavailable"
+            if count:
+                raise refuse("intervals_unavailable", f"{sources} and reports their intervals as unavailable")
+            return []
+        if not isinstance(intervals, Sequence) or not all(isinstance(i, PayloadInterval) for i in intervals):
+            raise refuse("observation_invalid", f"the adapter of {name!r} returned {intervals!r} as its intervals")
+        seen.update(
+            interval_observation="reported",
+            retained_intervals=len(intervals),
+            retained_bytes=sum(i.nbytes for i in intervals),
+        )
+        if len(intervals) != count:
+            raise refuse("interval_count_mismatch", f"{sources} but reports {len(intervals)} retained interval(s)")
+        return list(intervals)
+    finally:
+        if "attached" in seen:
+            observations.append(ComponentSourceObservation(**seen))
+
+
+def _unsupported(tensor: torch.Tensor) -> str | None:
+    """Why ``tensor`` cannot be detached, or ``None``."""
+    if type(tensor) not in (torch.Tensor, torch.nn.Parameter):
+        return f"a tensor subclass ({type(tensor).__module__}.{type(tensor).__qualname__})"
+    if tensor.is_quantized:
+        return f"a quantized tensor ({tensor.dtype})"
+    if tensor.layout != torch.strided or tensor.is_nested:
+        return f"not dense (layout {tensor.layout})"
+    if tensor.device.type != "cpu":
+        return f"on {tensor.device}, not the CPU"
+    if tensor.is_conj() or tensor.is_neg():
+        return "a lazily conjugated or negated view"
+    if torch_compat.tensor_base(tensor) is not None:
+        if isinstance(tensor, torch.nn.Parameter) or tensor.requires_grad:
+            return "an autograd view that requires grad"
+        if weakref.getweakrefs(tensor) or torch_compat.tensor_use_count(tensor) > 1:
+            return "an autograd view with weak references or other owners, which cannot be rebound in place"
+    return None
+
+
+def _registered(components: Sequence[OffloadedComponent]) -> list[_Entry]:
+    entries: dict[int, _Entry] = {}
+    for component in components:
+        module = component.module
+        for qualified, tensor in (
+            *module.named_parameters(remove_duplicate=False),
+            *module.named_buffers(remove_duplicate=False),
+        ):
+            name = f"{component.name}.{qualified}"
+            if id(tensor) in entries:
+                entries[id(tensor)].names.append(name)
+            else:
+                entries[id(tensor)] = _Entry(tensor, [name])
+    return list(entries.values())
+
+
+def _exact_groups(entries: list[_Entry]) -> list[_Group]:
+    """Group exact aliases; refuse two tensors that overlap without being the same view."""
+    groups: dict[tuple[Any, ...], _Group] = {}
+    for entry in entries:
+        t, span = entry.tensor, PayloadInterval.of_tensor(entry.tensor)
+        groups.setdefault((span, t.dtype, tuple(t.shape), t.stride()), _Group(span)).entries.append(entry)
+    active: list[_Group] = []
+    for group in sorted((g for g in groups.values() if g.span.nbytes), key=lambda g: (g.span.start, g.span.end)):
+        active = [a for a in active if a.span.end > group.span.start]
+        if active:
+            pair = [active[0].entries[0].names[0], group.entries[0].names[0]]
+            raise _Refusal("partial_alias", f"{pair[0]} and {pair[1]} overlap without being the same view", pair)
+        active.append(group)
+    return list(groups.values())
+
+
+def _pinning_possible() -> bool:
+    """Whether any tensor can be CUDA-pinned, asked without creating a CUDA context."""
+    if torch.version.cuda is None and torch.version.hip is None:
+        return False
+    probe = _allocator.backend()
+    return any(probe.has_primary_context(i) for i in range(probe.device_count()))
+
+
+def _owns_storage(group: _Group) -> bool:
+    tensor = group.entries[0].tensor
+    storage = tensor.untyped_storage()
+    return (
+        all(torch_compat.tensor_base(e.tensor) is None for e in group.entries)
+        and storage.resizable()
+        and group.span.start == storage.data_ptr()
+        and group.span.nbytes == storage.nbytes()
+    )
+
+
+def _plan(components: Sequence[OffloadedComponent], retained: list[PayloadInterval], max_copy_bytes: int) -> _Plan:
+    entries = _registered(components)
+    bad = [(e, why) for e in entries if (why := _unsupported(e.tensor)) is not None]
+    if bad:
+        names = [e.names[0] for e, _ in bad]
+        raise _Refusal("unsupported_tensor", f"{names[0]} is {bad[0][1]}; only plain dense CPU tensors detach", names)
+    groups = _exact_groups(entries)
+    exact = set(retained)
+    pinning = _pinning_possible()
+    plan, overlapping = _Plan(), []
+    for group in groups:
+        skip = None
+        if group.span.nbytes and group.span in exact:
+            skip = "runtime_source"
+        elif any(group.span.overlaps(r) for r in retained):
+            overlapping.append(group.entries[0].names[0])
+            continue
+        elif pinning and group.entries[0].tensor.is_pinned():
+            skip = "pinned"
+        elif _owns_storage(group):
+            skip = "owns_storage"
+        if skip is None:
+            plan.selected.append(group)
+        else:
+            plan.skipped_tensors[skip] = plan.skipped_tensors.get(skip, 0) + len(group.entries)
+            plan.skipped_bytes[skip] = plan.skipped_bytes.get(skip, 0) + group.span.nbytes
+    if overlapping:
+        detail = f"{overlapping[0]} overlaps a CPU payload interval its runtime retains as a source"
+        raise _Refusal("overlaps_retained_interval", detail, overlapping)
+    return plan
+
+
+def _copy(plan: _Plan) -> None:
+    """Copy every selected group into one new storage, then rebind the registered objects to it."""
+    storages = []
+    for group in plan.selected:  # allocate and copy everything before rebinding anything
+        source = group.entries[0].tensor
+        raw = torch.empty(group.span.nbytes, dtype=torch.uint8)
+        if group.span.nbytes:
+            offset = group.span.start - source.untyped_storage().data_ptr()
+            raw.copy_(torch.empty(0, dtype=torch.uint8).set_(source.untyped_storage(), offset, (group.span.nbytes,)))
+        storages.append(raw.untyped_storage())
+    for group, storage in zip(plan.selected, storages, strict=True):
+        for entry in group.entries:
+            tensor = entry.tensor
+            fresh = torch.empty(0, dtype=tensor.dtype).set_(storage, 0, tensor.shape, tensor.stride())
+            if torch_compat.tensor_base(tensor) is None:
+                tensor.data = fresh
+            else:  # an autograd view keeps its base alive through .data: swap the implementation instead
+                own = tensor.__dict__
+                torch.utils.swap_tensors(tensor, fresh)
+                tensor.__dict__ = own
+            del fresh
+
+
+def _report(**fields: Any) -> AuxiliarySourceDetachReport:
+    return AuxiliarySourceDetachReport(setup=AuxiliarySourceDetachSetup(auxiliary_cpu_source_detach=fields))
+
+
+def detach_auxiliary_cpu_sources(
+    components: Sequence[OffloadedComponent],
+    *,
+    enabled: bool = True,
+    max_copy_bytes: int = DEFAULT_MAX_COPY_BYTES,
+) -> AuxiliarySourceDetachReport:
+    """Copy the selected residual CPU views of ``components`` into storage of their own, or refuse.
+
+    Prefer :meth:`DynamicOffloadApplyResult.detach_auxiliary_cpu_sources
+    <ddo_hooks.offload.apply.DynamicOffloadApplyResult.detach_auxiliary_cpu_sources>`, which passes the
+    components it applied. Call it before the first forward, with exclusive ownership of the
+    components; not concurrently with loading or inference.
+
+    Args:
+        components: The offloaded components and their runtimes' adapters.
+        enabled: ``False`` returns an explicit no-op report and touches nothing.
+        max_copy_bytes: The ceiling for the selected views' total size, in bytes.
+
+    Returns:
+        A validated report (route ``auxiliary_cpu_source_detach``): ``executed``, ``noop`` or
+        ``refused`` with a reason code and a sentence (a refusal changes nothing).
+
+    Raises:
+        InvalidArgumentError: A malformed argument (the message names it).
+    """
+    _check_arguments(components, enabled, max_copy_bytes)
+    start = time.perf_counter()
+    common: dict[str, Any] = {"max_copy_bytes": max_copy_bytes}
+    if not enabled:
+        detail = "disabled (enabled=False): nothing was inspected or copied"
+        return _report(status="noop", noop_reason="disabled", detail=detail, elapsed_seconds=0.0, **common)
+    observations: list[ComponentSourceObservation] = []
+    plan: _Plan | None = None
+    try:
+        retained = [interval for component in components for interval in _observe(component, observations)]
+        plan = _plan(components, retained, max_copy_bytes)
+        if plan.selected_bytes > max_copy_bytes:
+            raise _Refusal(
+                "exceeds_ceiling",
+                f"the selected views total {format_size(plan.selected_bytes)} ({plan.selected_bytes} bytes), more"
+                f" than max_copy_bytes={max_copy_bytes}; raise the ceiling if copying them is intended",
+            )
+    except _Refusal as refusal:
+        if plan is not None:
+            common.update(selected_tensors=plan.selected_tensors, selected_bytes=plan.selected_bytes)
+            common.update(skipped_tensors=plan.skipped_tensors, skipped_bytes=plan.skipped_bytes)
+        return _report(
+            status="refused",
+            refusal_reason=refusal.reason,
+            detail=refusal.detail,
+            offending=refusal.offending,
+            components=tuple(observations),
+            elapsed_seconds=time.perf_counter() - start,
+            **common,
+        )
+    selected_tensors, selected_bytes = plan.selected_tensors, plan.selected_bytes
+    alias_groups = sum(len(g.entries) > 1 for g in plan.selected)
+    host_before = observe_host()
+    with torch.no_grad(), guard.section("loading", "detach_auxiliary_cpu_sources"):
+        _copy(plan)
+    skipped_tensors, skipped_bytes = plan.skipped_tensors, plan.skipped_bytes
+    skipped = ", ".join(f"{n} {reason}" for reason, n in sorted(skipped_tensors.items())) or "none"
+    del plan  # the old views die here unless somebody else holds them
+    host_after = observe_host()
+    detail = (
+        f"copied {selected_tensors} tensor(s), {format_size(selected_bytes)}, into storage of their own"
+        f" (skipped: {skipped}); a loader storage is freed only when nobody else holds a view into it"
+    )
+    return _report(
+        status="executed",
+        detail=detail,
+        selected_tensors=selected_tensors,
+        selected_bytes=selected_bytes,
+        copied_tensors=selected_tensors,
+        copied_bytes=selected_bytes,
+        alias_groups=alias_groups,
+        skipped_tensors=skipped_tensors,
+        skipped_bytes=skipped_bytes,
+        components=tuple(observations),
+        elapsed_seconds=time.perf_counter() - start,
+        host_before=host_before,
+        host_after=host_after,
+        **common,
+    )

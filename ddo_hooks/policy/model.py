@@ -1,0 +1,292 @@
+r"""The hook policy: which phase boundaries act, what they run, and the release settings.
+
+:class:`HookPolicy` is a strict, frozen pydantic model of a small YAML file (every key but
+``version`` optional; ``ddo_hooks/policy/presets/default.yaml`` shows them all). Loading never lets
+a raw YAML, pydantic or OS error escape: each problem becomes one line of a
+:class:`~ddo_hooks.errors.PolicyError`, ``file:line:col: key.path: problem; fix``. A loaded
+policy remembers where each key came from (:meth:`HookPolicy.locate`), so code that checks
+action names at attach time can point at the offending line.
+
+Examples:
+    >>> policy = HookPolicy.from_yaml_text("version: 1\nrelease: {min_releasable_bytes: 64MiB}\n")
+    >>> policy.release.min_releasable_bytes, policy.enabled_boundaries()
+    (67108864, ('before_transformer', 'before_vae', 'after_call'))
+    >>> HookPolicy.from_yaml_text("version: 1\nboundaries:\n  before_vea: {}\n", source="policy.yaml")
+    Traceback (most recent call last):
+    ...
+    ddo_hooks.errors.PolicyError: policy.yaml:3:3: boundaries.before_vea: unknown key; did you mean ...
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from importlib import resources
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BeforeValidator, Field, PrivateAttr, StrictBool, ValidationError, field_validator, model_validator
+
+from ddo_hooks._diagnostics import Positions, did_you_mean, show_value, where
+from ddo_hooks.boundaries import BOUNDARIES, HOST_CACHE_RELEASE
+from ddo_hooks.errors import InvalidArgumentError, PolicyError
+from ddo_hooks.policy.parts import (
+    DEVICE_PATTERN,
+    ActionSpec,
+    AuxiliarySourcesPolicy,
+    BoundariesPolicy,
+    BoundaryPolicy,
+    Model,
+    ReleasePolicy,
+    located_error,
+    validate_device,
+)
+from ddo_hooks.policy.yaml_loader import describe_validation_error, load_yaml, read_policy_file
+
+__all__ = ["SUPPORTED_VERSIONS", "HookPolicy", "policy_json_schema"]
+
+SUPPORTED_VERSIONS: tuple[int, ...] = (1,)
+"""The policy versions this release reads."""
+
+_SUPPORTED = f"supported versions: {', '.join(map(str, SUPPORTED_VERSIONS))}"
+
+
+def _version_problem(value: object) -> str | None:
+    if type(value) is int and value in SUPPORTED_VERSIONS:
+        return None
+    kind = f" (a {type(value).__name__})" if isinstance(value, (str, bool, float)) else ""
+    return f"unsupported version {show_value(value)}{kind}; {_SUPPORTED} (write 'version: 1')"
+
+
+class HookPolicy(Model):
+    """A hook policy, schema version 1. Build it with :meth:`from_yaml` or :meth:`from_mapping`.
+
+    Two policies are equal when their settings are equal, wherever they were loaded from.
+    """
+
+    version: Literal[1]
+    """The policy format version (supported: 1)."""
+    enabled: StrictBool = True
+    """The master switch: ``false`` attaches nothing that acts (every boundary is a no-op)."""
+    device: Annotated[
+        str, BeforeValidator(validate_device, json_schema_input_type=Annotated[str, Field(pattern=DEVICE_PATTERN)])
+    ] = "cuda"
+    """The CUDA device whose transfers a release waits for: ``cuda`` or ``cuda:N``."""
+    report_sink: Annotated[str, Field(min_length=1)] | None = None
+    """A JSON Lines file the reports are appended to; a relative path resolves against the policy
+    file's folder (or the working directory for a policy not loaded from a file)."""
+    release: ReleasePolicy = Field(default_factory=ReleasePolicy)
+    """Settings of the built-in ``host_cache_release`` action at every boundary; the action's
+    ``options`` at one boundary override them there."""
+    boundaries: BoundariesPolicy = Field(default_factory=BoundariesPolicy)
+    """Each boundary: whether it is enabled and the ordered actions it runs."""
+    auxiliary_sources: AuxiliarySourcesPolicy = Field(default_factory=AuxiliarySourcesPolicy)
+    """The auxiliary-source diagnostic (disabled by default)."""
+
+    _source: str = PrivateAttr(default="<policy>")
+    _positions: Positions = PrivateAttr(default_factory=dict)
+    _base_dir: Path | None = PrivateAttr(default=None)
+
+    @field_validator("version", mode="before")
+    @classmethod
+    def _supported(cls, value: object) -> object:
+        if problem := _version_problem(value):
+            raise located_error("version", problem)
+        return value
+
+    @model_validator(mode="after")
+    def _does_something(self) -> HookPolicy:
+        if self.enabled and not any(getattr(self.boundaries, name).enabled for name in BOUNDARIES):
+            problem = "every boundary is disabled, so the policy would do nothing"
+            fix = "enable a boundary or set enabled: false at the top"
+            raise located_error("inert_policy", f"{problem}; {fix}", ("boundaries",))
+        return self
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, HookPolicy):
+            return NotImplemented
+        return type(self) is type(other) and self.__dict__ == other.__dict__
+
+    def __hash__(self) -> int:
+        # Action options are mappings (unhashable); equal policies have equal action names.
+        names = tuple((b.enabled, b.action_names()) for b in (self.boundary(n) for n in BOUNDARIES))
+        return hash((self.version, self.enabled, self.device, self.report_sink, self.release, names))
+
+    # -- loading -------------------------------------------------------------------------
+
+    @classmethod
+    def from_yaml(cls, path: str | os.PathLike[str]) -> HookPolicy:
+        """Load a policy file.
+
+        Args:
+            path: The YAML file (UTF-8).
+
+        Returns:
+            The policy, remembering the file and the position of every key.
+
+        Raises:
+            PolicyError: The file is missing, a directory, binary or not UTF-8, is not valid
+                YAML, or is not a valid policy; one line per problem, each with line and column.
+        """
+        if not isinstance(path, (str, os.PathLike)):
+            raise PolicyError(f"from_yaml expects a path (str or os.PathLike), got {type(path).__name__}")
+        source = os.fspath(path)
+        text = read_policy_file(source)
+        return cls._load(text, source, Path(source).absolute().parent)
+
+    @classmethod
+    def from_yaml_text(cls, text: str, source: str = "<string>") -> HookPolicy:
+        """Load a policy from YAML text; ``source`` names it in messages.
+
+        Raises:
+            PolicyError: As :meth:`from_yaml`, for everything after reading the file.
+        """
+        return cls._load(text, source, None)
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any], source: str = "<mapping>") -> HookPolicy:
+        """Validate a policy given as a mapping (e.g. ``policy.model_dump(mode="json")``).
+
+        Raises:
+            PolicyError: The mapping is not a valid policy; one line per problem.
+        """
+        return cls._validate(data, source, {}, None)
+
+    @classmethod
+    def default(cls) -> HookPolicy:
+        """The packaged default policy ``ddo_hooks/policy/presets/default.yaml``: ``HookPolicy(version=1)``.
+
+        Examples:
+            >>> HookPolicy.default() == HookPolicy(version=1)
+            True
+        """
+        resource = resources.files("ddo_hooks.policy").joinpath("presets/default.yaml")
+        try:
+            text = resource.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise PolicyError(f"{resource}: cannot read the packaged default ({e}); reinstall ddo-hooks") from e
+        return cls._load(text, str(resource), None)
+
+    @classmethod
+    def _load(cls, text: str, source: str, base_dir: Path | None) -> HookPolicy:
+        data, positions = load_yaml(text, source)
+        return cls._validate(data, source, positions, base_dir)
+
+    @classmethod
+    def _validate(cls, data: object, source: str, positions: Positions, base_dir: Path | None) -> HookPolicy:
+        top = where(source, positions, ())
+        if data is None:
+            raise PolicyError(f"{source}: the policy is empty; write at least 'version: 1' (see examples/)")
+        if not isinstance(data, Mapping):
+            shape = "a mapping of settings starting with 'version: 1'"
+            raise PolicyError(f"{top}: the top level must be {shape}, got {show_value(data)}")
+        if "version" not in data:
+            raise PolicyError(f"{top}: version: missing; add 'version: 1' at the top ({_SUPPORTED})")
+        if problem := _version_problem(data["version"]):
+            raise PolicyError(f"{where(source, positions, ('version',))}: version: {problem}")
+        try:
+            policy = cls.model_validate(dict(data))
+        except ValidationError as e:
+            raise PolicyError(describe_validation_error(e, model=cls, source=source, positions=positions)) from e
+        except RecursionError as e:
+            raise PolicyError(f"{source}: the policy is nested too deeply (or contains itself)") from e
+        known = dict(positions)
+        for path, position in positions.items():
+            if len(path) == 4 and path[0] == "boundaries" and path[2] == "actions":
+                known.setdefault((*path, "name"), position)
+        policy._source, policy._positions, policy._base_dir = source, known, base_dir
+        return policy
+
+    # -- reading -------------------------------------------------------------------------
+
+    @property
+    def source(self) -> str:
+        """Where the policy came from: the file path, ``<string>``, ``<mapping>`` or ``<policy>``."""
+        return self._source
+
+    def locate(self, path: tuple[str | int, ...]) -> str:
+        r"""``"file:line:col"`` of a key path such as ``("boundaries", "after_call", "actions", 1)``.
+
+        Returns just :attr:`source` when the position is unknown (a default, or a policy not
+        loaded from YAML).
+
+        Examples:
+            >>> policy = HookPolicy.from_yaml_text("version: 1\nboundaries:\n  after_call:\n"
+            ...                                    "    actions: [host_cache_release, my.flush]\n")
+            >>> policy.locate(("boundaries", "after_call", "actions", 1))
+            '<string>:4:35'
+            >>> policy.locate(("boundaries", "before_vae"))
+            '<string>'
+        """
+        found = self._positions.get(tuple(path))
+        return f"{self._source}:{found[0]}:{found[1]}" if found else self._source
+
+    def resolve_path(self, p: str | os.PathLike[str]) -> Path:
+        """Resolve a path from the policy, such as ``report_sink``.
+
+        ``~`` is expanded; a relative path is taken against the policy file's folder, or the
+        current working directory (at call time) for a policy not loaded from a file.
+
+        Examples:
+            >>> policy = HookPolicy.from_mapping({"version": 1, "report_sink": "reports.jsonl"})
+            >>> policy.resolve_path(policy.report_sink) == Path.cwd() / "reports.jsonl"
+            True
+        """
+        path = Path(p).expanduser()
+        if path.is_absolute():
+            return path
+        return (self._base_dir or Path.cwd()) / path
+
+    def boundary(self, name: str) -> BoundaryPolicy:
+        """The settings of one boundary.
+
+        Raises:
+            InvalidArgumentError: ``name`` is not one of :data:`BOUNDARIES` (the message suggests one).
+        """
+        if name not in BOUNDARIES:
+            guess = did_you_mean(name, BOUNDARIES)
+            hint = f"did you mean {guess!r}? " if guess else ""
+            listed = ", ".join(BOUNDARIES)
+            raise InvalidArgumentError(f"unknown boundary {show_value(name)}; {hint}(boundaries: {listed})")
+        return getattr(self.boundaries, name)
+
+    def actions(self, name: str) -> tuple[ActionSpec, ...]:
+        """The actions of one boundary, in order, each with the options it receives when it runs.
+
+        The built-in ``host_cache_release`` receives the ``release`` settings, overridden by its
+        own ``options`` at this boundary; every other action receives its ``options`` as written.
+
+        Examples:
+            >>> policy = HookPolicy.from_mapping({"version": 1, "release": {"collect": "young"}, "boundaries": {
+            ...     "after_call": {"actions": [{"name": "host_cache_release", "options": {"collect": "full"}}]}}})
+            >>> policy.actions("before_vae")[0].options, policy.actions("after_call")[0].options
+            ({'collect': 'young', 'min_releasable_bytes': 0}, {'collect': 'full', 'min_releasable_bytes': 0})
+        """
+        return tuple(
+            spec.model_copy(update={"options": _release_options(self.release, spec.options)})
+            if spec.name == HOST_CACHE_RELEASE
+            else spec
+            for spec in self.boundary(name).actions
+        )
+
+    def enabled_boundaries(self) -> tuple[str, ...]:
+        """The boundaries that act, in firing order; empty when the policy is disabled."""
+        if not self.enabled:
+            return ()
+        return tuple(name for name in BOUNDARIES if self.boundary(name).enabled)
+
+
+def _release_options(release: ReleasePolicy, overrides: Mapping[str, Any]) -> dict[str, Any]:
+    return ReleasePolicy.model_validate({**release.model_dump(), **overrides}).model_dump()
+
+
+def policy_json_schema() -> dict[str, Any]:
+    """The JSON Schema of a hook policy file, as checked into ``ddo_hooks/schemas``.
+
+    Examples:
+        >>> policy_json_schema()["required"]
+        ['version']
+    """
+    schema = HookPolicy.model_json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    return schema

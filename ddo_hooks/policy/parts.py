@@ -1,0 +1,222 @@
+"""The sections of a hook policy: boundaries and their actions, the release settings, the diagnostics.
+
+:class:`~ddo_hooks.policy.model.HookPolicy` is made of these models; each is strict and frozen,
+and every validation problem carries the key path where a message should point.
+
+Examples:
+    >>> spec = ActionSpec.model_validate({"name": "host_cache_release", "options": {"collect": "full"}})
+    >>> spec.options
+    {'collect': 'full'}
+    >>> BoundaryPolicy().action_names()
+    ('host_cache_release',)
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StrictBool,
+    ValidationError,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
+
+from ddo_hooks._diagnostics import KeyPath, show_value
+from ddo_hooks.boundaries import ACTION_NAME_PATTERN, HOST_CACHE_RELEASE
+from ddo_hooks.errors import InvalidArgumentError
+from ddo_hooks.release.devices import parse_cuda_device
+from ddo_hooks.sizes import ByteSize
+
+__all__ = [
+    "DEVICE_PATTERN",
+    "ActionEntry",
+    "ActionName",
+    "ActionSpec",
+    "AuxiliarySourcesPolicy",
+    "BoundariesPolicy",
+    "BoundaryPolicy",
+    "Model",
+    "ReleasePolicy",
+    "located_error",
+    "validate_device",
+]
+
+_ACTION_NAME_RE = re.compile(ACTION_NAME_PATTERN)
+DEVICE_PATTERN = r"^cuda(:[0-9]+)?$"
+"""The ``device`` values a policy accepts."""
+
+
+def located_error(kind: str, message: str, at: KeyPath = ()) -> PydanticCustomError:
+    """A validation error; ``at`` is a key path below the field, where the message points."""
+    return PydanticCustomError(kind, "{message}", {"message": message, "at": at})
+
+
+def validate_device(value: object) -> str:
+    """A policy's ``device``: ``cuda`` or ``cuda:N`` (a :func:`located_error` otherwise)."""
+    try:
+        index = parse_cuda_device(value if isinstance(value, str) else None)
+    except InvalidArgumentError as e:
+        raise located_error("device", f"{show_value(value)} is not a CUDA device; use 'cuda' or 'cuda:N'") from e
+    return "cuda" if index is None else f"cuda:{index}"
+
+
+def _action_name(value: object) -> object:
+    if isinstance(value, str) and not _ACTION_NAME_RE.match(value):
+        rule = "a lowercase letter, then a-z, 0-9, '_', '.', '-'"
+        raise located_error("action_name", f"{show_value(value)} is not an action name; use {rule}")
+    return value
+
+
+def _action_entry(value: object) -> object:
+    if isinstance(value, str):
+        return {"name": value}
+    if isinstance(value, (Mapping, ActionSpec)):
+        return value
+    form = f"an action name (e.g. {HOST_CACHE_RELEASE}) or a mapping {{name: ..., options: {{...}}}}"
+    raise located_error("action_entry", f"expected {form}, got {show_value(value)}")
+
+
+def _json_value(value: object, at: KeyPath) -> Any:
+    """Check that ``value`` is JSON data; return a copy with tuples as lists."""
+    if len(at) > 64:
+        raise located_error("json_value", "options nest more than 64 levels deep (or contain themselves)", at[:1])
+    if isinstance(value, float) and not math.isfinite(value):
+        raise located_error("json_value", f"{value!r} is not a JSON number; use a finite number or a string", at)
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, (list, tuple)):
+        return [_json_value(item, (*at, i)) for i, item in enumerate(value)]
+    if not isinstance(value, Mapping):
+        kinds = "strings, numbers, booleans, null, lists and mappings"
+        raise located_error("json_value", f"a {type(value).__name__} is not a JSON value; use {kinds}", at)
+    for key in value:
+        if not isinstance(key, str):
+            raise located_error("json_value", f"option key {show_value(key)} is not a string; quote it", at)
+    return {key: _json_value(item, (*at, key)) for key, item in value.items()}
+
+
+ActionName = Annotated[
+    str, BeforeValidator(_action_name), WithJsonSchema({"type": "string", "pattern": ACTION_NAME_PATTERN})
+]
+"""A registered action's name, e.g. ``host_cache_release`` (see :data:`ACTION_NAME_PATTERN`)."""
+
+
+class Model(BaseModel):
+    """The base of every policy model: strict (unknown keys refused), frozen, fields documented."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+
+class ReleasePolicy(Model):
+    """Settings of the built-in ``host_cache_release`` action.
+
+    The policy's ``release`` section holds them for every boundary; a boundary may override
+    them with the action's ``options`` (``{name: host_cache_release, options: {collect: full}}``).
+    """
+
+    collect: Literal["full", "young", "auto"] = "auto"
+    """Garbage collection before the release: ``full`` (every generation), ``young`` (0 and 1)
+    or ``auto`` (young, then full only if a dropped component is still alive)."""
+    min_releasable_bytes: ByteSize = 0
+    """Skip the release when fewer cached bytes are releasable (``0``: always release)."""
+
+
+def _check_release_options(options: Mapping[str, Any]) -> None:
+    """Refuse ``host_cache_release`` options that are not :class:`ReleasePolicy` settings."""
+    for key in options:
+        if key not in ReleasePolicy.model_fields:
+            keys = ", ".join(ReleasePolicy.model_fields)
+            message = f"unknown option of {HOST_CACHE_RELEASE}; it takes {keys} (the keys of 'release')"
+            raise located_error("release_option", message, ("options", key))
+    try:
+        ReleasePolicy.model_validate(options)
+    except ValidationError as e:
+        item = e.errors(include_url=False)[0]
+        message = item["msg"].removeprefix("Value error, ")
+        raise located_error(
+            "release_option", f"{show_value(item['input'])}: {message}", ("options", *item["loc"])
+        ) from e
+
+
+class ActionSpec(Model):
+    """One action a boundary runs; in YAML either its name or ``{name: ..., options: {...}}``."""
+
+    name: ActionName
+    """The action's registered name. Whether it exists is checked when the policy is attached."""
+    options: dict[str, Any] = Field(default_factory=dict)
+    """Options passed to the action: any JSON data (no NaN or infinity)."""
+
+    @field_validator("options", mode="before")
+    @classmethod
+    def _json_options(cls, value: object) -> object:
+        return _json_value(value, ()) if isinstance(value, Mapping) else value
+
+    @model_validator(mode="after")
+    def _builtin_options(self) -> ActionSpec:
+        if self.name == HOST_CACHE_RELEASE:
+            _check_release_options(self.options)
+        return self
+
+
+ActionEntry = Annotated[ActionSpec, BeforeValidator(_action_entry, json_schema_input_type=ActionName | ActionSpec)]
+
+
+class BoundaryPolicy(Model):
+    """What one phase boundary does."""
+
+    enabled: StrictBool = True
+    """Whether the boundary acts; a disabled boundary is a no-op."""
+    actions: tuple[ActionEntry, ...] = (ActionSpec(name=HOST_CACHE_RELEASE),)
+    """The actions run at the boundary, in order; each name at most once."""
+
+    @field_validator("actions")
+    @classmethod
+    def _unique(cls, actions: tuple[ActionSpec, ...]) -> tuple[ActionSpec, ...]:
+        seen: dict[str, int] = {}
+        for index, action in enumerate(actions):
+            if action.name in seen:
+                twice = f"action {action.name!r} is listed twice (entries {seen[action.name]} and {index})"
+                raise located_error("duplicate_action", f"{twice}; list each action once", (index,))
+            seen[action.name] = index
+        return actions
+
+    @model_validator(mode="after")
+    def _acts(self) -> BoundaryPolicy:
+        if self.enabled and not self.actions:
+            fix = f"add one (e.g. [{HOST_CACHE_RELEASE}]) or set enabled: false"
+            raise located_error("no_actions", f"an enabled boundary needs at least one action; {fix}", ("actions",))
+        return self
+
+    def action_names(self) -> tuple[str, ...]:
+        """The names of the actions, in order."""
+        return tuple(action.name for action in self.actions)
+
+
+class BoundariesPolicy(Model):
+    """The three phase boundaries; one not listed keeps its default."""
+
+    before_transformer: BoundaryPolicy = Field(default_factory=BoundaryPolicy)
+    """After the text encoders ran, before the denoising transformer starts."""
+    before_vae: BoundaryPolicy = Field(default_factory=BoundaryPolicy)
+    """After denoising, before the VAE decodes."""
+    after_call: BoundaryPolicy = Field(default_factory=BoundaryPolicy)
+    """After the pipeline call returned."""
+
+
+class AuxiliarySourcesPolicy(Model):
+    """A separate diagnostic opt-in, off by default."""
+
+    enabled: StrictBool = False
+    """Whether the auxiliary-source diagnostic runs."""
+    max_copy_bytes: ByteSize = 16 * 1024**2
+    """The largest copy the diagnostic may make (an int or a size such as ``16MiB``)."""

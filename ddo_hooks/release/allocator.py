@@ -1,0 +1,158 @@
+"""The torch allocator seam: the one place the release core asks about PyTorch's host allocator.
+
+Everything here is a thin, explicit seam (:class:`HostAllocatorBackend`): which torch entry
+point releases the pinned host cache, the raw allocator counters, and the CUDA probes that
+never create a context. The CPU test suite swaps the backend through :func:`use_backend`;
+the ``gpu`` tests exercise :class:`TorchHostAllocator` on a real device.
+
+Facts this relies on (``FACTS.md``, re-measured on the GPU machine):
+
+* ``torch._C._host_emptyCache`` (torch >= 2.5, CUDA/ROCm builds) frees the free blocks of
+  the CUDA host allocator; it makes no CUDA call and creates no context when nothing is cached.
+* ``torch._C._accelerator_emptyHostCache`` (torch >= 2.12) reaches the same allocator but
+  silently does nothing unless torch's lazy CUDA init ran, raises on CPU-only builds and
+  segfaults on MPS (pytorch #197561), so it is used only on CUDA builds after lazy init.
+* ``torch._C._cuda_hostMemoryStats`` (torch >= 2.7) reads the raw counters without a CUDA
+  call; ``torch.cuda.host_memory_stats()`` returns ``{}`` whenever the Python-side flag is
+  unset, even with gigabytes cached.
+* ``torch.cuda.synchronize(i)`` creates a context on device ``i`` if it has none;
+  ``torch._C._cuda_hasPrimaryContext(i)`` asks without creating one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import torch
+
+from ddo_hooks._compat import torch as torch_compat
+
+__all__ = ["EntryPoint", "HostAllocatorBackend", "TorchHostAllocator", "backend", "use_backend"]
+
+
+@dataclass(frozen=True)
+class EntryPoint:
+    """A torch function that releases the pinned host cache.
+
+    Attributes:
+        name: Its dotted name, recorded in reports.
+        call: The function itself.
+        requires_lazy_init: It silently does nothing unless torch's lazy CUDA init ran.
+    """
+
+    name: str
+    call: Callable[[], Any]
+    requires_lazy_init: bool = False
+
+
+class HostAllocatorBackend(Protocol):
+    """What the release core needs from torch; the seam the CPU tests replace."""
+
+    def torch_version(self) -> str:
+        """``torch.__version__``."""
+        ...
+
+    def entry_point(self) -> EntryPoint | str:
+        """The release entry point, or a sentence saying why this build has none."""
+        ...
+
+    def raw_host_stats(self) -> Mapping[str, Any] | None:
+        """The allocator's raw counters, or ``None`` when this torch cannot read them."""
+        ...
+
+    def in_bad_fork(self) -> bool:
+        """Whether this is a forked child of a process that had initialized CUDA."""
+        ...
+
+    def cuda_initialized(self) -> bool:
+        """The Python-side flag ``torch.cuda.is_initialized()``."""
+        ...
+
+    def device_count(self) -> int:
+        """Visible CUDA devices, without initializing CUDA."""
+        ...
+
+    def current_device(self) -> int:
+        """The current CUDA device; only called once CUDA is in use."""
+        ...
+
+    def has_primary_context(self, index: int) -> bool:
+        """Whether device ``index`` has a CUDA context; never creates one."""
+        ...
+
+    def synchronize(self, index: int) -> None:
+        """Wait for all work on device ``index``; only called when it has a context."""
+        ...
+
+
+class TorchHostAllocator:
+    """The real backend: the installed torch."""
+
+    def torch_version(self) -> str:
+        """``torch.__version__``."""
+        return str(torch.__version__)
+
+    def entry_point(self) -> EntryPoint | str:
+        """Decide which torch entry point releases the CUDA host allocator.
+
+        This is the only function that makes that decision.
+        """
+        if not torch_compat.is_cuda_build():
+            return f"torch {torch.__version__} is built without CUDA, so it has no CUDA host allocator"
+        host_empty = torch_compat.host_empty_cache()
+        if host_empty is not None:
+            return EntryPoint("torch._C._host_emptyCache", host_empty)
+        accelerator_empty = torch_compat.accelerator_empty_host_cache()
+        if accelerator_empty is not None:
+            return EntryPoint("torch._C._accelerator_emptyHostCache", accelerator_empty, requires_lazy_init=True)
+        return f"torch {torch.__version__} exposes no host-cache release entry point (torch >= 2.5 does)"
+
+    def raw_host_stats(self) -> Mapping[str, Any] | None:
+        """The raw counters (``torch._C._cuda_hostMemoryStats``), or ``None`` on a torch without them."""
+        return torch_compat.host_memory_stats()
+
+    def in_bad_fork(self) -> bool:
+        """Whether this is a forked child of a CUDA process."""
+        return torch_compat.in_bad_fork()
+
+    def cuda_initialized(self) -> bool:
+        """``torch.cuda.is_initialized()``."""
+        return torch.cuda.is_initialized()
+
+    def device_count(self) -> int:
+        """``torch.cuda.device_count()`` (through NVML: no CUDA init)."""
+        return torch.cuda.device_count()
+
+    def current_device(self) -> int:
+        """The current CUDA device, without lazy init."""
+        return torch_compat.current_device()
+
+    def has_primary_context(self, index: int) -> bool:
+        """Whether device ``index`` has a CUDA context; never creates one."""
+        return torch_compat.has_primary_context(index)
+
+    def synchronize(self, index: int) -> None:
+        """``torch.cuda.synchronize(index)``."""
+        torch.cuda.synchronize(index)
+
+
+_BACKEND: HostAllocatorBackend = TorchHostAllocator()
+
+
+def backend() -> HostAllocatorBackend:
+    """Return the backend the release core uses."""
+    return _BACKEND
+
+
+@contextlib.contextmanager
+def use_backend(replacement: HostAllocatorBackend) -> Iterator[HostAllocatorBackend]:
+    """Use ``replacement`` as the backend inside the block (for tests on machines without CUDA)."""
+    global _BACKEND
+    previous, _BACKEND = _BACKEND, replacement
+    try:
+        yield replacement
+    finally:
+        _BACKEND = previous

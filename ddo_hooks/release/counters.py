@@ -1,0 +1,95 @@
+"""Turn the pinned host allocator's raw counters into an :class:`AllocatorSnapshot`.
+
+The raw stats changed meaning in torch 2.10 (``FACTS.md``):
+
+========== ============================== ===============================
+torch      owned (cached + live)          handed out ("active")
+========== ============================== ===============================
+2.7 - 2.9  ``reserved_bytes``             ``allocated_bytes``
+2.10 +     ``allocated_bytes``            ``active_bytes``
+========== ============================== ===============================
+
+Owned bytes are trusted. The active counter is wrong before torch 2.13 (it only grows on
+2.10-2.12, and drifts by a byte per event-drained free on 2.7-2.12), so it is kept as
+reported and validated separately: it is usable only when it is a non-negative integer no
+greater than the owned bytes.
+
+Examples:
+    >>> raw = {"allocated_bytes": {"current": 0}, "active_bytes": {"current": 3_904_897_030}}
+    >>> snap = snapshot_from_raw(raw)
+    >>> snap.allocated_bytes, snap.reported_active_bytes, snap.active_bytes, snap.active_counter_consistent
+    (0, 3904897030, None, False)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from ddo_hooks.reports.release import AllocatorSnapshot, validate_active_counter
+
+__all__ = ["snapshot_from_raw", "unavailable_snapshot"]
+
+
+def unavailable_snapshot(reason: str) -> AllocatorSnapshot:
+    """A snapshot whose counters could not be read (never reported as zeros)."""
+    return AllocatorSnapshot(
+        status="unavailable",
+        unavailable_reason=reason,
+        allocated_bytes=None,
+        reported_active_bytes=None,
+        active_bytes=None,
+        active_counter_consistent=False,
+    )
+
+
+def _current(raw: Mapping[str, Any], key: str) -> Any:
+    """``raw[key]["current"]`` (nested layout) or ``raw[key + ".current"]`` (flat layout)."""
+    value = raw.get(key)
+    if isinstance(value, Mapping):
+        return value.get("current")
+    return raw.get(f"{key}.current")
+
+
+def _has(raw: Mapping[str, Any], key: str) -> bool:
+    return key in raw or f"{key}.current" in raw
+
+
+def snapshot_from_raw(raw: Mapping[str, Any] | None) -> AllocatorSnapshot:
+    """Normalize raw host-allocator stats of any supported torch into a snapshot.
+
+    Args:
+        raw: What ``torch._C._cuda_hostMemoryStats()`` returned, or ``None`` when this
+            torch cannot read the counters.
+
+    Returns:
+        An available snapshot, or an unavailable one that says why.
+    """
+    if raw is None:
+        return unavailable_snapshot("this torch cannot read the host allocator counters (torch >= 2.7 can)")
+    if _has(raw, "active_bytes"):
+        layout, owned_key, active_key = "torch>=2.10", "allocated_bytes", "active_bytes"
+    elif _has(raw, "reserved_bytes"):
+        layout, owned_key, active_key = "torch2.7-2.9", "reserved_bytes", "allocated_bytes"
+    else:
+        return unavailable_snapshot(f"unrecognized host allocator stats keys: {sorted(raw)[:8]}")
+    owned = _current(raw, owned_key)
+    if isinstance(owned, bool) or not isinstance(owned, int) or owned < 0:
+        return unavailable_snapshot(f"host allocator reported {owned_key}.current={owned!r}, not a byte count")
+    reported = _current(raw, active_key)
+    if (
+        isinstance(reported, bool)
+        or not isinstance(reported, (int, float))
+        or (isinstance(reported, float) and not math.isfinite(reported))
+    ):
+        reported = None
+    active = validate_active_counter(reported, owned)
+    return AllocatorSnapshot(
+        status="available",
+        allocated_bytes=owned,
+        reported_active_bytes=reported,
+        active_bytes=active,
+        active_counter_consistent=active is not None,
+        counter_layout=layout,
+    )

@@ -1,0 +1,225 @@
+"""Reading a file of DDO reports, and saying exactly where an invalid one is wrong.
+
+A report file is JSON Lines of ``{component, report}`` records (as ``ddo-hooks demo`` and
+:meth:`~ddo_hooks.reports.tracker.MetricsTracker.to_jsonl` write), a tracker JSON document
+(:meth:`~ddo_hooks.reports.tracker.MetricsTracker.to_json`) or one bare report. When it does not
+validate, :func:`diagnose_report_file` names the place as ``file:line:col: key.path: problem``.
+
+Examples:
+    >>> diagnose_report_file("r.jsonl", '{"component": "x", "report": {"schema_version": 2}}', "JSON Lines")
+    "r.jsonl:1:20: report.route: Unable to extract tag using discriminator 'route'"
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+
+from ddo_hooks._diagnostics import KeyPath, Positions, format_key_path, nearest_position, read_text_file
+from ddo_hooks.errors import InvalidArgumentError, ReportError
+from ddo_hooks.reports import REPORT_FILE_FORMS
+from ddo_hooks.reports.parse import REPORT_ADAPTER, ROUTES, parse_report
+from ddo_hooks.reports.tracker import MetricsTracker
+
+__all__ = ["REPORT_FILE_FORMS", "ReportFile", "diagnose_report_file", "json_positions", "load_report_file"]
+
+_WS = re.compile(r"[ \t\n\r]*")
+
+
+# -- reading report files --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ReportFile:
+    """A validated report file: its form and ``(component, report)`` records (component ``None``: a bare report)."""
+
+    path: str
+    form: str
+    records: list[tuple[str | None, Any]]
+
+
+def _read_text(source: str) -> str:
+    text = read_text_file(
+        source,
+        kind="report",
+        error=ReportError,
+        directory_fix="pass a .jsonl or .json file",
+        binary_fix=f"expected {REPORT_FILE_FORMS}",
+        encoding_fix="save the reports as UTF-8 JSON",
+    )
+    if not text.strip():
+        raise ReportError(f"{source}: is empty; expected {REPORT_FILE_FORMS}")
+    return text
+
+
+def _detect(source: str, text: str) -> tuple[str, Any]:
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        first = next(line for line in text.splitlines() if line.strip())
+        try:
+            json.loads(first)
+        except json.JSONDecodeError:
+            raise ReportError(f"{source}:{e.lineno}:{e.colno}: not JSON: {e.msg}; expected {REPORT_FILE_FORMS}") from e
+        return "JSON Lines", None
+    if isinstance(data, dict) and "records" in data:
+        return "tracker JSON", data
+    if isinstance(data, dict) and {"component", "report"} & set(data):
+        return "JSON Lines", data
+    if not isinstance(data, dict):
+        raise ReportError(
+            f"{source}:1:1: a JSON {type(data).__name__} is not a report file; expected {REPORT_FILE_FORMS}"
+        )
+    return "report JSON", data
+
+
+def load_report_file(path: str | os.PathLike[str]) -> ReportFile:
+    """Read and validate a report file: JSON Lines, a tracker JSON document or one bare report.
+
+    Args:
+        path: The file.
+
+    Returns:
+        The :class:`ReportFile`.
+
+    Raises:
+        ReportError: The file is missing, a directory, binary, not UTF-8, empty, not JSON, or
+            holds an invalid record; the message says ``file:line:col: key.path: problem``.
+    """
+    source = os.fspath(path)
+    text = _read_text(source)
+    try:
+        form, data = _detect(source, text)
+        try:
+            if form == "JSON Lines":
+                records: list[tuple[str | None, Any]] = list(MetricsTracker.from_jsonl(text).records())
+            elif form == "tracker JSON":
+                records = list(MetricsTracker.from_json(text).records())
+            else:
+                records = [(None, parse_report(data))]
+        except ReportError as e:
+            raise ReportError(diagnose_report_file(source, text, form) or f"{source}: {e}") from e
+    except (RecursionError, ValueError) as e:  # nested too deeply, or a number too long to read
+        if isinstance(e, ReportError):
+            raise
+        raise ReportError(f"{source}: cannot be read as JSON ({e}); expected {REPORT_FILE_FORMS}") from e
+    if not records:
+        raise ReportError(f"{source}: holds no reports; expected {REPORT_FILE_FORMS}")
+    return ReportFile(source, form, records)
+
+
+def json_positions(text: str) -> Positions:
+    r"""The 1-based (line, column) of every key path of a valid JSON document (keys, list items).
+
+    Examples:
+        >>> json_positions('{"a": [1,\n {"b": 2}]}')[("a", 1, "b")]
+        (2, 3)
+    """
+    offsets: dict[KeyPath, int] = {}
+    scan = json.JSONDecoder().raw_decode
+
+    def value(i: int, path: KeyPath) -> int:
+        i = _WS.match(text, i).end()  # type: ignore[union-attr]
+        offsets.setdefault(path, i)
+        opener = text[i]
+        if opener not in "[{":
+            return scan(text, i)[1]
+        i, index = i + 1, 0
+        while True:
+            i = _WS.match(text, i).end()  # type: ignore[union-attr]
+            if text[i] in "]}":
+                return i + 1
+            if text[i] == ",":
+                i += 1
+                continue
+            if opener == "{":
+                key, end = json.decoder.scanstring(text, i + 1)  # type: ignore[attr-defined]
+                offsets[(*path, key)] = i
+                i = value(text.index(":", end) + 1, (*path, key))
+            else:
+                i, index = value(i, (*path, index)), index + 1
+
+    with contextlib.suppress(ValueError, IndexError, RecursionError):
+        value(0, ())  # the caller validated the document; positions found before a failure still help
+    starts = [0] + [m.end() for m in re.finditer("\n", text)]
+    positions: Positions = {}
+    for path, offset in offsets.items():
+        line = next(n for n in range(len(starts), 0, -1) if starts[n - 1] <= offset)
+        positions[path] = (line, offset - starts[line - 1] + 1)
+    return positions
+
+
+def _report_problems(data: Any, positions: Positions, prefix: KeyPath) -> list[tuple[tuple[int, int], str]]:
+    try:
+        REPORT_ADAPTER.validate_python(data)
+        return []
+    except ValidationError as e:
+        errors = e.errors(include_url=False)
+    found = []
+    for item in errors:
+        loc = tuple(item["loc"])
+        loc = loc[1:] if loc and loc[0] in ROUTES else loc
+        if item["type"].startswith("union_tag"):
+            loc = ("route",)
+        path = (*prefix, *loc)
+        message = item["msg"].removeprefix("Value error, ")
+        found.append((nearest_position(positions, path) or (1, 1), f"{format_key_path(path)}: {message}"))
+    return found
+
+
+def _record_problems(item: Any, positions: Positions, prefix: KeyPath) -> list[tuple[tuple[int, int], str]]:
+    where = nearest_position(positions, prefix) or (1, 1)
+    if not isinstance(item, dict) or set(item) != {"component", "report"}:
+        got = f"keys {', '.join(map(repr, item))}" if isinstance(item, dict) else f"a JSON {type(item).__name__}"
+        name = format_key_path(prefix) if prefix else "record"
+        return [(where, f"{name}: expected an object with exactly 'component' and 'report', got {got}")]
+    problems = _report_problems(item["report"], positions, (*prefix, "report"))
+    if not problems:
+        try:
+            MetricsTracker().record_ddo_metrics(parse_report(item["report"]), component=item["component"])
+        except InvalidArgumentError as e:
+            path = (*prefix, "component")
+            problems = [(nearest_position(positions, path) or where, f"{format_key_path(path)}: {e}")]
+    return problems
+
+
+def diagnose_report_file(source: str, text: str, form: str) -> str:
+    """Say where a report file that failed validation is wrong, for people.
+
+    Args:
+        source: The file name, as messages show it.
+        text: Its text.
+        form: ``"JSON Lines"``, ``"tracker JSON"`` or ``"report JSON"``.
+
+    Returns:
+        ``file:line:col: key.path: problem`` lines for the first invalid record (one line per
+        problem), or ``""`` when nothing is found to be wrong.
+    """
+    if form == "JSON Lines":
+        for number, line in enumerate(text.splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                item = json.loads(line)
+            except json.JSONDecodeError as e:
+                return f"{source}:{number}:{e.colno}: not JSON: {e.msg}; each line holds one JSON object"
+            problems = _record_problems(item, json_positions(line), ())
+            if problems:
+                return "\n".join(f"{source}:{number}:{col}: {message}" for (_, col), message in problems)
+        return ""
+    data, positions = json.loads(text), json_positions(text)
+    if form == "report JSON":
+        problems = _report_problems(data, positions, ())
+    elif not isinstance(data.get("records"), list):
+        problems = [(nearest_position(positions, ("records",)) or (1, 1), "records: expected a list of records")]
+    else:
+        problems = []
+        for index, item in enumerate(data["records"]):
+            problems = problems or _record_problems(item, positions, ("records", index))
+    return "\n".join(f"{source}:{line}:{col}: {message}" for (line, col), message in problems)

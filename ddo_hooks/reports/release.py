@@ -1,0 +1,291 @@
+"""The report of the release core (route ``pytorch_host_cache_release``), schema version 1.
+
+A host can print or serialize it without reading allocator internals::
+
+    {"schema_version": 1, "route": "pytorch_host_cache_release",
+     "setup": {"host_cache_release": {"phase": "before_transformer", "status": "executed", ...}}}
+
+Validation rejects impossible reports (negative byte counts, an executed release without
+allocator snapshots, ``released`` without ``executed``, a delta that is not before minus
+after) with a message that names the field.
+
+Examples:
+    >>> from ddo_hooks import release_pytorch_host_cache
+    >>> report = release_pytorch_host_cache(phase="after_call")
+    >>> data = report.model_dump(mode="json")
+    >>> data["schema_version"], data["route"], data["setup"]["host_cache_release"]["status"]
+    (1, 'pytorch_host_cache_release', 'noop')
+    >>> HostCacheReleaseReport.model_validate(data) == report
+    True
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+from pydantic import StrictBool, StrictFloat, StrictInt, field_validator, model_validator
+
+from ddo_hooks.reports.base import Bytes, HostObservation, PhaseLabel, ReportModel, RouteReport, Seconds
+
+__all__ = [
+    "AllocatorSnapshot",
+    "GarbageCollection",
+    "HostCacheRelease",
+    "HostCacheReleaseReport",
+    "HostCacheReleaseSetup",
+    "NoopReason",
+    "ReleaseTimings",
+    "ThresholdDecision",
+    "validate_active_counter",
+]
+
+NoopReason = Literal[
+    "disabled",
+    "unsupported_build",
+    "cuda_not_initialized",
+    "forked_child",
+    "lazy_init_required",
+    "below_threshold",
+]
+
+
+def validate_active_counter(reported: object, allocated: int | None) -> int | None:
+    """Validate a reported active-bytes counter against the owned bytes, as the spec says.
+
+    Args:
+        reported: The active counter as the allocator reported it (any value, or ``None``).
+        allocated: The owned (cached + live) bytes of the same snapshot, or ``None``.
+
+    Returns:
+        The counter when it is a non-negative integer no greater than ``allocated``;
+        otherwise ``None`` (absent, negative, not an integer, or greater than owned).
+
+    Examples:
+        >>> validate_active_counter(1024, 4096)
+        1024
+        >>> validate_active_counter(3_904_897_030, 0) is None  # torch 2.11 after a release
+        True
+    """
+    if allocated is None or isinstance(reported, bool) or not isinstance(reported, int):
+        return None
+    if reported < 0 or reported > allocated:
+        return None
+    return reported
+
+
+class AllocatorSnapshot(ReportModel):
+    """One reading of PyTorch's pinned host allocator counters (raw stats, no CUDA call)."""
+
+    status: Literal["available", "unavailable"]
+    """``available`` when the counters were read; ``unavailable`` otherwise (never zeros)."""
+    unavailable_reason: str | None = None
+    """Why the counters could not be read; ``None`` when available."""
+    allocated_bytes: Bytes | None
+    """Bytes of pinned blocks the allocator owns, cached and live (power-of-two rounded).
+
+    Not native host storage and not total process memory."""
+    reported_active_bytes: StrictInt | StrictFloat | None
+    """The active (handed-out) counter exactly as reported; may be negative or too large."""
+    active_bytes: Bytes | None
+    """The validated active counter: ``None`` when absent, negative, non-integer or above owned."""
+    active_counter_consistent: StrictBool
+    """Whether ``active_bytes`` is usable; never use an inconsistent counter for decisions."""
+    counter_layout: Literal["torch>=2.10", "torch2.7-2.9"] | None = None
+    """Which key set the raw stats used (``allocated_bytes`` changed meaning in torch 2.10)."""
+
+    @field_validator("reported_active_bytes")
+    @classmethod
+    def _finite(cls, value: int | float | None) -> int | float | None:
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError("reported_active_bytes must be finite; store a non-finite counter as null")
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> AllocatorSnapshot:
+        if self.status == "unavailable":
+            filled = [
+                name
+                for name in ("allocated_bytes", "reported_active_bytes", "active_bytes", "counter_layout")
+                if getattr(self, name) is not None
+            ]
+            if filled or self.active_counter_consistent:
+                raise ValueError(
+                    f"an unavailable snapshot carries no counters, but {filled or ['active_counter_consistent']}"
+                    " is set; set status='available' or clear those fields"
+                )
+            if not self.unavailable_reason:
+                raise ValueError("an unavailable snapshot needs unavailable_reason saying why")
+            return self
+        if self.allocated_bytes is None:
+            raise ValueError("an available snapshot needs allocated_bytes")
+        if self.unavailable_reason is not None:
+            raise ValueError("unavailable_reason is only for status='unavailable'")
+        expected = validate_active_counter(self.reported_active_bytes, self.allocated_bytes)
+        if self.active_bytes != expected:
+            raise ValueError(
+                f"active_bytes must be {expected!r}: the validated value of reported_active_bytes="
+                f"{self.reported_active_bytes!r} against allocated_bytes={self.allocated_bytes}"
+            )
+        if self.active_counter_consistent != (expected is not None):
+            raise ValueError(
+                f"active_counter_consistent must be {expected is not None} when active_bytes is {expected!r}"
+            )
+        return self
+
+
+class ReleaseTimings(ReportModel):
+    """Where ``elapsed_seconds`` went, step by step."""
+
+    collect_seconds: Seconds
+    """Python garbage collection."""
+    synchronize_seconds: Seconds | None
+    """Waiting once for the selected device's transfers; ``None`` when not synchronized."""
+    snapshot_seconds: Seconds
+    """Reading allocator counters and host memory, before and after."""
+    release_seconds: Seconds | None
+    """The torch release call itself; ``None`` when it was not called."""
+
+
+class GarbageCollection(ReportModel):
+    """How Python garbage was collected before the release."""
+
+    strategy: Literal["full", "young", "auto"]
+    """``full``: every generation. ``young``: generations 0 and 1 only. ``auto``: young, then
+    full only if an object expected to be freed is still alive."""
+    full_collection: StrictBool
+    """Whether the oldest generation was collected."""
+    unreachable_objects: Bytes
+    """Unreachable objects found (the return value of :func:`gc.collect`)."""
+    expected_freed: tuple[str, ...] = ()
+    """Names of the objects the caller expected to be freed (dropped components)."""
+    survivors: tuple[str, ...] = ()
+    """Expected-freed objects still alive after collection: something else references them,
+    so their memory cannot be released."""
+
+    @model_validator(mode="after")
+    def _survivors_expected(self) -> GarbageCollection:
+        unknown = set(self.survivors) - set(self.expected_freed)
+        if unknown:
+            raise ValueError(f"survivors {sorted(unknown)} are not among expected_freed")
+        if self.strategy == "full" and not self.full_collection:
+            raise ValueError("strategy 'full' always collects the oldest generation")
+        if self.strategy == "young" and self.full_collection:
+            raise ValueError("strategy 'young' never collects the oldest generation")
+        return self
+
+
+class ThresholdDecision(ReportModel):
+    """The decision against ``min_releasable_bytes``, made from the snapshot before release."""
+
+    min_releasable_bytes: Bytes
+    """The configured minimum of releasable cached bytes."""
+    releasable_bytes: Bytes | None
+    """Owned minus validated active bytes; ``None`` when the active counter was not usable."""
+    decision: Literal["release", "skip_below_threshold", "release_counter_untrusted"]
+    """``release_counter_untrusted``: the active counter was inconsistent or comes from a torch
+    whose counter is known wrong (< 2.13), so it was not used and the release ran anyway."""
+
+
+class HostCacheRelease(ReportModel):
+    """Fields under ``setup.host_cache_release``."""
+
+    phase: PhaseLabel
+    """The requested phase label."""
+    status: Literal["executed", "noop"]
+    """``executed``: the boundary ran. ``noop``: it did nothing, see ``noop_reason``."""
+    noop_reason: NoopReason | None
+    """Why nothing was done; ``None`` when executed."""
+    detail: str
+    """A sentence saying what happened, for people."""
+    released: StrictBool
+    """The release call completed. Not a proof that any byte count was returned."""
+    elapsed_seconds: Seconds
+    """GC, one completion boundary, sampling and release; not denoise compute time."""
+    timings: ReleaseTimings
+    """The breakdown of ``elapsed_seconds``."""
+    device: str | None
+    """The selected CUDA device (``cuda:N``), when one was resolved."""
+    synchronized: StrictBool
+    """Whether the selected device was synchronized. A device without a CUDA context has no
+    transfers to wait for and is not synchronized (that would create a context)."""
+    entry_point: str | None
+    """The torch function that released the cache, e.g. ``torch._C._host_emptyCache``."""
+    torch_version: str
+    """``torch.__version__`` of the process."""
+    collection: GarbageCollection | None
+    """How garbage was collected; ``None`` when no collection ran."""
+    threshold: ThresholdDecision | None = None
+    """The ``min_releasable_bytes`` decision; ``None`` when no minimum was set."""
+    before: AllocatorSnapshot | None
+    """Allocator counters before the release."""
+    after: AllocatorSnapshot | None
+    """Allocator counters after the release."""
+    allocator_bytes_delta: StrictInt | None
+    """``before.allocated_bytes - after.allocated_bytes`` (signed); ``None`` when unknown.
+    Not guaranteed OS commit recovery; concurrent allocation can invalidate attribution."""
+    host_before: HostObservation | None
+    """Host memory before the release."""
+    host_after: HostObservation | None
+    """Host memory after the release."""
+
+    @model_validator(mode="after")
+    def _coherent(self) -> HostCacheRelease:
+        executed = self.status == "executed"
+        if executed and self.noop_reason is not None:
+            raise ValueError("noop_reason must be null when status is 'executed'")
+        if not executed and self.noop_reason is None:
+            raise ValueError("status 'noop' needs a noop_reason")
+        if self.released != executed:
+            raise ValueError("released must be true exactly when status is 'executed' (the release call completed)")
+        if executed:
+            missing = [n for n in ("before", "after", "host_before", "host_after") if getattr(self, n) is None]
+            if missing:
+                raise ValueError(f"an executed release needs {', '.join(missing)}")
+            if self.timings.release_seconds is None:
+                raise ValueError("an executed release needs timings.release_seconds")
+            if self.entry_point is None or self.device is None:
+                raise ValueError("an executed release names its entry_point and device")
+        elif self.timings.release_seconds is not None:
+            raise ValueError("timings.release_seconds must be null when the release call did not run")
+        if self.synchronized and self.timings.synchronize_seconds is None:
+            raise ValueError("a synchronized release needs timings.synchronize_seconds")
+        if not self.synchronized and self.timings.synchronize_seconds is not None:
+            raise ValueError("timings.synchronize_seconds must be null when the device was not synchronized")
+        if (self.threshold is not None and self.threshold.decision == "skip_below_threshold") != (
+            self.noop_reason == "below_threshold"
+        ):
+            raise ValueError("noop_reason 'below_threshold' goes with threshold.decision 'skip_below_threshold'")
+        before = self.before.allocated_bytes if self.before else None
+        after = self.after.allocated_bytes if self.after else None
+        expected = before - after if before is not None and after is not None else None
+        if self.allocator_bytes_delta != expected:
+            raise ValueError(
+                f"allocator_bytes_delta must be {expected!r} (before.allocated_bytes minus after.allocated_bytes)"
+            )
+        parts = [self.timings.collect_seconds, self.timings.snapshot_seconds]
+        parts += [t for t in (self.timings.synchronize_seconds, self.timings.release_seconds) if t is not None]
+        if sum(parts) > self.elapsed_seconds + 1e-6:
+            raise ValueError("the timings add up to more than elapsed_seconds")
+        return self
+
+
+class HostCacheReleaseSetup(ReportModel):
+    """The ``setup`` section of a host-cache release report."""
+
+    host_cache_release: HostCacheRelease
+    """The release boundary's fields."""
+
+
+class HostCacheReleaseReport(RouteReport):
+    """The DDO report of one host-cache boundary (route ``pytorch_host_cache_release``)."""
+
+    route: Literal["pytorch_host_cache_release"] = "pytorch_host_cache_release"
+    """What produced the report."""
+    setup: HostCacheReleaseSetup
+    """The report body."""
+
+    @property
+    def release(self) -> HostCacheRelease:
+        """Shortcut for ``setup.host_cache_release``."""
+        return self.setup.host_cache_release

@@ -1,0 +1,168 @@
+"""``MetricsTracker``: validated DDO reports kept by component, in order.
+
+Examples:
+    >>> from ddo_hooks import MetricsTracker, release_pytorch_host_cache
+    >>> tracker = MetricsTracker()
+    >>> report = release_pytorch_host_cache(phase="before_transformer")
+    >>> tracker.record_ddo_metrics(report, component="host_cache_before_transformer")
+    >>> tracker.components()
+    ('host_cache_before_transformer',)
+    >>> MetricsTracker.from_jsonl(tracker.to_jsonl()).reports() == tracker.reports()
+    True
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import threading
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from ddo_hooks.errors import InvalidArgumentError, ReportError
+from ddo_hooks.reports.parse import REPORT_TYPES, parse_report
+
+__all__ = ["MetricsTracker", "RecordedReport", "read_reports"]
+
+_COMPONENT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
+
+RecordedReport = tuple[str, Any]
+"""A ``(component, report)`` pair, in recording order."""
+
+
+class MetricsTracker:
+    """Keeps validated DDO reports by component, in the order they were recorded.
+
+    Thread-safe. Serializes to JSON (one document) and JSON Lines (one
+    ``{"component": ..., "report": ...}`` object per line) and loads both back with validation.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._records: list[RecordedReport] = []
+
+    def record_ddo_metrics(self, report: BaseModel, *, component: str) -> None:
+        """Record one report under a component name.
+
+        Args:
+            report: A DDO report model (for example from :func:`release_pytorch_host_cache`).
+            component: Where it belongs, e.g. ``"host_cache_before_transformer"``: a letter or
+                digit then up to 127 of letters, digits, ``_ . -``.
+
+        Raises:
+            InvalidArgumentError: ``report`` is not a DDO report or ``component`` is malformed.
+        """
+        if not isinstance(report, REPORT_TYPES):
+            raise InvalidArgumentError(
+                f"record_ddo_metrics expects a DDO report model, got {type(report).__name__}; "
+                "pass the report returned by release_pytorch_host_cache (or ddo_hooks.parse_report(data))"
+            )
+        if not _valid_component(component):
+            raise InvalidArgumentError(
+                f"component={component!r} must be a non-empty name of letters, digits, '_', '.', '-' "
+                "(e.g. 'host_cache_before_transformer')"
+            )
+        with self._lock:
+            self._records.append((component, report))
+
+    def records(self) -> list[RecordedReport]:
+        """All ``(component, report)`` pairs in recording order."""
+        with self._lock:
+            return list(self._records)
+
+    def reports(self, component: str | None = None) -> list[Any]:
+        """The reports in recording order, all of them or one component's."""
+        return [r for c, r in self.records() if component is None or c == component]
+
+    def components(self) -> tuple[str, ...]:
+        """Component names in order of first appearance."""
+        return tuple(dict.fromkeys(c for c, _ in self.records()))
+
+    def to_json(self) -> str:
+        """One JSON document: ``{"records": [{"component": ..., "report": ...}, ...]}``."""
+        return json.dumps({"records": [_record_json(c, r) for c, r in self.records()]}, indent=2)
+
+    def to_jsonl(self) -> str:
+        """JSON Lines: one ``{"component": ..., "report": ...}`` object per line."""
+        return "".join(json.dumps(_record_json(c, r)) + "\n" for c, r in self.records())
+
+    def write_jsonl(self, path: str | os.PathLike[str]) -> Path:
+        """Write :meth:`to_jsonl` to ``path`` (replacing it) and return the path."""
+        target = Path(path)
+        target.write_text(self.to_jsonl(), encoding="utf-8")
+        return target
+
+    @classmethod
+    def from_records(cls, records: Iterable[RecordedReport]) -> MetricsTracker:
+        """A tracker holding ``records`` (each validated as it is recorded)."""
+        tracker = cls()
+        for component, report in records:
+            tracker.record_ddo_metrics(report, component=component)
+        return tracker
+
+    @classmethod
+    def from_json(cls, text: str) -> MetricsTracker:
+        """Load what :meth:`to_json` wrote, validating every report.
+
+        Raises:
+            ReportError: Not JSON, not the expected shape, or an invalid report (the record's
+                index and the field path are named).
+        """
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ReportError(f"not JSON: line {e.lineno}, column {e.colno}: {e.msg}") from e
+        if not isinstance(data, dict) or not isinstance(data.get("records"), list):
+            raise ReportError('expected a JSON object {"records": [...]}')
+        return cls.from_records(_record_from_json(item, f"records[{i}]") for i, item in enumerate(data["records"]))
+
+    @classmethod
+    def from_jsonl(cls, text: str) -> MetricsTracker:
+        """Load what :meth:`to_jsonl` wrote, validating every line (blank lines are skipped)."""
+        return cls.from_records(read_reports(text))
+
+
+def _valid_component(component: object) -> bool:
+    return isinstance(component, str) and _COMPONENT_RE.fullmatch(component) is not None
+
+
+def _record_json(component: str, report: BaseModel) -> dict[str, Any]:
+    return {"component": component, "report": report.model_dump(mode="json")}
+
+
+def _record_from_json(item: Any, where: str) -> RecordedReport:
+    if not isinstance(item, dict) or set(item) != {"component", "report"}:
+        raise ReportError(f"{where}: expected an object with exactly 'component' and 'report'")
+    if not _valid_component(item["component"]):
+        raise ReportError(
+            f"{where}.component: {item['component']!r} is not a component name "
+            "(a letter or digit, then letters, digits, '_', '.', '-')"
+        )
+    try:
+        report = parse_report(item["report"])
+    except ReportError as e:
+        raise ReportError(f"{where}.report: {e}") from e
+    return item["component"], report
+
+
+def read_reports(text: str) -> list[RecordedReport]:
+    """Parse JSON Lines of ``{"component", "report"}`` records, validating each.
+
+    Raises:
+        ReportError: A line is not JSON or not a valid record; the message names the line
+            (and the column for JSON syntax errors).
+    """
+    records = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            item = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ReportError(f"line {number}, column {e.colno}: not JSON: {e.msg}") from e
+        records.append(_record_from_json(item, f"line {number}"))
+    return records

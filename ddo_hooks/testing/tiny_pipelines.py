@@ -1,0 +1,385 @@
+"""Tiny real diffusers pipelines with random weights, built locally for tests and demos.
+
+Each family builds the real pipeline class from the smallest configs its model classes accept,
+with randomly initialised weights (seeded, so the same seed gives bitwise-identical weights and
+outputs) and word-level tokenizers built in memory. Nothing is read from or written to a model
+hub: no ``from_pretrained`` is ever called. A call with :func:`call_kwargs` takes well under a
+second on a laptop CPU. Needs the ``demo`` extra (``transformers``), imported only when a
+pipeline is built.
+
+Examples:
+    >>> pipe = build_pipeline("sd", seed=0)
+    >>> pipe(**call_kwargs("sd")).images.shape
+    torch.Size([1, 3, 32, 32])
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+import torch
+from diffusers import (
+    AutoencoderKL,
+    AutoencoderKLWan,
+    DDIMScheduler,
+    FluxTransformer2DModel,
+    UNet2DConditionModel,
+    UniPCMultistepScheduler,
+    WanTransformer3DModel,
+)
+from diffusers.models import ModelMixin
+from diffusers.schedulers import FlowMatchEulerDiscreteScheduler
+
+from ddo_hooks._compat import diffusers as diffusers_compat
+from ddo_hooks.errors import DDOError
+from ddo_hooks.testing import FAMILIES, Family
+
+if TYPE_CHECKING:
+    from diffusers import DiffusionPipeline
+    from transformers import CLIPTextModel, PreTrainedTokenizerFast
+
+__all__ = ["FAMILIES", "Family", "build_pipeline", "call_kwargs", "embed_prompt"]
+
+
+_SPECIALS = ("<pad>", "</s>", "<unk>", "<s>")  # ids 0..3
+_WORD_TEXT = (
+    "a an the of in on with and at to by for from under over near tiny small big large red green "
+    "blue yellow black white bright dark photo painting drawing render test prompt cat dog bird fish "
+    "tree house car boat city forest river mountain sky sun moon night day portrait landscape style"
+)
+_VOCAB = {token: i for i, token in enumerate((*_SPECIALS, *_WORD_TEXT.split()))}
+_CLIP_LEN = 77  # CLIP's real context length: longer prompts are truncated, with a logged warning
+_TEXT_LEN = 16  # the T5/UMT5 max_sequence_length in call_kwargs and embed_prompt
+_HIDDEN = 32  # width of every text encoder, and the joint/cross attention dim that reads it
+
+# Per-family call settings shared by call_kwargs and embed_prompt.
+_CALL: dict[str, dict[str, Any]] = {
+    "flux": {"height": 32, "width": 32, "guidance_scale": 3.5, "max_sequence_length": _TEXT_LEN},
+    "sd": {"height": 32, "width": 32, "guidance_scale": 7.5},
+    "wan": {
+        "height": 16,
+        "width": 16,
+        "num_frames": 5,
+        "guidance_scale": 5.0,
+        "max_sequence_length": _TEXT_LEN,
+    },
+}
+
+
+def _check_family(family: object) -> Family:
+    if family not in FAMILIES:
+        raise ValueError(f"family must be one of {FAMILIES}, got {family!r}")
+    return family  # type: ignore[return-value]
+
+
+def _transformers() -> Any:
+    """Import transformers, quieting its unrelated notice about a missing torchvision.
+
+    Raises:
+        DDOError: transformers is not installed; the message says how to install it.
+    """
+    try:
+        from transformers.utils import logging as hf_logging
+    except ImportError as e:
+        raise DDOError(f"tiny pipelines need transformers ({e}); install it with: pip install 'ddo-hooks[demo]'") from e
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()  # image processors fall back from torchvision; tiny pipelines use none
+    try:
+        return importlib.import_module("transformers")
+    finally:
+        hf_logging.set_verbosity(verbosity)
+
+
+def _tokenizer(*, bos: bool, model_max_length: int) -> PreTrainedTokenizerFast:
+    """A lower-casing word-level tokenizer over ``_VOCAB``; unknown words map to ``<unk>``."""
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
+
+    tok = Tokenizer(models.WordLevel(vocab=_VOCAB, unk_token="<unk>"))
+    tok.normalizer = normalizers.Lowercase()
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    specials = [("<s>", _VOCAB["<s>"]), ("</s>", _VOCAB["</s>"])]
+    template = "<s> $A </s>" if bos else "$A </s>"  # CLIP-style and T5-style framing
+    tok.post_processor = processors.TemplateProcessing(single=template, special_tokens=specials)
+    return _transformers().PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        model_max_length=model_max_length,
+        pad_token="<pad>",
+        eos_token="</s>",
+        unk_token="<unk>",
+        **({"bos_token": "<s>"} if bos else {}),
+    )
+
+
+def _clip() -> tuple[CLIPTextModel, PreTrainedTokenizerFast]:
+    transformers = _transformers()
+    config = transformers.CLIPTextConfig(
+        vocab_size=len(_VOCAB),
+        hidden_size=_HIDDEN,
+        intermediate_size=37,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        max_position_embeddings=_CLIP_LEN,
+        projection_dim=_HIDDEN,
+        pad_token_id=_VOCAB["<pad>"],
+        bos_token_id=_VOCAB["<s>"],
+        eos_token_id=_VOCAB["</s>"],
+    )
+    return transformers.CLIPTextModel(config), _tokenizer(bos=True, model_max_length=_CLIP_LEN)
+
+
+def _t5_config() -> dict[str, Any]:
+    """T5 v1.1-style encoder settings, shared by Flux's T5 and Wan's UMT5."""
+    return {
+        "vocab_size": len(_VOCAB),
+        "d_model": _HIDDEN,
+        "d_kv": 8,
+        "d_ff": 37,
+        "num_layers": 2,
+        "num_heads": 4,
+        "relative_attention_num_buckets": 8,
+        "relative_attention_max_distance": 32,
+        "feed_forward_proj": "gated-gelu",
+        "dropout_rate": 0.0,
+        "pad_token_id": _VOCAB["<pad>"],
+        "eos_token_id": _VOCAB["</s>"],
+        "decoder_start_token_id": _VOCAB["<pad>"],
+    }
+
+
+def _kl_vae(latent_channels: int, **extra: Any) -> AutoencoderKL:
+    """A four-level KL autoencoder (spatial factor 8, as in SD and Flux) with 8 channels per level."""
+    return AutoencoderKL(
+        in_channels=3,
+        out_channels=3,
+        down_block_types=("DownEncoderBlock2D",) * 4,
+        up_block_types=("UpDecoderBlock2D",) * 4,
+        block_out_channels=(8, 8, 8, 8),
+        layers_per_block=1,
+        latent_channels=latent_channels,
+        norm_num_groups=4,
+        sample_size=32,
+        **extra,
+    )
+
+
+def _flux_components() -> dict[str, Any]:
+    transformer = FluxTransformer2DModel(
+        patch_size=1,
+        in_channels=64,  # 16 latent channels packed in 2x2 patches
+        num_layers=1,
+        num_single_layers=1,
+        attention_head_dim=16,
+        num_attention_heads=2,
+        joint_attention_dim=_HIDDEN,
+        pooled_projection_dim=_HIDDEN,
+        guidance_embeds=True,
+        axes_dims_rope=(4, 4, 8),
+    )
+    text_encoder, tokenizer = _clip()
+    transformers = _transformers()
+    text_encoder_2 = transformers.T5EncoderModel(transformers.T5Config(**_t5_config()))
+    vae = _kl_vae(16, use_quant_conv=False, use_post_quant_conv=False, scaling_factor=0.3611, shift_factor=0.1159)
+    return {
+        "transformer": transformer,
+        "vae": vae,
+        "text_encoder": text_encoder,
+        "tokenizer": tokenizer,
+        "text_encoder_2": text_encoder_2,
+        "tokenizer_2": _tokenizer(bos=False, model_max_length=512),
+        "scheduler": FlowMatchEulerDiscreteScheduler(shift=3.0, use_dynamic_shifting=True),
+    }
+
+
+def _sd_components() -> dict[str, Any]:
+    unet = UNet2DConditionModel(
+        sample_size=4,
+        in_channels=4,
+        out_channels=4,
+        down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"),
+        up_block_types=("UpBlock2D", "CrossAttnUpBlock2D"),
+        block_out_channels=(8, 16),
+        layers_per_block=1,
+        norm_num_groups=4,
+        cross_attention_dim=_HIDDEN,
+        attention_head_dim=2,
+    )
+    text_encoder, tokenizer = _clip()
+    scheduler = DDIMScheduler(
+        beta_start=0.00085,
+        beta_end=0.012,
+        beta_schedule="scaled_linear",
+        clip_sample=False,
+        set_alpha_to_one=False,
+        steps_offset=1,
+    )
+    return {
+        "unet": unet,
+        "vae": _kl_vae(4, scaling_factor=0.18215),
+        "text_encoder": text_encoder,
+        "tokenizer": tokenizer,
+        "scheduler": scheduler,
+        "safety_checker": None,
+        "feature_extractor": None,
+        "requires_safety_checker": False,
+    }
+
+
+def _wan_components() -> dict[str, Any]:
+    transformer = WanTransformer3DModel(
+        patch_size=(1, 2, 2),
+        num_attention_heads=2,
+        attention_head_dim=12,
+        in_channels=16,
+        out_channels=16,
+        text_dim=_HIDDEN,
+        freq_dim=32,
+        ffn_dim=32,
+        num_layers=2,
+        cross_attn_norm=True,
+        qk_norm="rms_norm_across_heads",
+        rope_max_seq_len=32,
+    )
+    vae = AutoencoderKLWan(
+        base_dim=3, z_dim=16, dim_mult=[1, 1, 1, 1], num_res_blocks=1, temperal_downsample=[False, True, True]
+    )
+    scheduler = UniPCMultistepScheduler(prediction_type="flow_prediction", use_flow_sigmas=True, flow_shift=3.0)
+    transformers = _transformers()
+    return {
+        "transformer": transformer,
+        "vae": vae,
+        "text_encoder": transformers.UMT5EncoderModel(transformers.UMT5Config(**_t5_config())),
+        "tokenizer": _tokenizer(bos=False, model_max_length=512),
+        "scheduler": scheduler,
+    }
+
+
+def _cast(module: torch.nn.Module, dtype: torch.dtype) -> None:
+    """Cast floating tensors to ``dtype`` as diffusers' ``from_pretrained(torch_dtype=...)`` does.
+
+    Diffusers models keep their ``_keep_in_fp32_modules`` in float32 (``ModelMixin.to(dtype)``
+    would cast them too, and logs a warning saying so); transformers models are cast whole.
+    """
+    keep = set(diffusers_compat.keep_in_fp32_modules(module) if isinstance(module, ModelMixin) else ())
+    for name, tensor in (*module.named_parameters(), *module.named_buffers()):
+        if tensor.is_floating_point():
+            tensor.data = tensor.data.to(torch.float32 if keep & set(name.split(".")) else dtype)
+
+
+_BUILDERS = {
+    "flux": ("FluxPipeline", _flux_components),
+    "sd": ("StableDiffusionPipeline", _sd_components),
+    "wan": ("WanPipeline", _wan_components),
+}
+
+
+def build_pipeline(family: Family, *, seed: int = 0, dtype: torch.dtype = torch.float32) -> DiffusionPipeline:
+    """Build a tiny real pipeline of ``family`` with seeded random weights, on the CPU.
+
+    The global torch RNG is left as it was. Every model is in eval mode, the progress bar is off.
+
+    Args:
+        family: ``"flux"``, ``"sd"`` or ``"wan"``.
+        seed: Seeds the weight initialisation; the same seed gives bitwise-identical weights.
+        dtype: The dtype of every model's parameters.
+
+    Returns:
+        A :class:`~diffusers.FluxPipeline`, :class:`~diffusers.StableDiffusionPipeline` or
+        :class:`~diffusers.WanPipeline`.
+
+    Raises:
+        ValueError: If ``family`` is not one of :data:`FAMILIES`.
+
+    Examples:
+        >>> pipe = build_pipeline("flux", seed=1)
+        >>> type(pipe).__name__, pipe.vae.config.latent_channels
+        ('FluxPipeline', 16)
+    """
+    pipeline_name, components_fn = _BUILDERS[_check_family(family)]
+    _transformers()  # the pipeline modules import it: once here, quietly
+    pipeline_cls = getattr(importlib.import_module("diffusers"), pipeline_name)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        components = components_fn()
+    for component in components.values():
+        if isinstance(component, torch.nn.Module):
+            _cast(component, dtype)
+            component.eval()  # as from_pretrained leaves it
+    pipe = pipeline_cls(**components)
+    pipe.set_progress_bar_config(disable=True)
+    return pipe
+
+
+def call_kwargs(family: Family, *, steps: int = 2, seed: int = 0, output_type: str = "pt") -> dict[str, Any]:
+    """Keyword arguments for a fast, deterministic ``pipe(**kwargs)`` call of ``family``.
+
+    Args:
+        family: ``"flux"``, ``"sd"`` or ``"wan"``.
+        steps: ``num_inference_steps``.
+        seed: Seeds a fresh CPU :class:`torch.Generator` for the initial noise.
+        output_type: ``"pt"``, ``"np"``, ``"pil"`` or ``"latent"``.
+
+    Returns:
+        ``prompt``, ``num_inference_steps``, ``height``/``width`` (and ``num_frames`` for wan),
+        ``guidance_scale`` (classifier-free guidance for sd and wan, the guidance embedding
+        for flux), ``max_sequence_length`` (flux, wan), ``generator`` and ``output_type``.
+
+    Examples:
+        >>> kwargs = call_kwargs("wan", steps=3)
+        >>> kwargs["num_inference_steps"], kwargs["num_frames"], kwargs["height"]
+        (3, 5, 16)
+    """
+    return {
+        "prompt": "a tiny test prompt",
+        "num_inference_steps": steps,
+        **_CALL[_check_family(family)],
+        "generator": torch.Generator("cpu").manual_seed(seed),
+        "output_type": output_type,
+    }
+
+
+def embed_prompt(
+    pipe: DiffusionPipeline, family: Family, prompt: str = "a tiny test prompt"
+) -> dict[str, torch.Tensor]:
+    """Encode ``prompt`` with the pipeline's own ``encode_prompt``, for calls without text encoders.
+
+    Pass the result with ``prompt=None`` (e.g. ``pipe(**{**call_kwargs(f), "prompt": None,
+    **embeds})``); the call then needs no tokenizer or text encoder, so they can be set to None.
+    The settings (guidance, sequence length) match :func:`call_kwargs`.
+
+    Args:
+        pipe: A pipeline of ``family`` whose text encoders and tokenizers are still present.
+        family: ``"flux"``, ``"sd"`` or ``"wan"``.
+        prompt: The prompt to encode; the negative prompt is empty.
+
+    Returns:
+        flux: ``prompt_embeds`` and ``pooled_prompt_embeds``; sd and wan: ``prompt_embeds`` and
+        ``negative_prompt_embeds`` (both use classifier-free guidance).
+
+    Examples:
+        >>> pipe = build_pipeline("wan")
+        >>> embeds = embed_prompt(pipe, "wan")
+        >>> pipe.text_encoder = pipe.tokenizer = None
+        >>> kwargs = {**call_kwargs("wan"), "prompt": None, **embeds}
+        >>> pipe(**kwargs).frames.shape
+        torch.Size([1, 5, 3, 16, 16])
+    """
+    settings = _CALL[_check_family(family)]
+    with torch.no_grad():
+        if family == "flux":
+            embeds, pooled, _ = pipe.encode_prompt(
+                prompt=prompt, prompt_2=None, max_sequence_length=settings["max_sequence_length"]
+            )
+            return {"prompt_embeds": embeds, "pooled_prompt_embeds": pooled}
+        if family == "sd":
+            embeds, negative = pipe.encode_prompt(
+                prompt,
+                diffusers_compat.execution_device(pipe),
+                num_images_per_prompt=1,
+                do_classifier_free_guidance=True,
+            )
+        else:
+            embeds, negative = pipe.encode_prompt(
+                prompt, do_classifier_free_guidance=True, max_sequence_length=settings["max_sequence_length"]
+            )
+    return {"prompt_embeds": embeds, "negative_prompt_embeds": negative}
