@@ -1,0 +1,174 @@
+"""The layout: lower layers never import upper ones, no import cycles, and light imports."""
+
+from __future__ import annotations
+
+import ast
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import ddo_hooks
+
+PACKAGE = Path(ddo_hooks.__file__).parent
+ROOT = PACKAGE.parent
+
+# Bottom up; a module may import its own layer and the layers before it.
+LAYERS = ("foundation", "reports", "release", "policy", "hooks", "offload", "testing", "cli")
+FOUNDATION = {"errors", "sizes", "boundaries", "_diagnostics", "_compat"}
+HEAVY = ("torch", "diffusers", "transformers")
+
+
+def layer_of(module: str) -> str:
+    parts = module.split(".")
+    if parts == ["ddo_hooks"]:
+        return "cli"  # the public facade re-exports every layer: only the top may import it
+    return "foundation" if parts[1] in FOUNDATION else parts[1]
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports(path: Path, *, top_level_only: bool = False) -> list[tuple[int, str]]:
+    """``(line, module)`` of every ddo_hooks import in a file (inside functions too, unless told)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    nodes = tree.body if top_level_only else list(ast.walk(tree))
+    found = []
+    for node in nodes:
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.append((node.lineno, node.module))
+            # `from ddo_hooks.release import guard` imports the module ddo_hooks.release.guard
+            found += [
+                (node.lineno, f"{node.module}.{a.name}") for a in node.names if _is_module(f"{node.module}.{a.name}")
+            ]
+    return [(line, name) for line, name in found if name == "ddo_hooks" or name.startswith("ddo_hooks.")]
+
+
+def _is_module(name: str) -> bool:
+    path = ROOT.joinpath(*name.split("."))
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
+
+
+MODULES = sorted(p for p in PACKAGE.rglob("*.py") if p.name != "__main__.py" and p != PACKAGE / "__init__.py")
+
+
+def test_every_module_belongs_to_a_layer():
+    for path in MODULES:
+        assert layer_of(module_name(path)) in LAYERS, path
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: module_name(p))
+def test_no_module_imports_a_layer_above_its_own(path: Path):
+    own = LAYERS.index(layer_of(module_name(path)))
+    upward = [
+        f"{path.relative_to(ROOT)}:{line} imports {name} ({layer_of(name)}), above {LAYERS[own]}"
+        for line, name in imports(path)
+        if LAYERS.index(layer_of(name)) > own
+    ]
+    assert not upward, "\n".join(upward)
+
+
+def test_no_import_cycles_between_modules():
+    graph = {module_name(p): {n for _, n in imports(p, top_level_only=True)} for p in MODULES}
+    done: set[str] = set()
+
+    def visit(node: str, stack: tuple[str, ...]) -> None:
+        if node in stack:
+            cycle = " -> ".join((*stack[stack.index(node) :], node))
+            raise AssertionError(f"import cycle: {cycle}")
+        if node in done:
+            return
+        for child in graph.get(node, ()):
+            visit(child, (*stack, node))
+        done.add(node)
+
+    for node in graph:
+        visit(node, ())
+
+
+def test_the_layer_check_sees_an_upward_import(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text("def f():\n    from ddo_hooks.hooks.attachment import attach\n", encoding="utf-8")
+    assert imports(bad) == [(2, "ddo_hooks.hooks.attachment")]
+    assert LAYERS.index(layer_of("ddo_hooks.hooks.attachment")) > LAYERS.index("release")
+
+
+def test_the_architecture_page_lists_the_layers_in_order():
+    page = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    rows = re.findall(r"^\| (\w+) \| ", page, flags=re.MULTILINE)
+    assert tuple(row for row in rows if row != "Layer") == LAYERS
+
+
+# -- the public namespace and light imports ------------------------------------------------------
+
+
+def test_dir_lists_exactly_the_public_names():
+    assert sorted(dir(ddo_hooks)) == sorted([*ddo_hooks.__all__, "__version__"])
+    for name in ("guard", "release", "policy", "attachment", "hooks", "reports"):
+        assert name not in dir(ddo_hooks)
+
+
+def test_every_public_name_resolves_from_the_module_the_facade_names():
+    source = (PACKAGE / "__init__.py").read_text(encoding="utf-8")
+    checked = {
+        alias.name
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("ddo_hooks")
+        for alias in node.names
+    }
+    assert set(ddo_hooks._EXPORTS) == set(ddo_hooks.__all__) == checked
+    for name in ddo_hooks.__all__:
+        assert getattr(ddo_hooks, name) is not None
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        ddo_hooks.nope  # noqa: B018
+
+
+LIGHT = textwrap.dedent(
+    """
+    import contextlib, io, sys
+    HEAVY = {heavy!r}
+    def loaded():
+        return sorted(m for m in HEAVY if m in sys.modules)
+
+    import ddo_hooks
+    assert loaded() == [], ("import ddo_hooks", loaded())
+
+    from ddo_hooks.cli import main
+    for argv in {commands!r}:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            status = main(argv)
+        assert status == 0, (argv, status)
+        assert loaded() == [], (argv, loaded())
+
+    from ddo_hooks import HookPolicy, MetricsTracker, attach, parse_report, register_action
+    assert loaded() in ([], ["torch"]), ("the public names before an attachment", loaded())
+    print("light")
+    """
+)
+
+
+def test_the_package_and_the_file_commands_import_no_torch_diffusers_or_transformers(tmp_path):
+    policy = PACKAGE / "policy" / "presets" / "default.yaml"
+    tracker = ddo_hooks.MetricsTracker()
+    tracker.record_ddo_metrics(
+        ddo_hooks.release_pytorch_host_cache(phase="after_call"), component="host_cache_after_call"
+    )
+    reports = tracker.write_jsonl(tmp_path / "run.jsonl")
+    commands = [
+        ["--help"],
+        ["schema", "policy"],
+        ["schema", "report"],
+        ["validate-policy", str(policy)],
+        ["validate-report", str(reports)],
+    ]
+    script = LIGHT.format(heavy=HEAVY, commands=commands)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "light"
