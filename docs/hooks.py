@@ -5,7 +5,9 @@ A page asks for a generated section with a marker line of its own:
 * ``<!-- generated: policy-reference -->``: every field of :class:`ddo_hooks.HookPolicy`, from
   ``HookPolicy.model_json_schema()``;
 * ``<!-- generated: report-reference -->``: every field of every DDO report route, from
-  ``ddo_hooks.reports.report_json_schema()``.
+  ``ddo_hooks.reports.parse.report_json_schema()``;
+* ``<!-- generated: boundary-table -->`` and ``<!-- generated: refusal-table -->``: the boundary
+  names and the refusal reason codes, from :mod:`ddo_hooks.boundaries`.
 
 Each model of the schema becomes a section (a table of its fields: key, type, default and
 description), reached from the top through the key paths a YAML or JSON document uses. Types and
@@ -252,7 +254,7 @@ def render_models(
 
 def policy_reference() -> str:
     """Every field of a hook policy, from ``HookPolicy.model_json_schema()``."""
-    from ddo_hooks.policy import HookPolicy
+    from ddo_hooks.policy.model import HookPolicy
 
     return render_models(
         HookPolicy.model_json_schema(),
@@ -264,7 +266,7 @@ def policy_reference() -> str:
 
 def report_reference() -> str:
     """Every field of every DDO report route, from ``report_json_schema()``."""
-    from ddo_hooks.reports import REPORT_TYPES, report_json_schema
+    from ddo_hooks.reports.parse import REPORT_TYPES, report_json_schema
 
     schema = report_json_schema()
     sections = []
@@ -274,9 +276,27 @@ def report_reference() -> str:
     return "\n".join(sections)
 
 
+def boundary_table() -> str:
+    """The boundaries in firing order, from :data:`ddo_hooks.boundaries.BOUNDARY_NOTES`."""
+    from ddo_hooks.boundaries import BOUNDARIES, BOUNDARY_NOTES
+
+    rows = [f"| `{name}` | {BOUNDARY_NOTES[name][0]} | {BOUNDARY_NOTES[name][1]} |" for name in BOUNDARIES]
+    return "\n".join(["| Boundary | Fires | What it can give back |", "|---|---|---|", *rows]) + "\n"
+
+
+def refusal_table() -> str:
+    """The refusal reason codes, from :data:`ddo_hooks.boundaries.REFUSAL_REASONS`."""
+    from ddo_hooks.boundaries import REFUSAL_REASONS
+
+    rows = [f"| `{code}` | {_escape_pipes(when)} |" for code, when in REFUSAL_REASONS.items()]
+    return "\n".join(["| Reason code | When |", "|---|---|", *rows]) + "\n"
+
+
 GENERATORS: dict[str, Callable[[], str]] = {
     "policy-reference": policy_reference,
     "report-reference": report_reference,
+    "boundary-table": boundary_table,
+    "refusal-table": refusal_table,
 }
 
 
