@@ -210,6 +210,7 @@ def test_demo_shows_progress_and_drops_the_text_encoders_after_the_first_call(ru
     assert "dropped text_encoder, text_encoder_2, tokenizer, tokenizer_2" in stderr
     assert "call 2/2: 2 steps, prompt embeddings" in stderr
     assert "100%" in stderr  # the progress bar
+    assert "torchvision" not in stderr  # transformers' unrelated notice stays quiet
 
 
 def test_demo_with_an_example_policy_and_another_family(runs: Runs):

@@ -15,7 +15,9 @@ Examples:
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -79,14 +81,21 @@ def _transformers() -> Any:
     Raises:
         DDOError: transformers is not installed; the message says how to install it.
     """
+    with _quiet_transformers():
+        return importlib.import_module("transformers")
+
+
+@contextlib.contextmanager
+def _quiet_transformers() -> Iterator[None]:
+    """Keep transformers' notices (image processors falling back from torchvision) off stderr."""
     try:
         from transformers.utils import logging as hf_logging
     except ImportError as e:
         raise DDOError(f"tiny pipelines need transformers ({e}); install it with: pip install 'ddo-hooks[demo]'") from e
     verbosity = hf_logging.get_verbosity()
-    hf_logging.set_verbosity_error()  # image processors fall back from torchvision; tiny pipelines use none
+    hf_logging.set_verbosity_error()  # tiny pipelines use no image processor
     try:
-        return importlib.import_module("transformers")
+        yield
     finally:
         hf_logging.set_verbosity(verbosity)
 
@@ -296,8 +305,8 @@ def build_pipeline(family: Family, *, seed: int = 0, dtype: torch.dtype = torch.
         ('FluxPipeline', 16)
     """
     pipeline_name, components_fn = _BUILDERS[_check_family(family)]
-    _transformers()  # the pipeline modules import it: once here, quietly
-    pipeline_cls = getattr(importlib.import_module("diffusers"), pipeline_name)
+    with _quiet_transformers():  # the pipeline modules import transformers' image processors
+        pipeline_cls = getattr(importlib.import_module("diffusers"), pipeline_name)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         components = components_fn()
