@@ -22,8 +22,8 @@ import torch
 
 from ddo_hooks import attach
 from ddo_hooks.hooks.mechanics import install_hook
-from ddo_hooks.hooks.signals import DenoiserSignal
 from ddo_hooks.hooks.phases import CallPhases
+from ddo_hooks.hooks.signals import DenoiserSignal
 from ddo_hooks.policy.model import HookPolicy
 from ddo_hooks.testing.tiny_pipelines import FAMILIES, build_pipeline, call_kwargs
 
@@ -50,8 +50,8 @@ def step_times(family: str, steps: int, repeats: int) -> dict[str, float]:
 def dispatch_cost(iterations: int) -> dict[str, float]:
     module = torch.nn.Linear(8, 8)
     x = torch.randn(1, 8)
-    machine = CallPhases("bench", lambda boundary: None)
-    machine.call_start()
+    machine = CallPhases("bench", lambda boundary, call: None, lambda boundary, call, detail: None)
+    call = machine.call_start()
     machine.loop_enter()  # inside the loop: the hook's fast path
 
     def per_call() -> float:
@@ -65,7 +65,7 @@ def dispatch_cost(iterations: int) -> dict[str, float]:
     installed = install_hook(module, DenoiserSignal(machine), "ddo_hooks.denoiser")
     hooked = min(per_call() for _ in range(5))
     installed.remove()
-    machine.reset()
+    machine.call_end(call)
     return {
         "forward_us_bare": bare * 1e6,
         "forward_us_hooked": hooked * 1e6,

@@ -56,6 +56,7 @@ _EXPORTS: dict[str, str] = {
     "InvalidArgumentError": "ddo_hooks.errors",
     "PolicyError": "ddo_hooks.errors",
     "ReportError": "ddo_hooks.errors",
+    "ReportSinkError": "ddo_hooks.errors",
 }
 
 __all__ = [
@@ -95,6 +96,7 @@ __all__ = [
     "InvalidArgumentError",
     "PolicyError",
     "ReportError",
+    "ReportSinkError",
 ]
 
 if TYPE_CHECKING:  # what the lazy names are, for type checkers and IDEs
@@ -105,6 +107,7 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and IDEs
         InvalidArgumentError,
         PolicyError,
         ReportError,
+        ReportSinkError,
     )
     from ddo_hooks.hooks.actions import BoundaryContext, register_action, unregister_action
     from ddo_hooks.hooks.attachment import Attachment, attach

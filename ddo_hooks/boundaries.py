@@ -76,21 +76,39 @@ ACTION_NAME_PATTERN = r"^[a-z][a-z0-9_.\-]*$"
 PHASE_PATTERN = r"^[a-z][a-z0-9_.\-]{0,63}$"
 """Phase and boundary labels in reports: a lowercase letter, then up to 63 of ``a-z 0-9 _ . -``."""
 
-RefusalReason = Literal["loading", "denoising", "release_in_progress", "inference_in_progress"]
-"""Why a boundary was refused (see :data:`REFUSAL_REASONS`)."""
+RefusalReason = Literal[
+    "loading",
+    "denoising",
+    "release_in_progress",
+    "inference_in_progress",
+    "concurrent_call",
+    "not_reached",
+    "action_refused",
+]
+"""Why a boundary was refused or not run (see :data:`REFUSAL_REASONS`)."""
 
 REFUSAL_REASONS: dict[str, str] = {
     "denoising": "Inside a denoising loop: this pipeline's, or any other attached pipeline's in the process.",
     "loading": (
         "While components load, move or are re-hooked: the pipeline's own methods (`to`, "
-        "`enable_model_cpu_offload`, `enable_group_offload`, the LoRA, IP-Adapter and textual-inversion "
-        "loaders, ...) while they run, and any section a host marks with `attachment.loading()` or "
-        '`ddo_hooks.release.guard.section("loading", ...)`.'
+        "`enable_model_cpu_offload`, `enable_group_offload`, `maybe_free_model_hooks`, the LoRA, IP-Adapter "
+        "and textual-inversion loaders, ...) while they run, and any section a host marks with "
+        '`attachment.loading()` or `ddo_hooks.release.guard.section("loading", ...)`.'
     ),
     "release_in_progress": "Beside another release.",
     "inference_in_progress": (
-        "Beside another call: a host request while a call of this pipeline runs in another thread."
+        "Beside a call: a call of another attached pipeline is in progress anywhere in the process, or a "
+        "host request (or a direct release) comes while a call runs, also from a hook or callback inside it."
     ),
+    "concurrent_call": (
+        "Two calls of the same pipeline overlap (in two threads): neither call's boundaries run while the "
+        "other is in progress; each is recorded with this reason."
+    ),
+    "not_reached": (
+        "The call ended without reaching the boundary: it raised before it, did not decode "
+        '(`output_type="latent"`), or decoded where no boundary may run; the detail says which.'
+    ),
+    "action_refused": "An action refused to run (it raised `BoundaryRefusedError` with a reason of its own).",
 }
 """Each refusal reason code with when it applies (the docs' table; a test keeps it equal to
 :data:`RefusalReason`)."""

@@ -24,6 +24,7 @@ __all__ = [
     "InvalidArgumentError",
     "PolicyError",
     "ReportError",
+    "ReportSinkError",
 ]
 
 
@@ -43,12 +44,21 @@ class ReportError(DDOError, ValueError):
     """A DDO report is invalid, or a file of reports could not be read."""
 
 
+class ReportSinkError(DDOError, RuntimeError):
+    """Writing a report to the policy's ``report_sink`` failed; the message names the file and the fix.
+
+    The original ``OSError`` is chained as ``__cause__``. No partial line is left in the file.
+    """
+
+
 class BoundaryRefusedError(DDOError, RuntimeError):
-    """A release was requested where it is not allowed (while loading, denoising or releasing).
+    """A release was requested where it is not allowed (while loading, denoising, beside a call or a release).
 
     Attributes:
         reason: A stable machine-readable code: ``"loading"``, ``"denoising"``,
-            ``"release_in_progress"`` or ``"inference_in_progress"``.
+            ``"release_in_progress"`` or ``"inference_in_progress"`` (see
+            :data:`ddo_hooks.boundaries.REFUSAL_REASONS`); an action may raise it with a code of
+            its own, which its refusal report keeps in the detail.
     """
 
     def __init__(self, reason: str, message: str) -> None:

@@ -185,10 +185,18 @@ def test_a_broken_entry_point_is_a_policy_error_naming_it(tmp_path, monkeypatch)
         resolve_action("broken-action", where="p.yaml:3:7")
 
 
-def test_reports_are_appended_to_the_policys_sink_whose_folder_is_created(tmp_path):
+def test_reports_are_appended_to_the_policys_sink_whose_folder_must_exist(tmp_path):
     policy_file = tmp_path / "policy.yaml"
     policy_file.write_text("version: 1\nreport_sink: out/reports.jsonl\n")
     pipe = build_pipeline("sd")
+    with pytest.raises(
+        PolicyError,
+        match=r"policy\.yaml:2:1: report_sink '.*out/reports\.jsonl': the folder .*out "
+        r"does not exist; create it first",
+    ):
+        attach(pipe, policy_file)
+    assert not (tmp_path / "out").exists()  # no folder is created where a typo points
+    (tmp_path / "out").mkdir()
     with attach(pipe, policy_file) as attachment:
         pipe(**call_kwargs("sd"))
         pipe(**call_kwargs("sd"))
@@ -207,7 +215,7 @@ def test_an_unwritable_sink_is_a_policy_error_at_attach_time_not_mid_call(tmp_pa
     policy_file.write_text("version: 1\nreport_sink: taken/reports.jsonl\n")
     pipe = build_pipeline("sd")
     with pytest.raises(
-        PolicyError, match=r"policy\.yaml:2:\d+: report_sink '.*taken/reports\.jsonl' cannot be written"
+        PolicyError, match=r"policy\.yaml:2:\d+: report_sink '.*taken/reports\.jsonl' cannot be opened: Not a directory"
     ):
         attach(pipe, policy_file)
     attach(pipe).detach()  # nothing was left attached
@@ -278,16 +286,22 @@ def tiny_unet2d():
     )
 
 
-def test_a_pipeline_without_maybe_free_model_hooks_cannot_detect_after_call():
+def outcomes(reports):
+    return [
+        f"{r.body.boundary}:{r.body.reason}" if r.route == "phase_boundary_refusal" else r.release.phase
+        for r in reports
+    ]
+
+
+def test_a_pipeline_without_maybe_free_model_hooks_still_ends_its_calls_with_after_call():
     pipe = PNDMPipeline(unet=tiny_unet2d(), scheduler=PNDMScheduler(num_train_timesteps=20, skip_prk_steps=True))
     pipe.set_progress_bar_config(disable=True)
-    with pytest.raises(InvalidArgumentError, match=r"PNDMPipeline gives no signal for 'after_call'.*enabled: false"):
-        attach(pipe)
-    policy = HookPolicy.from_mapping({"version": 1, "boundaries": {"after_call": {"enabled": False}}})
-    with attach(pipe, policy) as attachment:
+    with attach(pipe) as attachment:
         pipe(num_inference_steps=2, generator=torch.Generator().manual_seed(0), output_type="np")
-        attachment.boundary("before_vae")  # the host can still request the others by hand
-    assert [r.release.phase for r in attachment.reports] == ["before_transformer", "before_vae", "before_vae"]
+        attachment.boundary("before_vae")  # the host can still request one by hand
+    # a pixel-space pipeline has no VAE: before_vae is never reached, and the report says so
+    assert outcomes(attachment.reports) == ["before_transformer", "before_vae:not_reached", "after_call", "before_vae"]
+    assert attachment.reports[1].body.detail == "PNDMPipeline has no VAE decoder, so nothing decodes after its loop"
 
 
 def test_an_iterated_progress_bar_loop_fires_the_boundaries():
@@ -296,4 +310,4 @@ def test_an_iterated_progress_bar_loop_fires_the_boundaries():
     with attach(pipe) as attachment:
         pipe(num_inference_steps=3, generator=torch.Generator().manual_seed(0), output_type="np")
         pipe(num_inference_steps=3, generator=torch.Generator().manual_seed(0), output_type="np")
-    assert [r.release.phase for r in attachment.reports] == ["before_transformer", "before_vae", "after_call"] * 2
+    assert outcomes(attachment.reports) == ["before_transformer", "before_vae:not_reached", "after_call"] * 2

@@ -16,7 +16,11 @@ ORDER = ["before_transformer", "before_vae", "after_call"]
 
 
 def phases(reports) -> list[str]:
-    return [r.release.phase for r in reports]
+    """Each report's boundary; a refusal's with its reason (``before_vae:not_reached``)."""
+    return [
+        f"{r.body.boundary}:{r.body.reason}" if r.route == "phase_boundary_refusal" else r.release.phase
+        for r in reports
+    ]
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -47,15 +51,16 @@ def test_boundaries_fire_again_on_the_next_call(family):
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-def test_latent_output_still_fires_before_vae_when_the_loop_ends(family):
+def test_latent_output_reports_before_vae_as_not_reached_with_the_reason(family):
     pipe = build_pipeline(family)
     with attach(pipe) as attachment:
         pipe(**call_kwargs(family, output_type="latent"))
-        assert phases(attachment.reports) == ORDER
+        assert phases(attachment.reports) == ["before_transformer", "before_vae:not_reached", "after_call"]
+        assert "did not decode" in attachment.reports[1].body.detail
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-def test_an_exception_inside_a_step_resets_and_the_next_call_works(family):
+def test_an_exception_inside_a_step_ends_the_call_and_the_next_call_works(family):
     pipe = build_pipeline(family)
 
     def explode(pipeline, step, timestep, kwargs):
@@ -66,11 +71,13 @@ def test_an_exception_inside_a_step_resets_and_the_next_call_works(family):
     with attach(pipe) as attachment:
         with pytest.raises(RuntimeError, match="step 1 failed"):
             pipe(**call_kwargs(family, steps=3), callback_on_step_end=explode)
-        assert phases(attachment.reports) == ["before_transformer"]
+        # the call that raised still ends with after_call; before_vae says why it never came
+        assert phases(attachment.reports) == ["before_transformer", "before_vae:not_reached", "after_call"]
+        assert attachment.reports[1].body.detail == "the call raised RuntimeError before it decoded"
         assert attachment.phase is Phase.IDLE
         assert guard.busy_reason() is None
         pipe(**call_kwargs(family))
-        assert phases(attachment.reports) == ["before_transformer", *ORDER]
+        assert phases(attachment.reports)[3:] == ORDER
 
 
 @pytest.mark.parametrize("family", FAMILIES)

@@ -44,10 +44,10 @@ def denoiser(pipe):
 def test_two_calls_fire_every_boundary_under_each_offload_mode(family, mode):
     pipe = build_pipeline(family)
     CPU_MODES[mode](pipe)
-    reference = build_pipeline(family)(**call_kwargs(family, output_type="latent"), return_dict=False)[0]
+    reference = build_pipeline(family)(**call_kwargs(family), return_dict=False)[0]
     with attach(pipe) as attachment:
-        first = pipe(**call_kwargs(family, output_type="latent"), return_dict=False)[0]
-        pipe(**call_kwargs(family, output_type="latent"))
+        first = pipe(**call_kwargs(family), return_dict=False)[0]
+        pipe(**call_kwargs(family))
         assert phases(attachment) == ORDER * 2
     assert torch.equal(first, reference)
 
@@ -64,11 +64,11 @@ def test_model_cpu_offload_rehooking_keeps_the_denoiser_hook_alive(family):
         # Prove the hook still runs beneath accelerate's: a denoiser forward in a call whose
         # loop was not seen moves the machine into the loop.
         forward_inputs = _capture_denoiser_inputs(pipe, family)
-        attachment.machine.call_start()
+        call = attachment.machine.call_start()
         with torch.no_grad():
             module(**forward_inputs)
         assert attachment.phase is Phase.DENOISING
-        attachment.machine.reset()
+        attachment.machine.call_end(call)
 
 
 def _capture_denoiser_inputs(pipe, family):

@@ -221,7 +221,7 @@ def test_demo_with_an_example_policy_and_another_family(runs: Runs):
     assert [(c, b) for c, b, _ in _rows(result.stdout)] == [(c, b) for c in (1, 2, 3) for b in BOUNDARIES]
     written = (runs.folder / "sd.jsonl").read_text(encoding="utf-8")
     assert len(MetricsTracker.from_jsonl(written).reports()) == 9
-    sink = runs.folder / "reports" / "ddo-reports.jsonl"  # the policy's report_sink, relative to the policy
+    sink = runs.folder / "ddo-reports.jsonl"  # the policy's report_sink, relative to the policy
     assert MetricsTracker.from_jsonl(sink.read_text(encoding="utf-8")).reports() == (
         MetricsTracker.from_jsonl(written).reports()
     )

@@ -138,7 +138,9 @@ def test_busy_reason_names_the_first_open_section():
 
 
 def test_an_unknown_section_kind_is_refused():
-    with pytest.raises(InvalidArgumentError, match=r"^guard section kind must be 'loading' or 'denoising', got 'x'$"):
+    with pytest.raises(
+        InvalidArgumentError, match=r"^guard section kind must be 'loading', 'denoising' or 'inference', got 'x'$"
+    ):
         guard.enter("x", "owner")
 
 

@@ -1,4 +1,4 @@
-"""The phase machine: which boundary fires on which signal, and what refuses."""
+"""The phase machine: which boundary is due on which signal, per call and per thread."""
 
 import threading
 
@@ -9,173 +9,245 @@ from ddo_hooks.release import guard
 
 
 @pytest.fixture
-def fired():
+def events():
     return []
 
 
 @pytest.fixture
-def machine(fired):
-    m = CallPhases("TestPipeline", fired.append)
+def machine(events):
+    m = CallPhases(
+        "TestPipeline",
+        lambda boundary, call: events.append((call.index, boundary)),
+        lambda boundary, call, detail: events.append((call.index, f"{boundary} missed: {detail}")),
+    )
     yield m
-    m.reset()
+    for call in m.calls():  # a test that left its call open: end it, so no guard section leaks
+        call.depth = 1
+        m.call_end(call)
+    assert guard.busy_reason() is None
 
 
-def test_a_normal_call_fires_the_three_boundaries_in_order(machine, fired):
-    machine.call_start()
+def names(events):
+    return [name for _, name in events]
+
+
+def test_a_normal_call_fires_the_three_boundaries_in_order(machine, events):
+    call = machine.call_start()
     assert machine.phase is Phase.PREPARING
     machine.loop_enter()
     assert machine.phase is Phase.DENOISING
-    machine.loop_exit(error=False)
+    machine.loop_exit()
     assert machine.phase is Phase.DECODING
-    machine.call_end()
-    assert fired == ["before_transformer", "before_vae", "after_call"]
+    machine.decode_start()
+    machine.call_end(call)
+    assert names(events) == ["before_transformer", "before_vae", "after_call"]
     assert machine.phase is Phase.IDLE
     assert machine.call_index == 1
 
 
-def test_the_loop_holds_a_denoising_section_that_refuses_releases(machine):
-    machine.call_start()
+def test_a_call_holds_an_inference_section_and_its_loop_a_denoising_section(machine):
+    call = machine.call_start()
+    assert guard.busy_reason()[0] == "inference_in_progress"
     machine.loop_enter()
     assert guard.busy_reason()[0] == "denoising"
-    machine.loop_exit(error=False)
+    machine.loop_exit()
+    assert guard.busy_reason()[0] == "inference_in_progress"
+    with guard.quiet_point(call.section):  # the call's own quiet point does not count itself
+        assert guard.busy_reason() is None
+    machine.call_end(call)
     assert guard.busy_reason() is None
 
 
-def test_before_transformer_fires_before_the_section_opens(fired):
+def test_each_boundary_is_due_outside_any_loop_section():
     seen = []
-    m = CallPhases("P", lambda b: seen.append((b, guard.busy_reason())))
-    m.call_start()
+    m = CallPhases("P", lambda b, call: seen.append((b, call.loop_section)), lambda b, call, d: None)
+    call = m.call_start()
     m.loop_enter()
-    m.loop_exit(error=False)
-    m.call_end()
+    m.loop_exit()
+    m.decode_start()
+    m.call_end(call)
     assert seen == [("before_transformer", None), ("before_vae", None), ("after_call", None)]
 
 
-def test_denoiser_forwards_inside_the_loop_fire_nothing(machine, fired):
+def test_denoiser_forwards_inside_the_loop_fire_nothing(machine, events):
     machine.call_start()
     machine.loop_enter()
     for _ in range(5):
         machine.denoiser_forward()
-    assert fired == ["before_transformer"]
+    assert names(events) == ["before_transformer"]
 
 
-def test_a_denoiser_forward_before_a_seen_loop_starts_denoising(machine, fired):
-    machine.call_start()
+def test_a_loop_without_a_progress_bar_runs_from_the_first_denoiser_forward_to_the_decode(machine, events):
+    call = machine.call_start()
     machine.denoiser_forward()
     assert machine.phase is Phase.DENOISING
-    machine.decode_start()
-    machine.call_end()
-    assert fired == ["before_transformer", "before_vae", "after_call"]
-
-
-def test_a_denoiser_forward_outside_a_call_is_ignored(machine, fired):
-    machine.denoiser_forward()
-    assert machine.phase is Phase.IDLE
-    assert fired == []
-
-
-def test_decode_ends_a_loop_whose_end_was_not_seen(machine, fired):
-    machine.call_start()
-    machine.loop_enter()
+    assert guard.busy_reason()[0] == "denoising"
     machine.decode_start()
     assert machine.phase is Phase.DECODING
-    assert guard.busy_reason() is None
-    machine.loop_exit(error=False)  # the late exit changes nothing
-    machine.call_end()
-    assert fired == ["before_transformer", "before_vae", "after_call"]
+    machine.call_end(call)
+    assert names(events) == ["before_transformer", "before_vae", "after_call"]
 
 
-def test_an_exception_leaving_the_loop_aborts_the_call(machine, fired):
-    machine.call_start()
+def test_signals_outside_a_call_are_ignored(machine, events):
+    machine.denoiser_forward()
+    assert machine.loop_enter() is None
+    machine.loop_exit()
+    machine.decode_start()
+    assert machine.phase is Phase.IDLE
+    assert events == []
+
+
+def test_several_loops_in_one_call_give_one_before_transformer_and_one_before_vae_after_the_last(machine, events):
+    call = machine.call_start()
+    for _ in range(3):  # e.g. a prior loop then a decoder loop, or FreeInit's iterations
+        machine.loop_enter()
+        machine.loop_exit()
+        assert guard.busy_reason()[0] == "inference_in_progress"  # between loops: still the call's
+    machine.decode_start()
+    machine.call_end(call)
+    assert names(events) == ["before_transformer", "before_vae", "after_call"]
+    assert call.loops == 3
+    assert machine.call_index == 1
+
+
+def test_a_call_that_does_not_decode_reports_before_vae_as_not_reached(machine, events):
+    call = machine.call_start()
     machine.loop_enter()
-    machine.loop_exit(error=True)
+    machine.loop_exit()
+    machine.call_end(call)
+    assert names(events) == [
+        "before_transformer",
+        "before_vae missed: the call did not decode after its denoising loop (e.g. output_type='latent')",
+        "after_call",
+    ]
+
+
+def test_a_decode_inside_the_progress_bar_is_no_quiet_point(machine, events):
+    call = machine.call_start()
+    machine.loop_enter()
+    machine.decode_start()  # e.g. a preview decode from a callback
+    assert machine.phase is Phase.DENOISING
+    machine.loop_exit()
+    machine.call_end(call)
+    assert "decoded inside its denoising loop's progress bar" in names(events)[1]
+
+
+def test_a_later_decode_after_a_preview_decode_fires_before_vae(machine, events):
+    call = machine.call_start()
+    machine.loop_enter()
+    machine.decode_start()
+    machine.loop_exit()
+    machine.decode_start()
+    machine.call_end(call)
+    assert names(events) == ["before_transformer", "before_vae", "after_call"]
+
+
+def test_a_decode_before_any_loop_is_not_the_decode_after_one(machine, events):
+    call = machine.call_start()
+    machine.decode_start()
+    machine.loop_enter()
+    machine.loop_exit()
+    machine.decode_start()
+    machine.call_end(call)
+    assert names(events) == ["before_transformer", "before_vae", "after_call"]
+
+
+def test_a_call_without_a_loop_reports_why(machine, events):
+    call = machine.call_start()
+    machine.call_end(call)
+    assert names(events)[0].startswith("before_transformer missed: no denoising loop was seen in this TestPipeline")
+    assert names(events)[1] == "before_vae missed: the call ran no denoising loop, so no decode followed one"
+    assert names(events)[2] == "after_call"
+
+
+def test_a_call_that_raised_still_ends_with_after_call_and_says_what_it_missed(machine, events):
+    call = machine.call_start()
+    machine.loop_enter()
+    machine.call_end(call, ValueError("step failed"))
+    assert names(events) == [
+        "before_transformer",
+        "before_vae missed: the call raised ValueError before it decoded",
+        "after_call",
+    ]
     assert machine.phase is Phase.IDLE
     assert guard.busy_reason() is None
-    machine.call_end()  # a later maybe_free_model_hooks outside a call fires nothing
-    assert fired == ["before_transformer"]
 
 
-def test_the_next_call_after_an_abort_fires_everything_again(machine, fired):
-    machine.call_start()
+def test_a_nested_call_of_the_same_pipeline_in_the_same_thread_joins_the_outer_call(machine, events):
+    outer = machine.call_start()
+    inner = machine.call_start()
+    assert inner is outer
     machine.loop_enter()
-    machine.loop_exit(error=True)
-    machine.call_start()
-    machine.loop_enter()
-    machine.loop_exit(error=False)
-    machine.call_end()
-    assert fired == ["before_transformer", "before_transformer", "before_vae", "after_call"]
-    assert machine.call_index == 2
-
-
-def test_a_call_start_drops_a_call_left_half_done(machine, fired):
-    machine.call_start()
-    machine.loop_enter()  # e.g. an iterated progress bar abandoned by an exception
-    machine.call_start()
-    assert machine.phase is Phase.PREPARING
-    assert guard.busy_reason() is None
-
-
-def test_a_loop_without_check_inputs_starts_a_call(machine, fired):
-    machine.loop_enter()
+    machine.loop_exit()
+    machine.decode_start()
+    machine.call_end(inner)
+    assert names(events) == ["before_transformer", "before_vae"]
+    machine.call_end(outer)
+    assert names(events)[-1] == "after_call"
     assert machine.call_index == 1
-    assert fired == ["before_transformer"]
 
 
-def test_nested_progress_bars_keep_the_loop_open_until_the_outer_exits(machine, fired):
+def test_nested_progress_bars_keep_the_loop_open_until_the_outer_exits(machine, events):
     machine.call_start()
     machine.loop_enter()
     machine.loop_enter()
-    machine.loop_exit(error=False)
+    machine.loop_exit()
     assert machine.phase is Phase.DENOISING
-    machine.loop_exit(error=False)
-    assert fired == ["before_transformer", "before_vae"]
+    machine.loop_exit()
+    assert machine.phase is Phase.DECODING
 
 
-def test_a_late_exit_from_an_earlier_calls_loop_is_ignored(machine, fired):
-    first = machine.loop_enter()
-    machine.loop_exit(error=True, call=first)
-    second = machine.loop_enter()
-    machine.loop_exit(error=True, call=first)
+def test_a_late_exit_from_an_earlier_calls_loop_is_ignored(machine):
+    first = machine.call_start()
+    stale = machine.loop_enter()
+    machine.call_end(first, RuntimeError("left by an exception"))
+    second = machine.call_start()
+    machine.loop_enter()
+    machine.loop_exit(stale)  # an abandoned iterated progress bar, finalized late
     assert machine.phase is Phase.DENOISING
-    assert second != first
+    machine.call_end(second)
 
 
-def test_call_end_outside_a_call_fires_nothing(machine, fired):
-    machine.call_end()
-    assert fired == []
+def test_calls_in_two_threads_keep_their_own_phases(machine, events):
+    first = machine.call_start()
+    machine.loop_enter()
+    started, release = threading.Event(), threading.Event()
+    seen = {}
+
+    def other_thread():
+        call = machine.call_start()
+        seen["concurrent"], seen["phase"] = call.concurrent, machine.phase
+        started.set()
+        release.wait(10)
+        machine.call_end(call)
+
+    worker = threading.Thread(target=other_thread)
+    worker.start()
+    assert started.wait(10)
+    assert seen == {"concurrent": True, "phase": Phase.PREPARING}
+    assert machine.phase is Phase.DENOISING  # this thread's call was not reset
+    assert [c.index for c in machine.calls()] == [1, 2]
+    release.set()
+    worker.join(10)
+    machine.loop_exit()
+    machine.decode_start()
+    machine.call_end(first)
+    assert [name for index, name in events if index == 1] == ["before_transformer", "before_vae", "after_call"]
+    assert [name for index, name in events if index == 2][-1] == "after_call"
+    assert machine.calls() == []
 
 
-def test_a_failing_boundary_leaves_the_call_where_it_was():
-    def fail(boundary):
+def test_a_failing_boundary_leaves_the_call_where_it_was_and_its_end_still_cleans_up():
+    def fail(boundary, call):
         raise RuntimeError(f"{boundary} failed")
 
-    m = CallPhases("P", fail)
-    m.call_start()
+    m = CallPhases("P", fail, lambda b, c, d: None)
+    call = m.call_start()
     with pytest.raises(RuntimeError, match="before_transformer failed"):
         m.loop_enter()
     assert m.phase is Phase.PREPARING
+    with pytest.raises(RuntimeError, match="after_call failed"):
+        m.call_end(call)
+    assert m.phase is Phase.IDLE
+    assert m.calls() == []
     assert guard.busy_reason() is None
-
-
-def test_host_requests_are_refused_inside_the_loop(machine):
-    machine.call_start()
-    machine.loop_enter()
-    assert machine.refusal_for_host()[0] == "denoising"
-
-
-def test_host_requests_from_another_thread_during_a_call_are_refused(machine):
-    machine.call_start()
-    answers = []
-    worker = threading.Thread(target=lambda: answers.append(machine.refusal_for_host()))
-    worker.start()
-    worker.join()
-    assert answers[0][0] == "inference_in_progress"
-    assert machine.phase is Phase.PREPARING
-
-
-def test_a_host_request_in_the_calls_own_thread_ends_a_call_left_by_an_exception(machine):
-    machine.call_start()
-    machine.loop_enter()
-    machine.loop_exit(error=False)  # then the VAE decode raised: no after_call came
-    assert machine.refusal_for_host() is None
-    assert machine.phase is Phase.IDLE

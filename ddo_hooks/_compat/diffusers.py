@@ -4,7 +4,7 @@ diffusers' public hook surface is :class:`~diffusers.hooks.HookRegistry` (``chec
 ``register_hook``, ``get_hook``, ``remove_hook``, ``hooks``) and :class:`~diffusers.hooks.ModelHook`;
 ddo_hooks uses those directly. What it needs beyond them is here: the attribute the registry
 lives in, the registry's child cache, group offloading's hook names and CPU copies, two
-attributes of models and pipelines, and a scan of a pipeline's ``__call__`` code.
+attributes of models and pipelines.
 
 Examples:
     >>> import torch
@@ -16,7 +16,6 @@ Examples:
 from __future__ import annotations
 
 import inspect
-import types
 from typing import Any
 
 import torch
@@ -29,7 +28,6 @@ __all__ = [
     "LAZY_PREFETCH_HOOK",
     "REGISTRY_ATTRIBUTE",
     "TOUCHES",
-    "call_names",
     "drop_registry",
     "execution_device",
     "keep_in_fp32_modules",
@@ -100,22 +98,6 @@ def keep_in_fp32_modules(model: Any) -> tuple[str, ...]:
     return tuple(getattr(model, "_keep_in_fp32_modules", None) or ())
 
 
-def call_names(pipeline: Any) -> set[str]:
-    """Attribute names a pipeline's ``__call__`` uses, from its code and nested code (``co_names``).
-
-    This reads how the pipeline's source is written, so it is kept here, with a test.
-    """
-    function = inspect.unwrap(type(pipeline).__call__)
-    code = getattr(function, "__code__", None)
-    names: set[str] = set()
-    stack = [code] if code is not None else []
-    while stack:
-        current = stack.pop()
-        names.update(current.co_names)
-        stack.extend(c for c in current.co_consts if isinstance(c, types.CodeType))
-    return names
-
-
 # -- probes ---------------------------------------------------------------------------------------
 
 
@@ -157,13 +139,6 @@ def _pipeline_probe() -> bool:
     return isinstance(inspect.getattr_static(DiffusionPipeline, "_execution_device", None), property)
 
 
-def _call_names_probe() -> bool:
-    from diffusers import FluxPipeline, StableDiffusionPipeline
-
-    wanted = {"progress_bar", "maybe_free_model_hooks", "check_inputs"}
-    return all(wanted <= call_names(cls.__new__(cls)) for cls in (StableDiffusionPipeline, FluxPipeline))
-
-
 TOUCHES: tuple[Touch, ...] = (
     Touch(
         "diffusers",
@@ -201,12 +176,6 @@ TOUCHES: tuple[Touch, ...] = (
         "DiffusionPipeline._execution_device",
         "encoding prompts for the tiny test pipelines",
         _pipeline_probe,
-    ),
-    Touch(
-        "diffusers",
-        "DiffusionPipeline.__call__ code names (progress_bar, maybe_free_model_hooks, check_inputs)",
-        "checking at attach time that a pipeline gives the boundary signals",
-        _call_names_probe,
     ),
 )
 """Every private diffusers attribute touched, with its probe (``tests/test_compat.py`` runs them)."""

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from ddo_hooks.errors import InvalidArgumentError
+from ddo_hooks.hooks.sink import missing_folder
 from ddo_hooks.release.devices import parse_cuda_device
 from ddo_hooks.testing import FAMILIES
 
@@ -121,8 +122,9 @@ def _check_device(device: torch.device) -> None:
 def _check_report_path(path: Path) -> None:
     if path.is_dir():
         raise InvalidArgumentError(f"--report {path}: is a directory; give a file path such as {path / DEFAULT_REPORT}")
-    if not path.parent.is_dir():
-        raise InvalidArgumentError(f"--report {path}: the folder {path.parent} does not exist; create it first")
+    problem = missing_folder(path)  # the same rule, and words, as the policy's report_sink
+    if problem is not None:
+        raise InvalidArgumentError(f"--report {path}: {problem}")
 
 
 def _policy_for(policy: HookPolicy | None, device: torch.device, log: TextIO) -> HookPolicy:
@@ -229,7 +231,6 @@ def run_demo(
             pipe(**kwargs)
             numbers.extend([call] * (len(tracker.records()) - len(numbers)))
 
-    text = tracker.to_jsonl()
-    MetricsTracker.from_jsonl(text)  # what is written validates as it will be read back
-    report_path.write_text(text, encoding="utf-8")
+    MetricsTracker.from_jsonl(tracker.to_jsonl())  # what is written validates as it will be read back
+    tracker.write_jsonl(report_path)  # replaced atomically: an earlier valid file is never left truncated
     return DemoResult(type(pipe).__name__, device, offloaded, policy, tracker, numbers, report_path)

@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any, Literal
 
+from pydantic import ValidationError
+
 from ddo_hooks.boundaries import ACTION_NAME_PATTERN, HOST_CACHE_COMPONENT_PREFIX, HOST_CACHE_RELEASE, component_name
 from ddo_hooks.errors import InvalidArgumentError, PolicyError
 from ddo_hooks.reports.boundary import ActionReport, ActionResult, ActionResultSetup
@@ -88,8 +90,25 @@ class BoundaryContext:
             self.on_survivors(names)
 
     def action_report(self, status: Literal["executed", "noop"], *, detail: str = "", data: Any = None) -> ActionReport:
-        """Build a validated ``boundary_action`` report for this action at this boundary."""
-        result = ActionResult(action=self.action, boundary=self.boundary, status=status, detail=detail, data=data or {})
+        """Build a validated ``boundary_action`` report for this action at this boundary.
+
+        Raises:
+            InvalidArgumentError: ``status``, ``detail`` or ``data`` is not valid (e.g. data that
+                is not JSON: a set, NaN); the message names the action and the field.
+        """
+        try:
+            result = ActionResult(
+                action=self.action, boundary=self.boundary, status=status, detail=detail, data=data or {}
+            )
+        except ValidationError as e:
+            problems = "; ".join(
+                f"{'.'.join(map(str, item['loc'])) or 'report'}: {item['msg']}" for item in e.errors(include_url=False)
+            )
+            raise InvalidArgumentError(
+                f"action {self.action!r} at {self.boundary}: its report is not valid ({problems}); "
+                "pass status 'executed' or 'noop', a str detail and JSON data (dicts, lists, str, finite numbers, "
+                "bools, None)"
+            ) from e
         return ActionReport(setup=ActionResultSetup(boundary_action=result))
 
 

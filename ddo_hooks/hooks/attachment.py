@@ -1,5 +1,11 @@
 """``attach``: put a hook policy on a diffusers pipeline; ``Attachment``: the handle.
 
+Every top-level call of an attached pipeline gives one outcome per boundary the policy enables
+and per action: a report of the action (executed or an explicit no-op), or a refusal report
+(route ``phase_boundary_refusal``) saying why it did not run: refused where it would not be
+safe, or not reached by the call. Nothing is silent, and nothing keeps the pipeline alive:
+the attachment holds it weakly, and a dropped pipeline is collected with its attachment.
+
 Examples:
     >>> from ddo_hooks import attach, MetricsTracker
     >>> from ddo_hooks.testing.tiny_pipelines import build_pipeline, call_kwargs
@@ -15,21 +21,22 @@ Examples:
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import json
 import os
 import threading
 import weakref
 from collections.abc import Iterable, Iterator
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ddo_hooks.boundaries import BOUNDARIES
-from ddo_hooks.errors import BoundaryRefusedError, InvalidArgumentError, PolicyError
+from ddo_hooks.boundaries import BOUNDARIES, REFUSAL_REASONS
+from ddo_hooks.errors import BoundaryRefusedError, InvalidArgumentError, PolicyError, ReportSinkError
 from ddo_hooks.hooks.actions import BoundaryContext, RegisteredAction, resolve_action
-from ddo_hooks.hooks.phases import CallPhases, Phase
+from ddo_hooks.hooks.phases import Call, CallPhases, Phase
+from ddo_hooks.hooks.sink import ReportSink
 from ddo_hooks.policy.model import HookPolicy
 from ddo_hooks.release import guard
 from ddo_hooks.reports.boundary import BoundaryRefusal, BoundaryRefusalReport, BoundaryRefusalSetup
@@ -68,15 +75,16 @@ def attach(
         pipeline: A diffusers pipeline (any ``DiffusionPipeline``).
         policy: A :class:`~ddo_hooks.policy.model.HookPolicy`, the path of a YAML policy, or
             ``None`` for the packaged default (all three boundaries release the host cache).
-        tracker: Where reports are recorded (a new tracker when ``None``).
+        tracker: Where reports are recorded (when ``None``, a new tracker that keeps the
+            policy's ``keep_reports``).
 
     Returns:
         The :class:`Attachment` handle; also a context manager that detaches on exit.
 
     Raises:
-        InvalidArgumentError: Not a pipeline, already attached, or the pipeline gives no
-            signal for a boundary the policy enables (the message says how to fix it).
-        PolicyError: The policy is invalid or names an unknown action.
+        InvalidArgumentError: Not a pipeline, or already attached.
+        PolicyError: The policy is invalid, names an unknown action, or its ``report_sink``
+            cannot be written.
     """
     from diffusers import DiffusionPipeline  # imported when the first attachment is made
 
@@ -88,7 +96,8 @@ def attach(
         raise InvalidArgumentError(
             f"this {type(pipeline).__name__} already has ddo_hooks attached; call detach() on that attachment first"
         )
-    attachment = Attachment(pipeline, _load_policy(policy), tracker or MetricsTracker())
+    loaded = _load_policy(policy)
+    attachment = Attachment(pipeline, loaded, tracker or MetricsTracker(max_records=loaded.keep_reports))
     _ATTACHED[pipeline] = attachment
     return attachment
 
@@ -97,35 +106,51 @@ class Attachment:
     """The handle of a policy attached to a pipeline. Create it with :func:`attach`."""
 
     def __init__(self, pipeline: DiffusionPipeline, policy: HookPolicy, tracker: MetricsTracker) -> None:
-        self.pipeline = pipeline
+        self._pipeline = weakref.ref(pipeline)
         self.policy = policy
         self.tracker = tracker
         self._owner = type(pipeline).__name__
-        self._reports: list[Any] = []
-        self._lock = threading.Lock()
+        self._reports: collections.deque[Any] = collections.deque(maxlen=policy.keep_reports)
+        self._lock = threading.RLock()
         self._detached = False
         self._actions = self._resolve_actions()
         self._sink = self._prepare_sink()
         self._known: dict[str, weakref.ref] = {}
         self._dropped: dict[str, weakref.ref] = {}
         self._note_components()
-        self.machine = CallPhases(self._owner, lambda boundary: self._fire(boundary, "pipeline"))
+        self.machine = CallPhases(self._owner, self._on_due, self._on_missed)
         from ddo_hooks.hooks.signals import PipelineSignals  # imports diffusers' hook registry
 
         self._signals = PipelineSignals(pipeline, self.machine)
-        self._signals.check(policy.enabled_boundaries() if policy.enabled else ())
         self._signals.install()
 
     # -- public ---------------------------------------------------------------------------
     @property
+    def pipeline(self) -> DiffusionPipeline | None:
+        """The pipeline, or ``None`` once it was collected (the attachment never keeps it alive)."""
+        return self._pipeline()
+
+    @property
     def reports(self) -> list[Any]:
-        """The reports this attachment recorded, in order (refusals included)."""
+        """The reports this attachment recorded, in order (refusals included); at most ``keep_reports``."""
         with self._lock:
             return list(self._reports)
 
+    def drain_reports(self) -> list[Any]:
+        """Return the reports kept in memory, in order, and forget them."""
+        with self._lock:
+            drained = list(self._reports)
+            self._reports.clear()
+            return drained
+
+    @property
+    def sink_failures(self) -> list[str]:
+        """The last failures to write to ``report_sink`` (empty when every write succeeded)."""
+        return [] if self._sink is None else list(self._sink.failures)
+
     @property
     def phase(self) -> Phase:
-        """Where the pipeline call is now."""
+        """Where the pipeline call is: this thread's call, else the oldest in progress, else IDLE."""
         return self.machine.phase
 
     @property
@@ -141,9 +166,10 @@ class Attachment:
     def boundary(self, name: str) -> list[Any]:
         """Run a boundary now, on the host's request.
 
-        It runs only at a quiet point: never inside the denoising loop, while components
-        load, during another release, or while a call runs in another thread; a refused
-        request is recorded as a ``phase_boundary_refusal`` report, never executed.
+        It runs only at a quiet point of the process: never while a call of this pipeline is in
+        progress (also not from a hook or callback inside one), beside a call of another attached
+        pipeline, while components load, or during another release. A refused request is
+        recorded as a ``phase_boundary_refusal`` report, never executed.
 
         Args:
             name: ``before_transformer``, ``before_vae`` or ``after_call``.
@@ -162,10 +188,17 @@ class Attachment:
             raise InvalidArgumentError(
                 f"boundary {name!r} is disabled by the policy ({self.policy.source}); enable it there to request it"
             )
-        refusal = self.machine.refusal_for_host()
-        if refusal is not None:
-            return self._refuse_all(name, *refusal, "host")
-        return self._fire(name, "host")
+        index = self.machine.call_index
+        own = self.machine.current()
+        running = own if own is not None else next(iter(self.machine.calls()), None)
+        if running is not None:
+            where = "in this thread (from a hook or callback of the call)" if running is own else "in another thread"
+            if running.phase is Phase.DENOISING:
+                detail = f"{self._owner} is inside its denoising loop (call {running.index}, {where})"
+                return self._refuse_all(name, "denoising", detail, "host", index)
+            detail = f"call {running.index} of {self._owner} is running {where}"
+            return self._refuse_all(name, "inference_in_progress", detail, "host", index)
+        return self._run(name, "host", None)
 
     @contextlib.contextmanager
     def loading(self, what: str = "host loading") -> Iterator[None]:
@@ -181,10 +214,10 @@ class Attachment:
         if self._detached:
             return
         self._detached = True
-        self.machine.reset()
         self._signals.remove()
-        if _ATTACHED.get(self.pipeline) is self:
-            del _ATTACHED[self.pipeline]
+        pipe = self.pipeline
+        if pipe is not None and _ATTACHED.get(pipe) is self:
+            del _ATTACHED[pipe]
 
     def __enter__(self) -> Attachment:
         return self
@@ -210,67 +243,104 @@ class Attachment:
             ]
         return resolved
 
+    def _prepare_sink(self) -> ReportSink | None:
+        """Resolve the policy's report sink and write to it once now, so a bad path fails here, not mid-call."""
+        if self.policy.report_sink is None:
+            return None
+        sink = ReportSink(self.policy.resolve_path(self.policy.report_sink), on_failure=self.policy.report_sink_failure)
+        try:
+            sink.probe()
+        except ReportSinkError as e:
+            raise PolicyError(f"{self.policy.locate(('report_sink',))}: {e}") from e
+        return sink
+
     # -- boundaries -----------------------------------------------------------------------
+    def _enabled(self, boundary: str) -> bool:
+        return not self._detached and self.policy.enabled and self.policy.boundary(boundary).enabled
+
+    def _on_due(self, boundary: str, call: Call) -> None:
+        """A boundary of ``call`` is due at a quiet point of that call."""
+        if not self._enabled(boundary):
+            return
+        others = [other for other in self.machine.calls() if other is not call]
+        if others:
+            detail = f"call {others[0].index} of this {self._owner} is running in another thread"
+            self._refuse_all(boundary, "concurrent_call", detail, "pipeline", call.index)
+            return
+        self._run(boundary, "pipeline", call)
+
+    def _on_missed(self, boundary: str, call: Call, detail: str) -> None:
+        """``call`` ended without reaching ``boundary``."""
+        if self._enabled(boundary):
+            self._refuse_all(boundary, "not_reached", detail, "pipeline", call.index)
+
+    def _run(self, boundary: str, requested_by: str, call: Call | None) -> list[Any]:
+        index = self.machine.call_index if call is None else call.index
+        with guard.quiet_point(None if call is None else call.section):
+            busy = guard.busy_reason()
+            if busy is not None:
+                return self._refuse_all(boundary, busy[0], busy[1], requested_by, index)
+            pipe = self.pipeline
+            dropped = self._note_components()
+            produced = []
+            for spec, action in self._actions[boundary]:
+                context = BoundaryContext(
+                    pipeline=pipe,
+                    boundary=boundary,
+                    action=action.name,
+                    call_index=index,
+                    device=self.policy.device,
+                    tracker=self.tracker,
+                    policy=self.policy,
+                    options=dict(spec.options),
+                    dropped=dropped,
+                    on_survivors=self._forget_dropped,
+                )
+                try:
+                    report = action(context)
+                except BoundaryRefusedError as e:
+                    reason, detail = e.reason, str(e)
+                    if reason not in REFUSAL_REASONS:
+                        reason, detail = "action_refused", f"{e.reason}: {e}"
+                    report = self._refusal(boundary, action, reason, detail, requested_by, index)
+                if report is None:
+                    continue
+                self._record(action.component(boundary), report)
+                produced.append(report)
+        return produced
+
     def _note_components(self) -> dict[str, weakref.ref]:
         """Update which components left the pipeline since last seen; return those to be freed."""
-        current = {
-            name: module for name, module in self.pipeline.components.items() if isinstance(module, torch.nn.Module)
-        }
-        current_ids = {id(m) for m in current.values()}
-        for name, ref in list(self._known.items()):
-            module = ref()
-            if module is None:
-                del self._known[name]
-            elif id(module) not in current_ids:
-                del self._known[name]
-                key, n = name, 2
-                while key in self._dropped and self._dropped[key]() is not None:
-                    key, n = f"{name}#{n}", n + 1
-                self._dropped[key] = ref
-        for name, module in current.items():
-            if name not in self._known or self._known[name]() is not module:
-                self._known[name] = weakref.ref(module)
-        self._dropped = {k: r for k, r in self._dropped.items() if r() is not None}
-        return dict(self._dropped)
-
-    def _fire(self, boundary: str, requested_by: str) -> list[Any]:
-        if self._detached or not (self.policy.enabled and self.policy.boundary(boundary).enabled):
-            return []
-        busy = guard.busy_reason()
-        if busy is not None:
-            return self._refuse_all(boundary, busy[0], busy[1], requested_by)
-        dropped = self._note_components()
-        produced = []
-        for spec, action in self._actions[boundary]:
-            context = BoundaryContext(
-                pipeline=self.pipeline,
-                boundary=boundary,
-                action=action.name,
-                call_index=self.machine.call_index,
-                device=self.policy.device,
-                tracker=self.tracker,
-                policy=self.policy,
-                options=dict(spec.options),
-                dropped=dropped,
-                on_survivors=self._forget_dropped,
-            )
-            try:
-                report = action(context)
-            except BoundaryRefusedError as e:
-                report = self._refusal(boundary, action, e.reason, str(e), requested_by)
-            if report is None:
-                continue
-            self._record(action.component(boundary), report)
-            produced.append(report)
-        return produced
+        pipe = self.pipeline
+        with self._lock:
+            if pipe is None:
+                return dict(self._dropped)
+            current = {name: m for name, m in pipe.components.items() if isinstance(m, torch.nn.Module)}
+            current_ids = {id(m) for m in current.values()}
+            for name, ref in list(self._known.items()):
+                module = ref()
+                if module is None:
+                    del self._known[name]
+                elif id(module) not in current_ids:
+                    del self._known[name]
+                    key, n = name, 2
+                    while key in self._dropped and self._dropped[key]() is not None:
+                        key, n = f"{name}#{n}", n + 1
+                    self._dropped[key] = ref
+            for name, module in current.items():
+                if name not in self._known or self._known[name]() is not module:
+                    self._known[name] = weakref.ref(module)
+            self._dropped = {k: r for k, r in self._dropped.items() if r() is not None}
+            return dict(self._dropped)
 
     def _forget_dropped(self, names: Iterable[str]) -> None:
         """Dropped components referenced elsewhere: do not collect fully for them again."""
-        for name in names:
-            self._dropped.pop(name, None)
+        with self._lock:
+            for name in names:
+                self._dropped.pop(name, None)
 
     def _refusal(
-        self, boundary: str, action: RegisteredAction, reason: str, detail: str, requested_by: str
+        self, boundary: str, action: RegisteredAction, reason: str, detail: str, requested_by: str, index: int
     ) -> BoundaryRefusalReport:
         refusal = BoundaryRefusal(
             boundary=boundary,
@@ -278,14 +348,14 @@ class Attachment:
             reason=reason,  # type: ignore[arg-type]
             detail=detail,
             requested_by=requested_by,  # type: ignore[arg-type]
-            call_index=self.machine.call_index,
+            call_index=index,
         )
         return BoundaryRefusalReport(setup=BoundaryRefusalSetup(boundary_refusal=refusal))
 
-    def _refuse_all(self, boundary: str, reason: str, detail: str, requested_by: str) -> list[Any]:
+    def _refuse_all(self, boundary: str, reason: str, detail: str, requested_by: str, index: int) -> list[Any]:
         produced = []
         for _, action in self._actions[boundary]:
-            report = self._refusal(boundary, action, reason, detail, requested_by)
+            report = self._refusal(boundary, action, reason, detail, requested_by, index)
             self._record(action.component(boundary), report)
             produced.append(report)
         return produced
@@ -295,20 +365,4 @@ class Attachment:
         with self._lock:
             self._reports.append(report)
         if self._sink is not None:
-            with self._sink.open("a", encoding="utf-8") as sink:
-                sink.write(json.dumps({"component": component, "report": report.model_dump(mode="json")}) + "\n")
-
-    def _prepare_sink(self) -> Path | None:
-        """Resolve the policy's report sink now, creating its folder, so a bad path fails here, not mid-call."""
-        if self.policy.report_sink is None:
-            return None
-        path = self.policy.resolve_path(self.policy.report_sink)
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.open("a", encoding="utf-8").close()
-        except OSError as e:
-            raise PolicyError(
-                f"{self.policy.locate(('report_sink',))}: report_sink {str(path)!r} cannot be written: "
-                f"{e.strerror or e}; point it at a writable file"
-            ) from e
-        return path
+            self._sink.write(json.dumps({"component": component, "report": report.model_dump(mode="json")}))

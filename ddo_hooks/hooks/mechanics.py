@@ -14,6 +14,9 @@ Two kinds of attachment, each with an exact inverse:
   class, and restored to exactly what was there. A wrapper that somebody else wrapped
   again is left in place but goes inert.
 
+Both hold what they changed weakly: an installed hook never keeps a module (or its pipeline)
+alive, and removing it from an object that was collected meanwhile does nothing.
+
 Examples:
     >>> import torch
     >>> from diffusers.hooks import ModelHook
@@ -27,6 +30,7 @@ Examples:
 from __future__ import annotations
 
 import functools
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -44,16 +48,23 @@ _MISSING = object()
 
 @dataclass
 class InstalledHook:
-    """A ddo_hooks hook registered on one module."""
+    """A ddo_hooks hook registered on one module (held weakly)."""
 
-    module: torch.nn.Module
+    module_ref: weakref.ref[torch.nn.Module]
     name: str
     created_registry: bool
     had_forward_attribute: bool
 
+    @property
+    def module(self) -> torch.nn.Module | None:
+        """The module, or ``None`` once it was collected."""
+        return self.module_ref()
+
     def remove(self) -> None:
         """Unregister the hook, leaving accelerate's hook (if any) on top and no registry we created."""
         module = self.module
+        if module is None:
+            return
 
         def unregister() -> None:
             registry = HookRegistry.check_if_exists_or_initialize(module)
@@ -79,26 +90,31 @@ def install_hook(module: torch.nn.Module, hook: ModelHook, name: str) -> Install
         diffusers_compat.invalidate_parents(module)
 
     accelerate_compat.lifted(module, register)
-    return InstalledHook(module, name, created, had_forward[0])
+    return InstalledHook(weakref.ref(module), name, created, had_forward[0])
 
 
 @dataclass
 class WrappedAttribute:
-    """An instance attribute replaced by a wrapper, and what to put back."""
+    """An instance attribute replaced by a wrapper; the owner and the wrapper are held weakly.
 
-    owner: Any
+    What to put back is kept on the wrapper itself (which the owner holds), so this record never
+    keeps the owner alive, not even through a bound method of it.
+    """
+
+    owner_ref: weakref.ref[Any]
     name: str
-    previous: Any
-    wrapper: Any
+    wrapper_ref: weakref.ref[Any]
 
     def restore(self) -> bool:
-        """Put back what was there; returns False (and leaves it) if someone re-wrapped ours."""
-        if vars(self.owner).get(self.name, _MISSING) is not self.wrapper:
+        """Put back what was there; returns False (and leaves it) if someone re-wrapped ours or the owner is gone."""
+        owner, wrapper = self.owner_ref(), self.wrapper_ref()
+        if owner is None or wrapper is None or vars(owner).get(self.name, _MISSING) is not wrapper:
             return False
-        if self.previous is _MISSING:
-            object.__delattr__(self.owner, self.name)
+        previous = wrapper.__ddo_previous__
+        if previous is _MISSING:
+            object.__delattr__(owner, self.name)
         else:
-            object.__setattr__(self.owner, self.name, self.previous)
+            object.__setattr__(owner, self.name, previous)
         return True
 
 
@@ -107,5 +123,6 @@ def wrap_attribute(owner: Any, name: str, make: Callable[[Callable[..., Any]], C
     previous = vars(owner).get(name, _MISSING)
     original = getattr(owner, name)
     wrapper = functools.wraps(original)(make(original))
+    wrapper.__ddo_previous__ = previous  # type: ignore[attr-defined]
     object.__setattr__(owner, name, wrapper)  # bypasses DiffusionPipeline.__setattr__'s config sync
-    return WrappedAttribute(owner, name, previous, wrapper)
+    return WrappedAttribute(weakref.ref(owner), name, weakref.ref(wrapper))

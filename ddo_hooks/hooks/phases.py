@@ -1,23 +1,31 @@
-"""Where a pipeline call is, and which boundary fires when.
+"""Where each pipeline call is, and which boundary is due when.
 
-A :class:`CallPhases` machine turns the signals the hooks observe into boundaries::
+A :class:`CallPhases` machine follows the calls of one attached pipeline. Each call is a
+:class:`Call`, kept per thread from the moment the pipeline's ``__call__`` is entered to the moment
+it returns or raises, so two calls in two threads never disturb each other. The signals the hooks
+observe move a call on::
 
-    check_inputs()            -> call starts                      (IDLE -> PREPARING)
-    progress bar entered      -> fire before_transformer          (-> DENOISING, loop section open)
-    denoiser forward          -> only if the loop was not seen: as above
-    progress bar left         -> fire before_vae                  (-> DECODING, loop section closed)
-    VAE decoder forward       -> only if the loop end was not seen: as above
-    maybe_free_model_hooks()  -> fire after_call                  (-> IDLE)
+    __call__ entered               -> the call starts (PREPARING); an ``inference`` guard section opens
+    a denoising loop starts        -> before_transformer is due once per call; DENOISING, a loop section opens
+      (its progress bar is entered, or a denoiser runs outside a known loop)
+    the loop's progress bar is left -> DECODING (after a loop); nothing is due: another loop may follow
+    the VAE decoder runs           -> before_vae is due once per call, at the first decode after a loop
+    __call__ returned or raised    -> after_call is due; the boundaries never reached are reported as such
 
-An exception leaving the loop aborts the call: its remaining boundaries never fire and the
-machine returns to IDLE, so the next call starts clean. While the machine is DENOISING a
-``denoising`` section of :mod:`ddo_hooks.release.guard` is held, so no release anywhere in the
-process runs inside a loop.
+A call's boundaries are never due inside one of its loops, nor between two of its loops. A
+decode inside a loop's progress bar (a preview, or a pipeline that decodes before leaving its
+bar) is no quiet point: if no decode follows the loop, ``before_vae`` is reported as not reached.
+While a call is DENOISING a ``denoising`` section of :mod:`ddo_hooks.release.guard` is held, so no
+release anywhere in the process runs inside a loop; while any call is in progress its
+``inference`` section is held, so no release runs beside it except at the call's own quiet
+points (:func:`ddo_hooks.release.guard.quiet_point`).
 
 Examples:
     >>> fired = []
-    >>> machine = CallPhases("demo", fired.append)
-    >>> machine.call_start(); _ = machine.loop_enter(); machine.loop_exit(error=False); machine.call_end()
+    >>> machine = CallPhases("demo", lambda boundary, call: fired.append(boundary),
+    ...                      lambda boundary, call, detail: fired.append(f"{boundary}: not reached"))
+    >>> call = machine.call_start()
+    >>> _ = machine.loop_enter(); machine.loop_exit(); machine.decode_start(); machine.call_end(call)
     >>> fired
     ['before_transformer', 'before_vae', 'after_call']
 """
@@ -27,24 +35,61 @@ from __future__ import annotations
 import enum
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from ddo_hooks.boundaries import AFTER_CALL, BEFORE_TRANSFORMER, BEFORE_VAE
 from ddo_hooks.release import guard
 
-__all__ = ["CallPhases", "Phase"]
+__all__ = ["Call", "CallPhases", "Phase"]
 
 
 class Phase(enum.Enum):
-    """Where the pipeline call is."""
+    """Where a pipeline call is."""
 
     IDLE = "idle"
     """No call in progress."""
     PREPARING = "preparing"
     """A call started: inputs checked, prompts encoding, latents preparing."""
     DENOISING = "denoising"
-    """Inside the denoising loop."""
+    """Inside a denoising loop."""
     DECODING = "decoding"
-    """The loop is over: decoding, post-processing, offloading."""
+    """A loop is over: decoding, post-processing, offloading, or waiting for another loop."""
+
+
+@dataclass(eq=False)
+class Call:
+    """One top-level call of the pipeline, in the thread that made it.
+
+    Attributes:
+        index: 1 for the attachment's first call, then 2, ...
+        thread: The thread running it.
+        concurrent: It started while another call of the same pipeline was in progress.
+        phase: Where it is.
+        fired: The boundaries already due in this call.
+        loops: How many denoising loops it entered.
+        decoded_in_loop: A decode ran inside a loop's progress bar.
+        error: What the call raised, once it ended by an exception.
+    """
+
+    index: int
+    thread: int
+    concurrent: bool
+    phase: Phase = Phase.PREPARING
+    fired: set[str] = field(default_factory=set)
+    loops: int = 0
+    decoded_in_loop: bool = False
+    error: BaseException | None = None
+    depth: int = 1
+    loop_depth: int = 0
+    in_bar: bool = False
+    section: guard.Section | None = None
+    loop_section: guard.Section | None = None
+
+
+Fire = Callable[[str, Call], object]
+"""``fire(boundary, call)``: a boundary of ``call`` is due now, at a quiet point of it."""
+Miss = Callable[[str, Call, str], object]
+"""``miss(boundary, call, detail)``: ``call`` ended without reaching ``boundary``; ``detail`` says why."""
 
 
 class CallPhases:
@@ -52,125 +97,163 @@ class CallPhases:
 
     Args:
         owner: A name for guard sections and messages (the pipeline class).
-        fire: Called with a boundary name when it is due. It runs before the state moves on,
-            so a failing boundary leaves the call where it was.
+        fire: Called when a boundary of a call is due. It runs before the call moves on, so a
+            failing boundary leaves the call where it was (and the call's end still comes).
+        miss: Called at the end of a call for each boundary it never reached.
     """
 
-    def __init__(self, owner: str, fire: Callable[[str], object]) -> None:
+    def __init__(self, owner: str, fire: Fire, miss: Miss) -> None:
         self.owner = owner
         self._fire = fire
-        self._lock = threading.RLock()
-        self.phase = Phase.IDLE
+        self._miss = miss
+        self._lock = threading.Lock()
+        self._calls: dict[int, Call] = {}
         self.call_index = 0
-        self.thread: int | None = None
-        self._fired: set[str] = set()
-        self._loop_depth = 0
-        self._section: guard.Section | None = None
+        self.has_decoder = True
+        """Whether the pipeline has a VAE decoder at all (set by the signals; only for messages)."""
 
-    # -- signals -------------------------------------------------------------------------
-    def call_start(self) -> None:
-        """A pipeline call begins; a call left half-done by an exception is dropped."""
+    # -- reading ---------------------------------------------------------------------------
+    def current(self) -> Call | None:
+        """The call in progress in the calling thread, or ``None``."""
+        return self._calls.get(threading.get_ident())
+
+    def calls(self) -> list[Call]:
+        """Every call in progress, oldest first."""
         with self._lock:
-            self.reset()
-            self.phase = Phase.PREPARING
-            self.call_index += 1
-            self.thread = threading.get_ident()
+            return sorted(self._calls.values(), key=lambda c: c.index)
 
-    def loop_enter(self) -> int:
-        """The denoising loop starts (its progress bar was entered or first iterated).
+    @property
+    def phase(self) -> Phase:
+        """The phase of this thread's call, else of the oldest call in progress, else IDLE."""
+        call = self.current()
+        if call is None:
+            calls = self.calls()
+            call = calls[0] if calls else None
+        return Phase.IDLE if call is None else call.phase
+
+    # -- signals ---------------------------------------------------------------------------
+    def call_start(self) -> Call:
+        """The pipeline's ``__call__`` was entered; a nested entry in the same thread joins its call."""
+        me = threading.get_ident()
+        with self._lock:
+            call = self._calls.get(me)
+            if call is not None:
+                call.depth += 1
+                return call
+            self.call_index += 1
+            call = Call(self.call_index, me, concurrent=bool(self._calls))
+            self._calls[me] = call
+        try:
+            call.section = guard.enter("inference", f"a {self.owner} call")
+        except BaseException:
+            with self._lock:
+                del self._calls[me]
+            raise
+        return call
+
+    def call_end(self, call: Call, error: BaseException | None = None) -> None:
+        """The ``__call__`` that started ``call`` returned (``error`` is ``None``) or raised.
+
+        The outermost end reports each boundary never reached, then makes ``after_call`` due,
+        and always leaves the thread without a call.
+        """
+        with self._lock:
+            call.depth -= 1
+            if call.depth > 0:
+                return
+        call.error = error
+        try:
+            self._stop_loop(call)
+            for boundary in (BEFORE_TRANSFORMER, BEFORE_VAE):
+                if boundary not in call.fired:
+                    call.fired.add(boundary)
+                    self._miss(boundary, call, self._why_missed(boundary, call))
+            self._due(AFTER_CALL, call)
+        finally:
+            self._stop_loop(call)
+            if call.section is not None:
+                guard.exit(call.section)
+            with self._lock:
+                self._calls.pop(call.thread, None)
+
+    def loop_enter(self, *, bar: bool = True) -> Call | None:
+        """A denoising loop starts in this thread's call (its progress bar was entered or first iterated).
+
+        Args:
+            bar: The signal is a progress bar (``False``: a denoiser ran outside a known loop).
 
         Returns:
-            The call index, to pass back to :meth:`loop_exit`.
+            The call, to pass back to :meth:`loop_exit`; ``None`` outside a call.
         """
-        with self._lock:
-            if self.phase is Phase.DENOISING:
-                self._loop_depth += 1  # a nested progress bar inside the loop
-                return self.call_index
-            if self.phase is not Phase.PREPARING:
-                self.call_start()  # a pipeline without check_inputs, or a stale half-done call
-            self._start_denoising()
-            return self.call_index
+        call = self.current()
+        if call is None:
+            return None
+        if call.phase is Phase.DENOISING:
+            call.loop_depth += 1 if bar else 0  # a nested progress bar inside the loop
+            return call
+        self._due(BEFORE_TRANSFORMER, call)
+        call.loop_section = guard.enter("denoising", self.owner)
+        call.phase, call.loops, call.loop_depth, call.in_bar = Phase.DENOISING, call.loops + 1, int(bar), bar
+        return call
 
-    def loop_exit(self, *, error: bool, call: int | None = None) -> None:
-        """The loop's progress bar was left; ``error`` when an exception is leaving it.
-
-        A signal from the loop of an earlier call (``call`` differs) is ignored.
-        """
-        with self._lock:
-            if self.phase is not Phase.DENOISING or (call is not None and call != self.call_index):
-                return
-            self._loop_depth -= 1
-            if self._loop_depth > 0 and not error:
-                return
-            if error:
-                self.reset()
-                return
-            self._stop_denoising()
+    def loop_exit(self, call: Call | None = None) -> None:
+        """The loop's progress bar was left; a signal from another call's loop is ignored."""
+        current = self.current()
+        if current is None or (call is not None and call is not current) or current.phase is not Phase.DENOISING:
+            return
+        current.loop_depth -= 1
+        if current.loop_depth <= 0:
+            self._stop_loop(current)
 
     def denoiser_forward(self) -> None:
-        """The denoiser runs outside a known loop (the hooks' slow path)."""
-        with self._lock:
-            if self.phase is Phase.PREPARING:
-                self._start_denoising()
+        """A denoiser runs; outside a known loop it starts one (the slow path of the hooks)."""
+        call = self.current()
+        if call is not None and call.phase is not Phase.DENOISING:
+            self.loop_enter(bar=False)
 
     def decode_start(self) -> None:
-        """The VAE starts decoding."""
-        with self._lock:
-            if self.phase is Phase.DENOISING:
-                self._stop_denoising()
+        """A VAE decoder runs in this thread's call."""
+        call = self.current()
+        if call is None or call.phase is Phase.PREPARING:
+            return  # outside a call, or before any loop: not the decode after a loop
+        if call.phase is Phase.DENOISING:
+            if call.in_bar:
+                call.decoded_in_loop = True  # inside a progress bar: no quiet point
+                return
+            self._stop_loop(call)  # a loop without a progress bar ends where the decode starts
+        self._due(BEFORE_VAE, call)
 
-    def call_end(self) -> None:
-        """The call returned its components to rest (``maybe_free_model_hooks`` returned)."""
-        with self._lock:
-            if self.phase is Phase.IDLE:
-                return  # called outside a pipeline call
-            if self.phase is Phase.DENOISING:
-                self._stop_denoising()
-            self._once(AFTER_CALL)
-            self.reset()
+    # -- transitions -------------------------------------------------------------------------
+    def _due(self, boundary: str, call: Call) -> None:
+        if boundary not in call.fired:
+            call.fired.add(boundary)
+            self._fire(boundary, call)
 
-    def refusal_for_host(self) -> tuple[str, str] | None:
-        """Why a host's boundary request must be refused now, as ``(reason, sentence)``, or ``None``.
+    def _stop_loop(self, call: Call) -> None:
+        if call.loop_section is not None:
+            guard.exit(call.loop_section)
+            call.loop_section = None
+        if call.phase is Phase.DENOISING:
+            call.phase, call.loop_depth, call.in_bar = Phase.DECODING, 0, False
 
-        A call this same thread left through an exception is over (the host is running, not
-        the pipeline): it is reset and the request may run.
-        """
-        with self._lock:
-            if self.phase is Phase.DENOISING:
-                return "denoising", f"{self.owner} is inside its denoising loop"
-            if self.phase is not Phase.IDLE:
-                if self.thread != threading.get_ident():
-                    return "inference_in_progress", f"a {self.owner} call is running in another thread"
-                self.reset()
-            return None
-
-    def reset(self) -> None:
-        """Return to IDLE, closing an open loop section; the call's remaining boundaries never fire."""
-        with self._lock:
-            if self._section is not None:
-                guard.exit(self._section)
-                self._section = None
-            self.phase = Phase.IDLE
-            self.thread = None
-            self._fired = set()
-            self._loop_depth = 0
-
-    # -- transitions ---------------------------------------------------------------------
-    def _once(self, boundary: str) -> None:
-        if boundary not in self._fired:
-            self._fired.add(boundary)
-            self._fire(boundary)
-
-    def _start_denoising(self) -> None:
-        self._once(BEFORE_TRANSFORMER)
-        self._section = guard.enter("denoising", self.owner)
-        self.phase = Phase.DENOISING
-        self._loop_depth = 1
-
-    def _stop_denoising(self) -> None:
-        if self._section is not None:
-            guard.exit(self._section)
-            self._section = None
-        self.phase = Phase.DECODING
-        self._loop_depth = 0
-        self._once(BEFORE_VAE)
+    def _why_missed(self, boundary: str, call: Call) -> str:
+        raised = f"the call raised {type(call.error).__name__}" if call.error is not None else ""
+        if boundary == BEFORE_TRANSFORMER:
+            if raised:
+                return f"{raised} before its denoising loop started"
+            return (
+                f"no denoising loop was seen in this {self.owner} call: neither a progress bar of the pipeline "
+                "(or of a pipeline it calls) nor a known denoiser component ran"
+            )
+        if raised and not call.decoded_in_loop:
+            return f"{raised} before it decoded"
+        if call.decoded_in_loop:
+            return (
+                f"{self.owner} decoded inside its denoising loop's progress bar, where no boundary may run, "
+                "and not after the loop"
+            )
+        if not self.has_decoder:
+            return f"{self.owner} has no VAE decoder, so nothing decodes after its loop"
+        if call.loops == 0:
+            return "the call ran no denoising loop, so no decode followed one"
+        return "the call did not decode after its denoising loop (e.g. output_type='latent')"

@@ -1,61 +1,70 @@
 """The signals a pipeline gives the phase machine, installed on one pipeline and removed exactly.
 
-``PipelineSignals`` checks that a pipeline can signal the boundaries a policy enables (from
-its ``__call__`` code: a progress bar around the loop, ``maybe_free_model_hooks()`` at the
-end), then installs: a :class:`DenoiserSignal` on every denoiser, a :class:`DecodeSignal` on the
-VAE's decode submodules, and instance wrappers of ``check_inputs``, ``progress_bar`` (a
-:class:`LoopBar`), ``maybe_free_model_hooks`` and the loading methods (see
-:mod:`ddo_hooks.hooks.mechanics`).
+:class:`PipelineSignals` installs, for one attached pipeline:
+
+* a **call signal**: the pipeline's class is swapped, on this instance only, for a subclass of
+  the same name whose ``__call__`` tells the machine when the call starts and when it returns or
+  raises (Python looks ``__call__`` up on the type, so no instance attribute can do this). The
+  call's end never depends on a helper method being called at the end;
+* a :class:`LoopBar` around ``progress_bar`` of the pipeline and of every pipeline it holds
+  (the *Combined* pipelines run their loops in a prior and a decoder pipeline);
+* a :class:`DenoiserSignal` on every denoiser component and a :class:`DecodeSignal` on the
+  decoder submodules of every VAE, of the pipeline and the pipelines it holds;
+* loading sections around the methods that load, move or re-hook components.
+
+Everything is removed again by :meth:`PipelineSignals.remove`, and nothing here keeps the
+pipeline or its components alive.
 
 Examples:
-    >>> from ddo_hooks.boundaries import BOUNDARIES
     >>> from ddo_hooks.hooks.phases import CallPhases
     >>> from ddo_hooks.testing.tiny_pipelines import build_pipeline
     >>> pipe = build_pipeline("sd")
-    >>> signals = PipelineSignals(pipe, CallPhases("sd", print))
-    >>> signals.check(BOUNDARIES)
-    >>> [type(m).__name__ for m in signals.modules(DENOISER_COMPONENTS)]
-    ['UNet2DConditionModel']
+    >>> signals = PipelineSignals(pipe, CallPhases("sd", print, print))
+    >>> [type(m).__name__ for m in signals.denoisers()], [type(m).__name__ for m in signals.decode_modules()]
+    (['UNet2DConditionModel'], ['Conv2d', 'Decoder'])
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import functools
+import re
+import threading
+import weakref
+from collections.abc import Callable
 from typing import Any
 
 import torch
+from diffusers import DiffusionPipeline
 from diffusers.hooks import ModelHook
 
-from ddo_hooks._compat.diffusers import call_names
-from ddo_hooks.boundaries import AFTER_CALL, BEFORE_TRANSFORMER, BEFORE_VAE
 from ddo_hooks.errors import InvalidArgumentError
 from ddo_hooks.hooks.mechanics import InstalledHook, WrappedAttribute, install_hook, wrap_attribute
-from ddo_hooks.hooks.phases import CallPhases, Phase
+from ddo_hooks.hooks.phases import Call, CallPhases, Phase
 from ddo_hooks.release import guard
 
 __all__ = [
     "DECODE_SUBMODULES",
-    "DENOISER_COMPONENTS",
+    "DENOISER_PATTERN",
     "HOOK_NAMES",
     "LOADING_METHODS",
-    "VAE_COMPONENTS",
     "DecodeSignal",
     "DenoiserSignal",
     "LoopBar",
     "PipelineSignals",
+    "sub_pipelines",
 ]
 
-DENOISER_COMPONENTS = ("transformer", "transformer_2", "unet", "prior")
-"""Pipeline components that run inside the denoising loop."""
-VAE_COMPONENTS = ("vae", "movq", "vqvae")
-"""Pipeline components that decode latents."""
+DENOISER_PATTERN = re.compile(r"^(?:[a-z0-9]+_)?(?:transformer|unet|prior)(?:_[0-9]+)?$")
+"""Component names of denoisers: ``transformer``, ``transformer_2``, ``unet``, ``prior``, ``prior_prior`` ..."""
 DECODE_SUBMODULES = ("post_quant_conv", "decoder")
-"""Submodules of a VAE that run first in ``decode`` (``decode`` itself is not ``forward``)."""
+"""Submodules of a VAE that run first in ``decode`` (``decode`` itself is not ``forward``). A VAE is
+any module component with a ``decode`` method and one of these."""
 LOADING_METHODS = (
     "to",
     "enable_model_cpu_offload",
     "enable_sequential_cpu_offload",
     "enable_group_offload",
+    "maybe_free_model_hooks",
     "remove_all_hooks",
     "reset_device_map",
     "load_lora_weights",
@@ -73,176 +82,53 @@ LOADING_METHODS = (
 HOOK_NAMES = {"denoiser": "ddo_hooks.denoiser", "decode": "ddo_hooks.vae_decode"}
 """The registry names of the signal hooks."""
 
+_SIGNALS: weakref.WeakKeyDictionary[Any, PipelineSignals] = weakref.WeakKeyDictionary()
+_CALL_CLASSES: dict[type, type] = {}
+_ORIGINAL_CLASS: dict[type, type] = {}
+_classes_lock = threading.Lock()
+
 
 class DenoiserSignal(ModelHook):
-    """Tells the machine a denoiser forward is starting; a flag check inside the loop."""
+    """Tells the machine a denoiser forward is starting; a dictionary lookup inside the loop."""
 
     def __init__(self, machine: CallPhases) -> None:
         super().__init__()
         self.machine = machine
 
     def pre_forward(self, module: torch.nn.Module, *args: Any, **kwargs: Any) -> tuple[tuple[Any, ...], dict]:
-        """Signal the machine unless the loop is already known to run; pass the arguments on."""
-        if self.machine.phase is not Phase.DENOISING:
+        """Signal the machine unless this thread's call is already in a loop; pass the arguments on."""
+        call = self.machine.current()
+        if call is not None and call.phase is not Phase.DENOISING:
             self.machine.denoiser_forward()
         return args, kwargs
 
 
 class DecodeSignal(ModelHook):
-    """Tells the machine the VAE started decoding.
-
-    ``vae.decode`` is not ``forward``; its ``post_quant_conv`` and ``decoder`` submodules are.
-    """
+    """Tells the machine a VAE started decoding (``vae.decode`` is not ``forward``; these submodules are)."""
 
     def __init__(self, machine: CallPhases) -> None:
         super().__init__()
         self.machine = machine
 
     def pre_forward(self, module: torch.nn.Module, *args: Any, **kwargs: Any) -> tuple[tuple[Any, ...], dict]:
-        """Signal the machine if the loop is still open; pass the arguments on."""
-        if self.machine.phase is Phase.DENOISING:
-            self.machine.decode_start()
+        """Signal the machine; pass the arguments on."""
+        self.machine.decode_start()
         return args, kwargs
 
 
-class PipelineSignals:
-    """The signal hooks and wrappers of one pipeline; inert once removed.
-
-    Args:
-        pipeline: The diffusers pipeline.
-        machine: The phase machine the signals drive.
-    """
-
-    def __init__(self, pipeline: Any, machine: CallPhases) -> None:
-        self.pipeline = pipeline
-        self.machine = machine
-        self.owner = type(pipeline).__name__
-        self.active = False
-        self._hooks: list[InstalledHook] = []
-        self._attributes: list[WrappedAttribute] = []
-
-    def modules(self, names: tuple[str, ...]) -> list[torch.nn.Module]:
-        """The pipeline's components with these names that are modules."""
-        found = (getattr(self.pipeline, name, None) for name in names)
-        return [module for module in found if isinstance(module, torch.nn.Module)]
-
-    def decode_modules(self) -> list[torch.nn.Module]:
-        """The VAE submodules that run first when latents are decoded."""
-        found = (getattr(vae, sub, None) for vae in self.modules(VAE_COMPONENTS) for sub in DECODE_SUBMODULES)
-        return [module for module in found if isinstance(module, torch.nn.Module)]
-
-    def check(self, boundaries: Iterable[str]) -> None:
-        """Refuse a pipeline that gives no signal for one of ``boundaries``.
-
-        Raises:
-            InvalidArgumentError: Naming the pipeline class, the missing signal and the fix.
-        """
-        names = call_names(self.pipeline)
-        loop = "progress_bar" in names
-        signals = {
-            BEFORE_TRANSFORMER: (
-                loop or bool(self.modules(DENOISER_COMPONENTS)),
-                "a progress bar around its denoising loop or a denoiser component",
-            ),
-            BEFORE_VAE: (
-                loop or bool(self.decode_modules()),
-                "a progress bar around its denoising loop or a VAE decoder",
-            ),
-            AFTER_CALL: ("maybe_free_model_hooks" in names, "a call to maybe_free_model_hooks() at its end"),
-        }
-        for boundary in boundaries:
-            present, what = signals[boundary]
-            if not present:
-                raise InvalidArgumentError(
-                    f"{self.owner} gives no signal for {boundary!r}: its __call__ has no {what}. "
-                    f"Set boundaries.{boundary}.enabled: false in the policy and call "
-                    f"attachment.boundary({boundary!r}) yourself at that point"
-                )
-
-    def install(self) -> None:
-        """Install every hook and wrapper; on failure, remove what was installed and re-raise."""
-        self.active = True
-        try:
-            self._install()
-        except BaseException:
-            self.remove()
-            raise
-
-    def remove(self) -> None:
-        """Remove every hook and wrapper; wrappers someone else re-wrapped stay, inert."""
-        self.active = False
-        for attribute in reversed(self._attributes):
-            attribute.restore()
-        self._attributes.clear()
-        for hook in reversed(self._hooks):
-            hook.remove()
-        self._hooks.clear()
-
-    def _install(self) -> None:
-        machine = self.machine
-        for module in self.modules(DENOISER_COMPONENTS):
-            self._hooks.append(install_hook(module, DenoiserSignal(machine), HOOK_NAMES["denoiser"]))
-        for module in self.decode_modules():
-            self._hooks.append(install_hook(module, DecodeSignal(machine), HOOK_NAMES["decode"]))
-        pipe = self.pipeline
-        if hasattr(pipe, "check_inputs"):
-            self._wrap("check_inputs", lambda original: self._signal_before(original, machine.call_start))
-        self._wrap("progress_bar", self._progress_bar)
-        self._wrap("maybe_free_model_hooks", lambda original: self._signal_after(original, machine.call_end))
-        for name in LOADING_METHODS:
-            if callable(getattr(pipe, name, None)):
-                self._wrap(name, lambda original, name=name: self._loading(original, name))
-
-    def _wrap(self, name: str, make: Any) -> None:
-        self._attributes.append(wrap_attribute(self.pipeline, name, make))
-
-    def _signal_before(self, original: Any, signal: Any) -> Any:
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            if self.active:
-                signal()
-            return original(*args, **kwargs)
-
-        return wrapper
-
-    def _signal_after(self, original: Any, signal: Any) -> Any:
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            result = original(*args, **kwargs)
-            if self.active:
-                signal()
-            return result
-
-        return wrapper
-
-    def _progress_bar(self, original: Any) -> Any:
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            bar = original(*args, **kwargs)
-            return LoopBar(bar, self.machine) if self.active else bar
-
-        return wrapper
-
-    def _loading(self, original: Any, name: str) -> Any:
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            if not self.active:
-                return original(*args, **kwargs)
-            with guard.section("loading", f"{self.owner}.{name}()"):
-                return original(*args, **kwargs)
-
-        return wrapper
-
-
 class LoopBar:
-    """The pipeline's progress bar, reporting when the denoising loop starts and ends.
+    """A pipeline's progress bar, reporting when the denoising loop starts and ends.
 
-    Used as a context manager (``with self.progress_bar(total=n) as bar``) it signals on
-    enter and exit, and sees exceptions leaving the loop. Iterated
-    (``for t in self.progress_bar(timesteps)``) it signals on the first step and when the
-    iteration is exhausted. Everything else goes to the wrapped bar.
+    Used as a context manager (``with self.progress_bar(total=n) as bar``) it signals on enter
+    and exit. Iterated (``for t in self.progress_bar(timesteps)``) it signals on the first step
+    and when the iteration ends (exhausted, or left by ``break``). Everything else goes to the
+    wrapped bar.
     """
 
     def __init__(self, bar: Any, machine: CallPhases) -> None:
         self._bar = bar
         self._machine = machine
-        self._call: int | None = None
+        self._call: Call | None = None
 
     def __enter__(self) -> Any:
         self._call = self._machine.loop_enter()
@@ -252,21 +138,189 @@ class LoopBar:
         try:
             return self._bar.__exit__(exc_type, exc, tb)
         finally:
-            self._machine.loop_exit(error=exc_type is not None, call=self._call)
+            self._machine.loop_exit(self._call)
 
     def __iter__(self) -> Any:
         call = self._machine.loop_enter()
-        finished = False
         try:
             yield from self._bar
-            finished = True
         finally:
-            if not finished:  # left early (break, or an exception): the call's boundaries are dropped
-                self._machine.loop_exit(error=True, call=call)
-        self._machine.loop_exit(error=False, call=call)
+            self._machine.loop_exit(call)
 
     def __len__(self) -> int:
         return len(self._bar)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._bar, name)
+
+
+def sub_pipelines(pipeline: Any) -> list[Any]:
+    """The pipelines a pipeline holds (as components or attributes, e.g. ``prior_pipe``), recursively."""
+    found: dict[int, Any] = {}
+    stack = [pipeline]
+    while stack:
+        current = stack.pop()
+        for value in list(vars(current).values()):
+            if isinstance(value, DiffusionPipeline) and value is not pipeline and id(value) not in found:
+                found[id(value)] = value
+                stack.append(value)
+    return list(found.values())
+
+
+def _signalling_class(cls: type) -> type:
+    """A subclass of ``cls``, of the same name, whose ``__call__`` reports each call to the machine."""
+    with _classes_lock:
+        made = _CALL_CLASSES.get(cls)
+        if made is None:
+            original = cls.__call__
+
+            @functools.wraps(original)
+            def __call__(self: Any, *args: Any, **kwargs: Any) -> Any:
+                signals = _SIGNALS.get(self)
+                if signals is None or not signals.active:
+                    return original(self, *args, **kwargs)
+                return signals.run_call(original, self, args, kwargs)
+
+            namespace = {"__call__": __call__, "__module__": cls.__module__, "__qualname__": cls.__qualname__}
+            made = type(cls)(cls.__name__, (cls,), {**namespace, "__doc__": cls.__doc__, "__slots__": ()})
+            _CALL_CLASSES[cls], _ORIGINAL_CLASS[made] = made, cls
+        return made
+
+
+class PipelineSignals:
+    """The signal hooks and wrappers of one pipeline; inert once removed.
+
+    Args:
+        pipeline: The diffusers pipeline (held weakly).
+        machine: The phase machine the signals drive.
+    """
+
+    def __init__(self, pipeline: Any, machine: CallPhases) -> None:
+        self._pipeline = weakref.ref(pipeline)
+        self.machine = machine
+        self.owner = type(pipeline).__name__
+        self.active = False
+        self._hooks: list[InstalledHook] = []
+        self._attributes: list[WrappedAttribute] = []
+        self._swapped: type | None = None
+
+    @property
+    def pipeline(self) -> Any:
+        """The pipeline, or ``None`` once it was collected."""
+        return self._pipeline()
+
+    def pipelines(self) -> list[Any]:
+        """The pipeline and every pipeline it holds."""
+        pipe = self.pipeline
+        return [] if pipe is None else [pipe, *sub_pipelines(pipe)]
+
+    def _components(self) -> list[tuple[str, torch.nn.Module]]:
+        seen: dict[int, tuple[str, torch.nn.Module]] = {}
+        for pipe in self.pipelines():
+            for name, value in pipe.components.items():
+                if isinstance(value, torch.nn.Module):
+                    seen.setdefault(id(value), (name, value))
+        return list(seen.values())
+
+    def denoisers(self) -> list[torch.nn.Module]:
+        """The denoiser components (see :data:`DENOISER_PATTERN`), each once."""
+        return [module for name, module in self._components() if DENOISER_PATTERN.match(name)]
+
+    def decode_modules(self) -> list[torch.nn.Module]:
+        """The submodules that run first when a VAE decodes, each once."""
+        found: dict[int, torch.nn.Module] = {}
+        for _, module in self._components():
+            if callable(getattr(module, "decode", None)):
+                for sub in DECODE_SUBMODULES:
+                    part = getattr(module, sub, None)
+                    if isinstance(part, torch.nn.Module):
+                        found.setdefault(id(part), part)
+        return list(found.values())
+
+    def install(self) -> None:
+        """Install every signal; on failure, remove what was installed and re-raise.
+
+        Raises:
+            InvalidArgumentError: The pipeline's class cannot be swapped for the call signal.
+        """
+        self.active = True
+        try:
+            self._install()
+        except BaseException:
+            self.remove()
+            raise
+
+    def remove(self) -> None:
+        """Remove every signal; wrappers someone else re-wrapped stay, inert."""
+        self.active = False
+        pipe = self.pipeline
+        if pipe is not None and self._swapped is not None and type(pipe) is self._swapped:
+            object.__setattr__(pipe, "__class__", _ORIGINAL_CLASS[self._swapped])
+        self._swapped = None
+        if pipe is not None and _SIGNALS.get(pipe) is self:
+            del _SIGNALS[pipe]
+        for attribute in reversed(self._attributes):
+            attribute.restore()
+        self._attributes.clear()
+        for hook in reversed(self._hooks):
+            hook.remove()
+        self._hooks.clear()
+
+    def run_call(self, original: Callable[..., Any], pipe: Any, args: Any, kwargs: Any) -> Any:
+        """Run one ``__call__`` of the pipeline as a call of the machine."""
+        call = self.machine.call_start()
+        try:
+            result = original(pipe, *args, **kwargs)
+        except BaseException as error:
+            try:
+                self.machine.call_end(call, error)
+            except Exception as failure:  # the call's own error wins; the boundary's is noted on it
+                error.add_note(f"ddo_hooks: the after_call boundary of this failed call also failed: {failure!r}")
+            raise
+        self.machine.call_end(call)
+        return result
+
+    def _install(self) -> None:
+        pipe = self.pipeline
+        machine = self.machine
+        cls = type(pipe)
+        made = _signalling_class(_ORIGINAL_CLASS.get(cls, cls))
+        if cls is not made:
+            try:
+                object.__setattr__(pipe, "__class__", made)
+            except TypeError as e:
+                raise InvalidArgumentError(
+                    f"{self.owner}: ddo_hooks cannot follow its calls ({e}); attach it to a plain diffusers pipeline"
+                ) from e
+            self._swapped = made
+        _SIGNALS[pipe] = self
+        for module in self.denoisers():
+            self._hooks.append(install_hook(module, DenoiserSignal(machine), HOOK_NAMES["denoiser"]))
+        decoders = self.decode_modules()
+        machine.has_decoder = bool(decoders)
+        for module in decoders:
+            self._hooks.append(install_hook(module, DecodeSignal(machine), HOOK_NAMES["decode"]))
+        for each in self.pipelines():
+            self._attributes.append(wrap_attribute(each, "progress_bar", self._progress_bar))
+            owner = type(each).__name__
+            for name in LOADING_METHODS:
+                if callable(getattr(each, name, None)):
+                    self._attributes.append(
+                        wrap_attribute(each, name, functools.partial(self._loading, f"{owner}.{name}()"))
+                    )
+
+    def _progress_bar(self, original: Any) -> Any:
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            bar = original(*args, **kwargs)
+            return LoopBar(bar, self.machine) if self.active else bar
+
+        return wrapper
+
+    def _loading(self, what: str, original: Any) -> Any:
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if not self.active:
+                return original(*args, **kwargs)
+            with guard.section("loading", what):
+                return original(*args, **kwargs)
+
+        return wrapper

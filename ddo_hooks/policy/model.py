@@ -25,7 +25,16 @@ from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, Field, PrivateAttr, StrictBool, ValidationError, field_validator, model_validator
+from pydantic import (
+    BeforeValidator,
+    Field,
+    PrivateAttr,
+    StrictBool,
+    StrictInt,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from ddo_hooks._diagnostics import Positions, did_you_mean, show_value, where
 from ddo_hooks.boundaries import BOUNDARIES, HOST_CACHE_RELEASE
@@ -75,6 +84,13 @@ class HookPolicy(Model):
     report_sink: Annotated[str, Field(min_length=1)] | None = None
     """A JSON Lines file the reports are appended to; a relative path resolves against the policy
     file's folder (or the working directory for a policy not loaded from a file)."""
+    report_sink_failure: Literal["continue", "raise"] = "continue"
+    """What a failed write to ``report_sink`` does: ``continue`` (the call goes on; the failure is kept
+    in ``attachment.sink_failures`` and logged once) or ``raise`` (a ``ReportSinkError`` ends the call)."""
+    keep_reports: Annotated[StrictInt, Field(ge=0)] = 300
+    """How many reports an attachment keeps in memory (``attachment.reports``, and the tracker it makes
+    when given none), the newest; older ones are dropped from memory. ``0`` keeps none: read them
+    from ``report_sink``."""
     release: ReleasePolicy = Field(default_factory=ReleasePolicy)
     """Settings of the built-in ``host_cache_release`` action at every boundary; the action's
     ``options`` at one boundary override them there."""
@@ -110,7 +126,7 @@ class HookPolicy(Model):
     def __hash__(self) -> int:
         # Action options are mappings (unhashable); equal policies have equal action names.
         names = tuple((b.enabled, b.action_names()) for b in (self.boundary(n) for n in BOUNDARIES))
-        return hash((self.version, self.enabled, self.device, self.report_sink, self.release, names))
+        return hash((self.version, self.enabled, self.device, self.report_sink, self.keep_reports, self.release, names))
 
     # -- loading -------------------------------------------------------------------------
 

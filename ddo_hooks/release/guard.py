@@ -1,10 +1,14 @@
-"""The process-wide phase guard: no release while loading, denoising, or releasing.
+"""The process-wide phase guard: no release beside loading, a pipeline call, or another release.
 
-PyTorch's pinned host allocator is one per process, so the guard is too. Code that loads
-components or runs a denoising loop holds a *section*; a release holds the *release slot*.
-A release requested while any section is open, or while another release runs, is refused
-with :class:`~ddo_hooks.errors.BoundaryRefusedError`. A section opened while a release runs
-waits for it to finish (a release takes well under a second), so the two never overlap.
+PyTorch's pinned host allocator is one per process, so the guard is too, and so is its one
+rule: **a release runs only where no component is loading, no call of an attached pipeline is in
+progress (other than the call whose own quiet point it is) and no other release runs.** Code
+that loads components, runs a pipeline call or runs a denoising loop holds a *section*; a
+release holds the *release slot*. A release requested while a section is open, or while
+another release runs, is refused with :class:`~ddo_hooks.errors.BoundaryRefusedError`. A
+boundary of a call runs inside :func:`quiet_point` of that call's own section, which is then
+not counted. A section opened while a release runs waits for it to finish (a release takes well
+under a second), so the two never overlap.
 
 The phase hooks open sections for you. Hosts that load components themselves mark it:
 
@@ -30,9 +34,19 @@ from typing import Literal
 
 from ddo_hooks.errors import BoundaryRefusedError, InvalidArgumentError
 
-__all__ = ["Section", "SectionKind", "busy_reason", "enter", "exit", "releasing", "section"]
+__all__ = ["Section", "SectionKind", "busy_reason", "enter", "exit", "quiet_point", "releasing", "section"]
 
-SectionKind = Literal["loading", "denoising"]
+SectionKind = Literal["loading", "denoising", "inference"]
+"""``loading``: components load, move or are re-hooked. ``denoising``: a denoising loop runs.
+``inference``: a pipeline call is in progress (from its start to its end)."""
+
+_REASONS = {"loading": "loading", "denoising": "denoising", "inference": "inference_in_progress"}
+_PRIORITY = ("loading", "denoising", "inference")  # the reason reported when several sections are open
+_VERBS = {
+    "loading": "is loading components",
+    "denoising": "is inside a denoising loop",
+    "inference": "is running a pipeline call",
+}
 
 
 @dataclass(eq=False)
@@ -48,13 +62,14 @@ class Section:
 _condition = threading.Condition()
 _open: list[Section] = []
 _release_thread: int | None = None
+_quiet = threading.local()  # .section: the section whose quiet point this thread is at
 
 
 def enter(kind: SectionKind, owner: str) -> Section:
     """Open a section; waits while a release runs in another thread.
 
     Args:
-        kind: ``"loading"`` or ``"denoising"``.
+        kind: ``"loading"``, ``"denoising"`` or ``"inference"``.
         owner: Who holds it (a pipeline or loader name), for messages.
 
     Raises:
@@ -62,8 +77,8 @@ def enter(kind: SectionKind, owner: str) -> Section:
         BoundaryRefusedError: The calling thread is itself releasing (an action that loads
             inside a release would deadlock).
     """
-    if kind not in ("loading", "denoising"):
-        raise InvalidArgumentError(f"guard section kind must be 'loading' or 'denoising', got {kind!r}")
+    if kind not in _REASONS:
+        raise InvalidArgumentError(f"guard section kind must be 'loading', 'denoising' or 'inference', got {kind!r}")
     me = threading.get_ident()
     with _condition:
         if _release_thread == me:
@@ -103,10 +118,29 @@ def busy_reason() -> tuple[str, str] | None:
 def _busy_locked() -> tuple[str, str] | None:
     if _release_thread is not None:
         return "release_in_progress", "another host-cache release is running"
-    for held in _open:
-        verb = "loading components" if held.kind == "loading" else "inside a denoising loop"
-        return held.kind, f"{held.owner} is {verb}"
+    exempt = getattr(_quiet, "section", None)
+    held = [s for s in _open if s is not exempt]
+    for kind in _PRIORITY:
+        for section in held:
+            if section.kind == kind:
+                return _REASONS[kind], f"{section.owner} {_VERBS[kind]}"
     return None
+
+
+@contextlib.contextmanager
+def quiet_point(own: Section | None) -> Iterator[None]:
+    """Mark the calling thread as at a quiet point of the call that holds ``own``.
+
+    Inside the block, ``own`` (the call's ``inference`` section) does not make the process busy
+    for releases requested by this thread; every other section still does. ``None`` exempts
+    nothing (a host's request outside any call).
+    """
+    previous = getattr(_quiet, "section", None)
+    _quiet.section = own
+    try:
+        yield
+    finally:
+        _quiet.section = previous
 
 
 @contextlib.contextmanager

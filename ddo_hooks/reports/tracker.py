@@ -13,6 +13,7 @@ Examples:
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import re
@@ -39,11 +40,26 @@ class MetricsTracker:
 
     Thread-safe. Serializes to JSON (one document) and JSON Lines (one
     ``{"component": ..., "report": ...}`` object per line) and loads both back with validation.
+
+    Args:
+        max_records: Keep at most this many records, the newest (older ones are dropped and
+            counted in :attr:`evicted`); ``None`` keeps every record. The tracker an attachment
+            makes for itself keeps the policy's ``keep_reports``.
+
+    Raises:
+        InvalidArgumentError: ``max_records`` is not ``None`` or an int >= 0.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, max_records: int | None = None) -> None:
+        if max_records is not None and (
+            isinstance(max_records, bool) or not isinstance(max_records, int) or max_records < 0
+        ):
+            raise InvalidArgumentError(f"max_records={max_records!r} must be None or an int >= 0")
         self._lock = threading.Lock()
-        self._records: list[RecordedReport] = []
+        self._records: collections.deque[RecordedReport] = collections.deque(maxlen=max_records)
+        self.max_records = max_records
+        self.evicted = 0
+        """How many records were dropped to keep :attr:`max_records`."""
 
     def record_ddo_metrics(self, report: BaseModel, *, component: str) -> None:
         """Record one report under a component name.
@@ -67,7 +83,20 @@ class MetricsTracker:
                 "(e.g. 'host_cache_before_transformer')"
             )
         with self._lock:
+            if self.max_records is not None and len(self._records) == self.max_records:
+                self.evicted += 1
             self._records.append((component, report))
+
+    def drain(self) -> list[RecordedReport]:
+        """Return every record, in order, and forget them (e.g. after writing them elsewhere)."""
+        with self._lock:
+            drained = list(self._records)
+            self._records.clear()
+            return drained
+
+    def clear(self) -> None:
+        """Forget every record."""
+        self.drain()
 
     def records(self) -> list[RecordedReport]:
         """All ``(component, report)`` pairs in recording order."""
@@ -91,9 +120,18 @@ class MetricsTracker:
         return "".join(json.dumps(_record_json(c, r)) + "\n" for c, r in self.records())
 
     def write_jsonl(self, path: str | os.PathLike[str]) -> Path:
-        """Write :meth:`to_jsonl` to ``path`` (replacing it) and return the path."""
+        """Write :meth:`to_jsonl` to ``path`` and return the path.
+
+        The file is replaced atomically: a failed write never leaves a truncated file where a
+        valid one was.
+        """
         target = Path(path)
-        target.write_text(self.to_jsonl(), encoding="utf-8")
+        temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+        try:
+            temporary.write_text(self.to_jsonl(), encoding="utf-8")
+            os.replace(temporary, target)
+        finally:
+            temporary.unlink(missing_ok=True)
         return target
 
     @classmethod

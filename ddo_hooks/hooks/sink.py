@@ -1,0 +1,130 @@
+"""The policy's report sink: a JSON Lines file that each report is appended to, one whole line at a time.
+
+A line is written with one ``write`` to the file opened for appending; if the write fails or is
+short (a full disk), the file is cut back to its size before the write, so the file never holds
+a partial line and the next report is not appended onto a fragment. A failure is a
+:class:`~ddo_hooks.errors.ReportSinkError` that names the file and the fix. The policy's
+``report_sink_failure`` decides what it does: ``raise`` ends the pipeline call with it;
+``continue`` (the default) keeps the call going, keeps the failure in :attr:`ReportSink.failures`
+(the last 100) and logs it once, so that a failed log write never costs the user the image.
+
+Examples:
+    >>> import pathlib, tempfile
+    >>> folder = pathlib.Path(tempfile.mkdtemp())
+    >>> sink = ReportSink(folder / "reports.jsonl", on_failure="continue")
+    >>> sink.probe()
+    >>> sink.write('{"component": "x"}')
+    True
+    >>> (folder / "reports.jsonl").read_text().splitlines()
+    ['{"component": "x"}']
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import logging
+import os
+import stat
+import threading
+from pathlib import Path
+from typing import Literal
+
+from ddo_hooks.errors import ReportSinkError
+
+__all__ = ["MAX_FAILURES_KEPT", "ReportSink", "missing_folder"]
+
+MAX_FAILURES_KEPT = 100
+"""How many sink failures are kept in memory (the newest); :attr:`ReportSink.failure_count` counts all."""
+
+_log = logging.getLogger("ddo_hooks")
+
+
+def missing_folder(path: Path) -> str | None:
+    """Why a report file cannot be made at ``path`` because of its folder, or ``None`` when it can.
+
+    The policy's ``report_sink`` and the demo's ``--report`` both refuse a missing folder with this
+    sentence, rather than creating folders anywhere a typo points.
+    """
+    if not path.parent.exists():
+        return f"the folder {path.parent} does not exist; create it first"
+    return None
+
+
+class ReportSink:
+    """A JSON Lines file the reports are appended to.
+
+    Args:
+        path: The file (created when missing; its folder must exist).
+        on_failure: ``"continue"`` or ``"raise"`` (the policy's ``report_sink_failure``).
+    """
+
+    def __init__(self, path: Path, *, on_failure: Literal["continue", "raise"]) -> None:
+        self.path = path
+        self.on_failure = on_failure
+        self.failures: collections.deque[str] = collections.deque(maxlen=MAX_FAILURES_KEPT)
+        self.failure_count = 0
+        self._lock = threading.Lock()
+
+    def probe(self) -> None:
+        """Check that a line can be written now: append a newline, then cut the file back.
+
+        Raises:
+            ReportSinkError: The folder is missing, or the file cannot be opened or written.
+        """
+        problem = missing_folder(self.path)
+        if problem is not None:
+            raise ReportSinkError(f"report_sink {str(self.path)!r}: {problem}")
+        self._append(b"\n", keep=False)
+
+    def write(self, line: str) -> bool:
+        """Append ``line`` and a newline, whole or not at all.
+
+        Returns:
+            Whether the line was written (``False``: it failed and ``on_failure`` is ``continue``).
+
+        Raises:
+            ReportSinkError: The write failed and ``on_failure`` is ``raise``.
+        """
+        try:
+            self._append(line.encode("utf-8") + b"\n", keep=True)
+        except ReportSinkError as e:
+            if self.on_failure == "raise":
+                raise
+            with self._lock:
+                self.failures.append(str(e))
+                self.failure_count += 1
+                first = self.failure_count == 1
+            if first:
+                _log.warning("%s (the call goes on; further failures are only counted in sink_failures)", e)
+            return False
+        return True
+
+    def _append(self, data: bytes, *, keep: bool) -> None:
+        with self._lock:
+            try:
+                fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+            except OSError as e:
+                raise self._error("cannot be opened", e) from e
+            try:
+                info = os.fstat(fd)
+                size = info.st_size
+                try:
+                    written = os.write(fd, data)
+                    if written != len(data):
+                        raise OSError(f"only {written} of {len(data)} bytes were written (is the disk full?)")
+                except OSError as e:
+                    if stat.S_ISREG(info.st_mode):
+                        with contextlib.suppress(OSError):
+                            os.ftruncate(fd, size)  # never leave a partial line
+                    raise self._error("cannot be written", e) from e
+                if not keep and stat.S_ISREG(info.st_mode):
+                    os.ftruncate(fd, size)
+            finally:
+                os.close(fd)
+
+    def _error(self, what: str, e: OSError) -> ReportSinkError:
+        reason = e.strerror or str(e)
+        return ReportSinkError(
+            f"report_sink {str(self.path)!r} {what}: {reason}; free space or point report_sink at a writable file"
+        )
