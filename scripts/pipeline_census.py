@@ -433,7 +433,7 @@ def summarize(entries: list[dict[str, Any]], skipped: list[dict[str, str]]) -> s
     for key, value in sorted(positions.items()):
         lines.append(f"  {key:<58} {value:>4}")
     lines.append("other:")
-    count("no check_inputs", lambda e: not e["has_check_inputs"])
+    no_check = count("no check_inputs", lambda e: not e["has_check_inputs"])
     subs = count("calls or holds sub-pipelines", lambda e: e["sub_pipelines"])
     no_den = count("no denoiser-like component found", lambda e: not e["denoisers"])
     no_dec = count("no decoder-like component found", lambda e: not e["decoders"])
@@ -464,6 +464,7 @@ def summarize(entries: list[dict[str, Any]], skipped: list[dict[str, str]]) -> s
         "never call maybe_free_model_hooks",
         [e["class"] for e in entries if call(e).get("maybe_free_model_hooks_position") == "absent"],
     )
+    listing("no check_inputs (no call-start signal today)", no_check)
     listing("sub-pipelines", [f"{e['class']}[{','.join(e['sub_pipelines'])}]" for e in entries if e["class"] in subs])
     listing("no denoiser-like component", no_den)
     listing("no decoder-like component", no_dec)
