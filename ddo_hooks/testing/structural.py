@@ -16,7 +16,10 @@ cover the shapes of ``__call__`` that a detector of ``before_transformer``, ``be
 * a loop driven by raw ``tqdm`` instead of ``self.progress_bar`` (AnyFlow FAR);
 * two denoisers in one loop (Wan 2.2 with ``transformer_2``).
 
-Needs the ``demo`` extra (``transformers``).
+Two calls skip their text encoder, because of diffusers 0.42.1 bugs: SkyReels-V2 gets prompt
+embeddings (its prompt cleaning calls ``ftfy`` without checking it is installed) and MusicLDM
+gets CLAP text features (it does not unwrap what ``ClapModel.get_text_features`` returns under
+transformers 5). Needs the ``demo`` extra (``transformers``).
 
 Examples:
     >>> pipe = build_structural("ldm_text2img")
