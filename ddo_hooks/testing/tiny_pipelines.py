@@ -15,14 +15,11 @@ Examples:
 
 from __future__ import annotations
 
-import contextlib
 import importlib
-from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import torch
 from diffusers import (
-    AutoencoderKL,
     AutoencoderKLWan,
     DDIMScheduler,
     FluxTransformer2DModel,
@@ -30,41 +27,37 @@ from diffusers import (
     UniPCMultistepScheduler,
     WanTransformer3DModel,
 )
-from diffusers.models import ModelMixin
 from diffusers.schedulers import FlowMatchEulerDiscreteScheduler
 
 from ddo_hooks._compat import diffusers as diffusers_compat
-from ddo_hooks.errors import DDOError
 from ddo_hooks.testing import FAMILIES, Family
+from ddo_hooks.testing._components import (
+    HIDDEN,
+    TEXT_LEN,
+    cast_module,
+    clip_text,
+    kl_vae,
+    quiet_transformers,
+    t5_config,
+    transformers_module,
+    word_tokenizer,
+)
 
 if TYPE_CHECKING:
     from diffusers import DiffusionPipeline
-    from transformers import CLIPTextModel, PreTrainedTokenizerFast
 
 __all__ = ["FAMILIES", "Family", "build_pipeline", "call_kwargs", "embed_prompt"]
 
-
-_SPECIALS = ("<pad>", "</s>", "<unk>", "<s>")  # ids 0..3
-_WORD_TEXT = (
-    "a an the of in on with and at to by for from under over near tiny small big large red green "
-    "blue yellow black white bright dark photo painting drawing render test prompt cat dog bird fish "
-    "tree house car boat city forest river mountain sky sun moon night day portrait landscape style"
-)
-_VOCAB = {token: i for i, token in enumerate((*_SPECIALS, *_WORD_TEXT.split()))}
-_CLIP_LEN = 77  # CLIP's real context length: longer prompts are truncated, with a logged warning
-_TEXT_LEN = 16  # the T5/UMT5 max_sequence_length in call_kwargs and embed_prompt
-_HIDDEN = 32  # width of every text encoder, and the joint/cross attention dim that reads it
-
 # Per-family call settings shared by call_kwargs and embed_prompt.
 _CALL: dict[str, dict[str, Any]] = {
-    "flux": {"height": 32, "width": 32, "guidance_scale": 3.5, "max_sequence_length": _TEXT_LEN},
+    "flux": {"height": 32, "width": 32, "guidance_scale": 3.5, "max_sequence_length": TEXT_LEN},
     "sd": {"height": 32, "width": 32, "guidance_scale": 7.5},
     "wan": {
         "height": 16,
         "width": 16,
         "num_frames": 5,
         "guidance_scale": 5.0,
-        "max_sequence_length": _TEXT_LEN,
+        "max_sequence_length": TEXT_LEN,
     },
 }
 
@@ -75,103 +68,6 @@ def _check_family(family: object) -> Family:
     return family  # type: ignore[return-value]
 
 
-def _transformers() -> Any:
-    """Import transformers, quieting its unrelated notice about a missing torchvision.
-
-    Raises:
-        DDOError: transformers is not installed; the message says how to install it.
-    """
-    with _quiet_transformers():
-        return importlib.import_module("transformers")
-
-
-@contextlib.contextmanager
-def _quiet_transformers() -> Iterator[None]:
-    """Keep transformers' notices (image processors falling back from torchvision) off stderr."""
-    try:
-        from transformers.utils import logging as hf_logging
-    except ImportError as e:
-        raise DDOError(f"tiny pipelines need transformers ({e}); install it with: pip install 'ddo-hooks[demo]'") from e
-    verbosity = hf_logging.get_verbosity()
-    hf_logging.set_verbosity_error()  # tiny pipelines use no image processor
-    try:
-        yield
-    finally:
-        hf_logging.set_verbosity(verbosity)
-
-
-def _tokenizer(*, bos: bool, model_max_length: int) -> PreTrainedTokenizerFast:
-    """A lower-casing word-level tokenizer over ``_VOCAB``; unknown words map to ``<unk>``."""
-    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
-
-    tok = Tokenizer(models.WordLevel(vocab=_VOCAB, unk_token="<unk>"))
-    tok.normalizer = normalizers.Lowercase()
-    tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    specials = [("<s>", _VOCAB["<s>"]), ("</s>", _VOCAB["</s>"])]
-    template = "<s> $A </s>" if bos else "$A </s>"  # CLIP-style and T5-style framing
-    tok.post_processor = processors.TemplateProcessing(single=template, special_tokens=specials)
-    return _transformers().PreTrainedTokenizerFast(
-        tokenizer_object=tok,
-        model_max_length=model_max_length,
-        pad_token="<pad>",
-        eos_token="</s>",
-        unk_token="<unk>",
-        **({"bos_token": "<s>"} if bos else {}),
-    )
-
-
-def _clip() -> tuple[CLIPTextModel, PreTrainedTokenizerFast]:
-    transformers = _transformers()
-    config = transformers.CLIPTextConfig(
-        vocab_size=len(_VOCAB),
-        hidden_size=_HIDDEN,
-        intermediate_size=37,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        max_position_embeddings=_CLIP_LEN,
-        projection_dim=_HIDDEN,
-        pad_token_id=_VOCAB["<pad>"],
-        bos_token_id=_VOCAB["<s>"],
-        eos_token_id=_VOCAB["</s>"],
-    )
-    return transformers.CLIPTextModel(config), _tokenizer(bos=True, model_max_length=_CLIP_LEN)
-
-
-def _t5_config() -> dict[str, Any]:
-    """T5 v1.1-style encoder settings, shared by Flux's T5 and Wan's UMT5."""
-    return {
-        "vocab_size": len(_VOCAB),
-        "d_model": _HIDDEN,
-        "d_kv": 8,
-        "d_ff": 37,
-        "num_layers": 2,
-        "num_heads": 4,
-        "relative_attention_num_buckets": 8,
-        "relative_attention_max_distance": 32,
-        "feed_forward_proj": "gated-gelu",
-        "dropout_rate": 0.0,
-        "pad_token_id": _VOCAB["<pad>"],
-        "eos_token_id": _VOCAB["</s>"],
-        "decoder_start_token_id": _VOCAB["<pad>"],
-    }
-
-
-def _kl_vae(latent_channels: int, **extra: Any) -> AutoencoderKL:
-    """A four-level KL autoencoder (spatial factor 8, as in SD and Flux) with 8 channels per level."""
-    return AutoencoderKL(
-        in_channels=3,
-        out_channels=3,
-        down_block_types=("DownEncoderBlock2D",) * 4,
-        up_block_types=("UpDecoderBlock2D",) * 4,
-        block_out_channels=(8, 8, 8, 8),
-        layers_per_block=1,
-        latent_channels=latent_channels,
-        norm_num_groups=4,
-        sample_size=32,
-        **extra,
-    )
-
-
 def _flux_components() -> dict[str, Any]:
     transformer = FluxTransformer2DModel(
         patch_size=1,
@@ -180,22 +76,22 @@ def _flux_components() -> dict[str, Any]:
         num_single_layers=1,
         attention_head_dim=16,
         num_attention_heads=2,
-        joint_attention_dim=_HIDDEN,
-        pooled_projection_dim=_HIDDEN,
+        joint_attention_dim=HIDDEN,
+        pooled_projection_dim=HIDDEN,
         guidance_embeds=True,
         axes_dims_rope=(4, 4, 8),
     )
-    text_encoder, tokenizer = _clip()
-    transformers = _transformers()
-    text_encoder_2 = transformers.T5EncoderModel(transformers.T5Config(**_t5_config()))
-    vae = _kl_vae(16, use_quant_conv=False, use_post_quant_conv=False, scaling_factor=0.3611, shift_factor=0.1159)
+    text_encoder, tokenizer = clip_text()
+    transformers = transformers_module()
+    text_encoder_2 = transformers.T5EncoderModel(transformers.T5Config(**t5_config()))
+    vae = kl_vae(16, use_quant_conv=False, use_post_quant_conv=False, scaling_factor=0.3611, shift_factor=0.1159)
     return {
         "transformer": transformer,
         "vae": vae,
         "text_encoder": text_encoder,
         "tokenizer": tokenizer,
         "text_encoder_2": text_encoder_2,
-        "tokenizer_2": _tokenizer(bos=False, model_max_length=512),
+        "tokenizer_2": word_tokenizer(bos=False, model_max_length=512),
         "scheduler": FlowMatchEulerDiscreteScheduler(shift=3.0, use_dynamic_shifting=True),
     }
 
@@ -210,10 +106,10 @@ def _sd_components() -> dict[str, Any]:
         block_out_channels=(8, 16),
         layers_per_block=1,
         norm_num_groups=4,
-        cross_attention_dim=_HIDDEN,
+        cross_attention_dim=HIDDEN,
         attention_head_dim=2,
     )
-    text_encoder, tokenizer = _clip()
+    text_encoder, tokenizer = clip_text()
     scheduler = DDIMScheduler(
         beta_start=0.00085,
         beta_end=0.012,
@@ -224,7 +120,7 @@ def _sd_components() -> dict[str, Any]:
     )
     return {
         "unet": unet,
-        "vae": _kl_vae(4, scaling_factor=0.18215),
+        "vae": kl_vae(4, scaling_factor=0.18215),
         "text_encoder": text_encoder,
         "tokenizer": tokenizer,
         "scheduler": scheduler,
@@ -241,7 +137,7 @@ def _wan_components() -> dict[str, Any]:
         attention_head_dim=12,
         in_channels=16,
         out_channels=16,
-        text_dim=_HIDDEN,
+        text_dim=HIDDEN,
         freq_dim=32,
         ffn_dim=32,
         num_layers=2,
@@ -253,26 +149,14 @@ def _wan_components() -> dict[str, Any]:
         base_dim=3, z_dim=16, dim_mult=[1, 1, 1, 1], num_res_blocks=1, temperal_downsample=[False, True, True]
     )
     scheduler = UniPCMultistepScheduler(prediction_type="flow_prediction", use_flow_sigmas=True, flow_shift=3.0)
-    transformers = _transformers()
+    transformers = transformers_module()
     return {
         "transformer": transformer,
         "vae": vae,
-        "text_encoder": transformers.UMT5EncoderModel(transformers.UMT5Config(**_t5_config())),
-        "tokenizer": _tokenizer(bos=False, model_max_length=512),
+        "text_encoder": transformers.UMT5EncoderModel(transformers.UMT5Config(**t5_config())),
+        "tokenizer": word_tokenizer(bos=False, model_max_length=512),
         "scheduler": scheduler,
     }
-
-
-def _cast(module: torch.nn.Module, dtype: torch.dtype) -> None:
-    """Cast floating tensors to ``dtype`` as diffusers' ``from_pretrained(torch_dtype=...)`` does.
-
-    Diffusers models keep their ``_keep_in_fp32_modules`` in float32 (``ModelMixin.to(dtype)``
-    would cast them too, and logs a warning saying so); transformers models are cast whole.
-    """
-    keep = set(diffusers_compat.keep_in_fp32_modules(module) if isinstance(module, ModelMixin) else ())
-    for name, tensor in (*module.named_parameters(), *module.named_buffers()):
-        if tensor.is_floating_point():
-            tensor.data = tensor.data.to(torch.float32 if keep & set(name.split(".")) else dtype)
 
 
 _BUILDERS = {
@@ -305,14 +189,14 @@ def build_pipeline(family: Family, *, seed: int = 0, dtype: torch.dtype = torch.
         ('FluxPipeline', 16)
     """
     pipeline_name, components_fn = _BUILDERS[_check_family(family)]
-    with _quiet_transformers():  # the pipeline modules import transformers' image processors
+    with quiet_transformers():  # the pipeline modules import transformers' image processors
         pipeline_cls = getattr(importlib.import_module("diffusers"), pipeline_name)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         components = components_fn()
     for component in components.values():
         if isinstance(component, torch.nn.Module):
-            _cast(component, dtype)
+            cast_module(component, dtype)
             component.eval()  # as from_pretrained leaves it
     pipe = pipeline_cls(**components)
     pipe.set_progress_bar_config(disable=True)

@@ -1,0 +1,125 @@
+"""Structural tiny pipelines (sub-pipelines, several loops, odd call ends): build, call, determinism."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from ddo_hooks.testing.structural import STRUCTURAL, build_structural, structural_call_kwargs, sub_pipelines
+
+CLASSES = {
+    "kandinsky21_combined": "KandinskyCombinedPipeline",
+    "kandinsky22_combined": "KandinskyV22CombinedPipeline",
+    "visualcloze": "VisualClozePipeline",
+    "stable_unclip": "StableUnCLIPPipeline",
+    "skyreels_v2_df_v2v": "SkyReelsV2DiffusionForcingVideoToVideoPipeline",
+    "animatediff_freeinit": "AnimateDiffPipeline",
+    "sd_image_variation": "StableDiffusionImageVariationPipeline",
+    "audioldm2": "AudioLDM2Pipeline",
+    "musicldm": "MusicLDMPipeline",
+    "paint_by_example": "PaintByExamplePipeline",
+    "ldm_text2img": "LDMTextToImagePipeline",
+    "kandinsky3": "Kandinsky3Pipeline",
+    "anyflow_far": "AnyFlowFARPipeline",
+    "wan22": "WanPipeline",
+}
+
+# (output attribute, shape): images are (batch, channels, height, width) except LDM's numpy
+# (batch, height, width, channels); frames add the frame axis; audios are (batch, samples).
+OUTPUTS = {
+    "kandinsky21_combined": ("images", (1, 3, 32, 32)),
+    "kandinsky22_combined": ("images", (1, 3, 32, 32)),
+    "visualcloze": ("images", (1, 3, 16, 16)),
+    "stable_unclip": ("images", (1, 3, 32, 32)),
+    "skyreels_v2_df_v2v": ("frames", (1, 14, 3, 16, 16)),  # the 5 input frames, then 9 generated
+    "animatediff_freeinit": ("frames", (1, 2, 3, 32, 32)),
+    "sd_image_variation": ("images", (1, 3, 32, 32)),
+    "audioldm2": ("audios", (1, 256)),
+    "musicldm": ("audios", (1, 256)),
+    "paint_by_example": ("images", (1, 3, 32, 32)),
+    "ldm_text2img": ("images", (1, 16, 16, 3)),
+    "kandinsky3": ("images", (1, 3, 16, 16)),
+    "anyflow_far": ("frames", (1, 5, 3, 16, 16)),
+    "wan22": ("frames", (1, 5, 3, 16, 16)),
+}
+
+# Warnings the libraries themselves raise on every call of these pipelines (the suite makes warnings errors).
+LIBRARY_WARNINGS = {
+    # KandinskyV22CombinedPipeline passes callback_steps on to its decoder pipeline.
+    "kandinsky22_combined": "ignore:`callback_steps` is deprecated:FutureWarning",
+    # AudioLDM 2 drives GPT-2 generation with past_key_values (transformers 5 deprecates the name).
+    "audioldm2": "ignore:`past_key_values` is deprecated:FutureWarning",
+    # AnyFlow's FAR attention is flex_attention, unfused without torch.compile.
+    "anyflow_far": "ignore:flex_attention called without torch.compile:UserWarning",
+}
+
+
+def _params() -> list[Any]:
+    return [
+        pytest.param(
+            name, marks=[pytest.mark.filterwarnings(LIBRARY_WARNINGS[name])] if name in LIBRARY_WARNINGS else []
+        )
+        for name in STRUCTURAL
+    ]
+
+
+def _output(pipe: Any, name: str) -> torch.Tensor | np.ndarray:
+    attribute, _ = OUTPUTS[name]
+    return getattr(pipe(**structural_call_kwargs(name)), attribute)
+
+
+def _equal(a: torch.Tensor | np.ndarray, b: torch.Tensor | np.ndarray) -> bool:
+    return bool(np.array_equal(a, b)) if isinstance(a, np.ndarray) else torch.equal(a, b)
+
+
+def test_every_structural_pipeline_is_covered():
+    assert set(STRUCTURAL) == set(CLASSES) == set(OUTPUTS)
+    assert all(isinstance(line, str) and line and "\n" not in line for line in STRUCTURAL.values())
+
+
+@pytest.mark.parametrize("name", _params())
+def test_build_call_and_rebuild_bitwise(name):
+    rng_before = torch.get_rng_state()
+    pipe = build_structural(name, seed=0)
+    assert torch.equal(torch.get_rng_state(), rng_before)  # the global RNG is left alone
+    assert type(pipe).__name__ == CLASSES[name]
+    modules = [c for c in pipe.components.values() if isinstance(c, torch.nn.Module)]
+    assert modules
+    assert all(not m.training for m in modules)
+
+    first = _output(pipe, name)
+    assert tuple(first.shape) == OUTPUTS[name][1]
+    assert np.isfinite(np.asarray(first)).all()
+
+    again = _output(build_structural(name, seed=0), name)
+    assert _equal(first, again), f"{name}: a second build with the same seed gave a different output"
+
+
+def test_the_structures_are_really_there():
+    combined = build_structural("kandinsky21_combined")
+    assert sorted(sub_pipelines(combined)) == ["decoder_pipe", "prior_pipe"]
+    assert combined.decoder_pipe.unet is combined.unet  # the sub-pipelines share the combined's models
+    assert combined.prior_pipe.prior is combined.prior_prior
+
+    animatediff = build_structural("animatediff_freeinit")
+    assert animatediff.free_init_enabled
+
+    wan = build_structural("wan22")
+    assert wan.transformer_2 is not None
+    assert wan.transformer is not wan.transformer_2
+    assert wan.config.boundary_ratio == 0.875
+
+
+def test_different_seeds_give_different_weights():
+    a, b = build_structural("ldm_text2img", seed=0), build_structural("ldm_text2img", seed=1)
+    assert not torch.equal(a.unet.conv_in.weight, b.unet.conv_in.weight)
+
+
+def test_unknown_names_are_refused():
+    with pytest.raises(ValueError, match="name must be one of"):
+        build_structural("nope")
+    with pytest.raises(ValueError, match="name must be one of"):
+        structural_call_kwargs("nope")
