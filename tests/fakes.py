@@ -17,6 +17,7 @@ from ddo_hooks.release.allocator import EntryPoint
 MiB = 1 << 20
 
 ENTRY_POINT_NAME = "fake._host_emptyCache"
+ACCELERATOR_ENTRY_POINT_NAME = "fake._accelerator_emptyHostCache"
 
 
 @dataclass
@@ -26,8 +27,10 @@ class FakeHostAllocator:
     Attributes:
         calls: Every call, in order, e.g. ``"synchronize(1)"``, ``"release"``.
         version: What ``torch_version()`` says (decides whether the active counter is trusted).
-        entry: ``"present"``, ``"absent"`` (no entry point: the build is unsupported) or
-            ``"requires_lazy_init"`` (like ``torch._C._accelerator_emptyHostCache``).
+        entry: ``"present"`` (like ``torch._C._host_emptyCache`` alone), ``"absent"`` (no entry
+            point: the build is unsupported), ``"requires_lazy_init"`` (like
+            ``torch._C._accelerator_emptyHostCache`` alone) or ``"both"`` (torch 2.12-2.14 CUDA
+            builds: the accelerator one after lazy init, else the direct one).
         cuda_flag: The Python-side flag ``torch.cuda.is_initialized()``.
         bad_fork: Whether this is a forked child of a CUDA process.
         devices: How many CUDA devices are visible.
@@ -50,7 +53,7 @@ class FakeHostAllocator:
 
     calls: list[str] = field(default_factory=list)
     version: str = "2.13.0"
-    entry: Literal["present", "absent", "requires_lazy_init"] = "present"
+    entry: Literal["present", "absent", "requires_lazy_init", "both"] = "present"
     cuda_flag: bool = True
     bad_fork: bool = False
     devices: int = 2
@@ -75,11 +78,13 @@ class FakeHostAllocator:
         self.calls.append("torch_version")
         return self.version
 
-    def entry_point(self) -> EntryPoint | str:
+    def entry_point(self, *, lazy_init_done: bool) -> EntryPoint | str:
         self.calls.append("entry_point")
         if self.entry == "absent":
             return f"torch {self.version} exposes no host-cache release entry point (torch >= 2.5 does)"
-        return EntryPoint(ENTRY_POINT_NAME, self._release, self.entry == "requires_lazy_init")
+        if self.entry == "requires_lazy_init" or (self.entry == "both" and lazy_init_done):
+            return EntryPoint(ACCELERATOR_ENTRY_POINT_NAME, self._release, requires_lazy_init=True)
+        return EntryPoint(ENTRY_POINT_NAME, self._release)
 
     def raw_host_stats(self) -> dict[str, Any] | None:
         self.calls.append("raw_host_stats")

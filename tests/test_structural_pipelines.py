@@ -123,3 +123,57 @@ def test_unknown_names_are_refused():
         build_structural("nope")
     with pytest.raises(ValueError, match="name must be one of"):
         structural_call_kwargs("nope")
+
+
+# -- the boundaries of each structure -----------------------------------------------------------
+
+ORDER = ["before_transformer", "before_vae", "after_call"]
+# What each call of each structure gives: the three boundaries in order, or where a structure
+# leaves no quiet point, the boundary reported as not reached.
+EXPECTED = {name: ORDER for name in STRUCTURAL} | {
+    # Kandinsky 3 decodes (and frees its hooks) inside its progress-bar block: no quiet point before the decode.
+    "kandinsky3": ["before_transformer", "before_vae:not_reached", "after_call"],
+}
+
+
+def _outcomes(reports: list[Any]) -> list[str]:
+    return [
+        f"{r.body.boundary}:{r.body.reason}" if r.route == "phase_boundary_refusal" else r.release.phase
+        for r in reports
+    ]
+
+
+def _state(pipe: Any) -> list[Any]:
+    """What an attachment may change: the class, the instance attributes and the hook registries."""
+    pipes = [pipe, *sub_pipelines(pipe).values()]
+    modules = [m for p in pipes for c in p.components.values() if isinstance(c, torch.nn.Module) for m in c.modules()]
+    registries = [sorted(m._diffusers_hook.hooks) for m in modules if hasattr(m, "_diffusers_hook")]
+    return [type(pipe), *(sorted(vars(p)) for p in pipes), registries]
+
+
+@pytest.mark.parametrize("name", _params())
+def test_each_call_gives_each_boundary_once_in_order_with_the_same_output(name):
+    from ddo_hooks import attach
+
+    pipe = build_structural(name)
+    reference = _output(pipe, name)  # a call without the attachment sets the pipeline's own call state
+    before = _state(pipe)
+    with attach(pipe) as attachment:
+        first = _output(pipe, name)
+        _output(pipe, name)
+        assert _outcomes(attachment.reports) == EXPECTED[name] * 2
+        assert attachment.call_index == 2
+    assert _equal(first, reference)
+    assert _state(pipe) == before  # detach left nothing behind
+
+
+def test_a_decode_inside_the_progress_bar_is_reported_with_the_reason():
+    from ddo_hooks import attach
+
+    pipe = build_structural("kandinsky3")
+    with attach(pipe) as attachment:
+        _output(pipe, "kandinsky3")
+    assert attachment.reports[1].body.detail == (
+        "Kandinsky3Pipeline decoded inside its denoising loop's progress bar, where no boundary may run, "
+        "and not after the loop"
+    )
