@@ -16,7 +16,7 @@ from collections.abc import Iterator
 
 import pytest
 import torch
-from fakes import ENTRY_POINT_NAME, FakeHostAllocator, MiB, probes
+from fakes import ACCELERATOR_ENTRY_POINT_NAME, ENTRY_POINT_NAME, FakeHostAllocator, MiB, probes
 
 from ddo_hooks import HostCacheReleaseReport, parse_report, release_pytorch_host_cache
 from ddo_hooks.errors import HostCacheReleaseError, InvalidArgumentError
@@ -96,7 +96,7 @@ def test_the_real_backend_is_installed_by_default():
 
 @cpu_build_only
 def test_the_real_backend_has_no_entry_point_on_a_cpu_build_and_says_why():
-    entry = TorchHostAllocator().entry_point()
+    entry = TorchHostAllocator().entry_point(lazy_init_done=False)
     assert isinstance(entry, str)
     assert f"torch {torch.__version__}" in entry
     assert "without CUDA" in entry
@@ -210,7 +210,7 @@ def test_a_lazy_init_entry_point_without_the_python_flag_is_a_noop_that_is_not_c
     fake.entry = "requires_lazy_init"
     r = release().release
     assert (r.status, r.noop_reason, r.released) == ("noop", "lazy_init_required", False)
-    assert ENTRY_POINT_NAME in r.detail
+    assert ACCELERATOR_ENTRY_POINT_NAME in r.detail
     assert "release" not in calls
     assert probes(calls) == []
 
@@ -219,6 +219,59 @@ def test_a_lazy_init_entry_point_after_lazy_init_executes(fake: FakeHostAllocato
     fake.entry = "requires_lazy_init"
     assert release().release.status == "executed"
     assert "release" in calls
+
+
+def test_with_both_entry_points_the_accelerator_one_releases_once_lazy_init_ran(fake: FakeHostAllocator):
+    fake.entry = "both"
+    r = release().release
+    assert (r.status, r.entry_point) == ("executed", ACCELERATOR_ENTRY_POINT_NAME)
+
+
+def test_with_both_entry_points_memory_pinned_before_lazy_init_is_released_by_the_direct_one(
+    fake: FakeHostAllocator, calls: list[str]
+):
+    fake.entry = "both"
+    fake.cuda_flag = False  # pinned, but no CUDA tensor was made: the accelerator entry point would do nothing
+    r = release().release
+    assert (r.status, r.entry_point, r.allocator_bytes_delta) == ("executed", ENTRY_POINT_NAME, 4 * MiB)
+    assert [c for c in probes(calls) if c != "device_count"] == []  # no lazy init: no device resolved or synced
+
+
+@pytest.mark.parametrize(
+    ("present", "lazy_init_done", "chosen", "requires_lazy_init"),
+    [
+        ({"host", "accelerator"}, True, "torch._C._accelerator_emptyHostCache", True),
+        ({"host", "accelerator"}, False, "torch._C._host_emptyCache", False),
+        ({"accelerator"}, False, "torch._C._accelerator_emptyHostCache", True),
+        ({"accelerator"}, True, "torch._C._accelerator_emptyHostCache", True),
+        ({"host"}, True, "torch._C._host_emptyCache", False),
+        ({"host"}, False, "torch._C._host_emptyCache", False),
+    ],
+)
+def test_the_real_backend_chooses_the_entry_point_the_specification_asks_for(
+    monkeypatch, present, lazy_init_done, chosen, requires_lazy_init
+):
+    from ddo_hooks._compat import torch as torch_compat
+
+    def entry(name):
+        return (lambda: None) if name in present else None
+
+    monkeypatch.setattr(torch_compat, "is_cuda_build", lambda: True)
+    monkeypatch.setattr(torch_compat, "host_empty_cache", lambda: entry("host"))
+    monkeypatch.setattr(torch_compat, "accelerator_empty_host_cache", lambda: entry("accelerator"))
+    picked = TorchHostAllocator().entry_point(lazy_init_done=lazy_init_done)
+    assert (picked.name, picked.requires_lazy_init) == (chosen, requires_lazy_init)
+
+
+def test_the_real_backend_without_either_entry_point_says_which_torch_has_one(monkeypatch):
+    from ddo_hooks._compat import torch as torch_compat
+
+    monkeypatch.setattr(torch_compat, "is_cuda_build", lambda: True)
+    monkeypatch.setattr(torch_compat, "host_empty_cache", lambda: None)
+    monkeypatch.setattr(torch_compat, "accelerator_empty_host_cache", lambda: None)
+    assert "exposes no host-cache release entry point (torch >= 2.5 does)" in TorchHostAllocator().entry_point(
+        lazy_init_done=True
+    )
 
 
 # --- the executed path -------------------------------------------------------------------------
@@ -387,7 +440,7 @@ def test_an_executed_report_round_trips_as_a_public_report(fake: FakeHostAllocat
 
 
 def test_the_entry_point_of_the_fake_is_an_entry_point(fake: FakeHostAllocator):
-    entry = fake.entry_point()
+    entry = fake.entry_point(lazy_init_done=True)
     assert isinstance(entry, EntryPoint)
     assert entry.requires_lazy_init is False
 

@@ -7,11 +7,14 @@ the ``gpu`` tests exercise :class:`TorchHostAllocator` on a real device.
 
 Facts this relies on (``FACTS.md``, re-measured on the GPU machine):
 
-* ``torch._C._host_emptyCache`` (torch >= 2.5, CUDA/ROCm builds) frees the free blocks of
-  the CUDA host allocator; it makes no CUDA call and creates no context when nothing is cached.
-* ``torch._C._accelerator_emptyHostCache`` (torch >= 2.12) reaches the same allocator but
-  silently does nothing unless torch's lazy CUDA init ran, raises on CPU-only builds and
-  segfaults on MPS (pytorch #197561), so it is used only on CUDA builds after lazy init.
+* ``torch._C._accelerator_emptyHostCache`` (torch >= 2.12) releases the free blocks of the
+  CUDA host allocator through the accelerator layer, as the specification asks, but silently
+  does nothing unless torch's lazy CUDA init ran, raises on CPU-only builds and segfaults on
+  MPS (pytorch #197561): it is used on CUDA builds once lazy init ran.
+* ``torch._C._host_emptyCache`` (torch >= 2.5, CUDA/ROCm builds) reaches the same allocator
+  directly; it makes no CUDA call and creates no context when nothing is cached: it is used
+  where the accelerator entry point would do nothing (memory pinned before lazy init), and on
+  builds without it.
 * ``torch._C._cuda_hostMemoryStats`` (torch >= 2.7) reads the raw counters without a CUDA
   call; ``torch.cuda.host_memory_stats()`` returns ``{}`` whenever the Python-side flag is
   unset, even with gigabytes cached.
@@ -55,8 +58,11 @@ class HostAllocatorBackend(Protocol):
         """``torch.__version__``."""
         ...
 
-    def entry_point(self) -> EntryPoint | str:
-        """The release entry point, or a sentence saying why this build has none."""
+    def entry_point(self, *, lazy_init_done: bool) -> EntryPoint | str:
+        """The release entry point for a process whose lazy CUDA init did or did not run.
+
+        Returns a sentence saying why when this build has none.
+        """
         ...
 
     def raw_host_stats(self) -> Mapping[str, Any] | None:
@@ -95,19 +101,21 @@ class TorchHostAllocator:
         """``torch.__version__``."""
         return str(torch.__version__)
 
-    def entry_point(self) -> EntryPoint | str:
+    def entry_point(self, *, lazy_init_done: bool) -> EntryPoint | str:
         """Decide which torch entry point releases the CUDA host allocator.
 
-        This is the only function that makes that decision.
+        This is the only function that makes that decision: ``_accelerator_emptyHostCache``
+        where it works (lazy init ran, or it is the only one: then the release core reports
+        ``lazy_init_required``), else ``_host_emptyCache``.
         """
         if not torch_compat.is_cuda_build():
             return f"torch {torch.__version__} is built without CUDA, so it has no CUDA host allocator"
+        accelerator_empty = torch_compat.accelerator_empty_host_cache()
         host_empty = torch_compat.host_empty_cache()
+        if accelerator_empty is not None and (lazy_init_done or host_empty is None):
+            return EntryPoint("torch._C._accelerator_emptyHostCache", accelerator_empty, requires_lazy_init=True)
         if host_empty is not None:
             return EntryPoint("torch._C._host_emptyCache", host_empty)
-        accelerator_empty = torch_compat.accelerator_empty_host_cache()
-        if accelerator_empty is not None:
-            return EntryPoint("torch._C._accelerator_emptyHostCache", accelerator_empty, requires_lazy_init=True)
         return f"torch {torch.__version__} exposes no host-cache release entry point (torch >= 2.5 does)"
 
     def raw_host_stats(self) -> Mapping[str, Any] | None:

@@ -218,7 +218,8 @@ def release_pytorch_host_cache(
     busy = guard.busy_reason()  # refused wherever it is requested, also where it would be a no-op
     if busy is not None:
         raise BoundaryRefusedError(busy[0], f"host-cache release refused: {busy[1]}")
-    entry = backend.entry_point()
+    cuda_initialized = backend.cuda_initialized()
+    entry = backend.entry_point(lazy_init_done=cuda_initialized)
     if isinstance(entry, str):
         return _noop(phase, "unsupported_build", entry, label, version, started)
     if backend.in_bad_fork():
@@ -230,7 +231,6 @@ def release_pytorch_host_cache(
             version,
             started,
         )
-    cuda_initialized = backend.cuda_initialized()
     if not cuda_initialized:
         if not _allocator_in_use(backend):
             return _noop(
