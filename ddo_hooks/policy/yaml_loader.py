@@ -41,7 +41,17 @@ from ddo_hooks._diagnostics import (
 )
 from ddo_hooks.errors import PolicyError
 
-__all__ = ["MAX_NODES", "PolicyLoader", "describe_validation_error", "load_yaml", "read_policy_file"]
+__all__ = [
+    "MAX_NODES",
+    "MAX_POLICY_BYTES",
+    "PolicyLoader",
+    "describe_validation_error",
+    "load_yaml",
+    "read_policy_file",
+]
+
+MAX_POLICY_BYTES = 1024 * 1024
+"""The largest policy file read: 1 MiB, checked before reading."""
 
 MAX_NODES = 100_000
 """The most YAML nodes a policy may expand to (guards against alias bombs)."""
@@ -212,12 +222,14 @@ def read_policy_file(path: str | os.PathLike[str]) -> str:
     """Read a policy file as UTF-8 text (a leading byte-order mark is dropped).
 
     Raises:
-        PolicyError: The path is missing, a directory, unreadable, binary or not UTF-8.
+        PolicyError: The path is missing, a directory or another non-regular file (a FIFO, a
+            device), larger than :data:`MAX_POLICY_BYTES`, unreadable, binary or not UTF-8.
     """
     return read_text_file(
         path,
         kind="policy",
         error=PolicyError,
+        max_bytes=MAX_POLICY_BYTES,
         directory_fix="pass a .yaml file's path",
         binary_fix="a policy is a UTF-8 YAML text file",
         encoding_fix="save the policy as UTF-8",

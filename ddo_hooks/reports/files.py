@@ -27,7 +27,17 @@ from ddo_hooks.reports import REPORT_FILE_FORMS
 from ddo_hooks.reports.parse import REPORT_ADAPTER, ROUTES, parse_report
 from ddo_hooks.reports.tracker import MetricsTracker
 
-__all__ = ["REPORT_FILE_FORMS", "ReportFile", "diagnose_report_file", "json_positions", "load_report_file"]
+__all__ = [
+    "MAX_REPORT_FILE_BYTES",
+    "REPORT_FILE_FORMS",
+    "ReportFile",
+    "diagnose_report_file",
+    "json_positions",
+    "load_report_file",
+]
+
+MAX_REPORT_FILE_BYTES = 64 * 1024 * 1024
+"""The largest report file read: 64 MiB (some 30,000 reports), checked before reading."""
 
 _WS = re.compile(r"[ \t\n\r]*")
 
@@ -49,6 +59,7 @@ def _read_text(source: str) -> str:
         source,
         kind="report",
         error=ReportError,
+        max_bytes=MAX_REPORT_FILE_BYTES,
         directory_fix="pass a .jsonl or .json file",
         binary_fix=f"expected {REPORT_FILE_FORMS}",
         encoding_fix="save the reports as UTF-8 JSON",
@@ -89,8 +100,9 @@ def load_report_file(path: str | os.PathLike[str]) -> ReportFile:
         The :class:`ReportFile`.
 
     Raises:
-        ReportError: The file is missing, a directory, binary, not UTF-8, empty, not JSON, or
-            holds an invalid record; the message says ``file:line:col: key.path: problem``.
+        ReportError: The file is missing, a directory or another non-regular file (a FIFO, a
+            device), larger than :data:`MAX_REPORT_FILE_BYTES`, binary, not UTF-8, empty, not
+            JSON, or holds an invalid record; the message says ``file:line:col: key.path: problem``.
     """
     source = os.fspath(path)
     text = _read_text(source)
