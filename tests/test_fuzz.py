@@ -54,7 +54,7 @@ def only_own_errors(call: Callable[[], Any]) -> Any:
 
 
 def no_python_object_was_built() -> None:
-    assert "fuzz_sentinel" not in sys.modules, "a !!python tag was honoured"
+    assert "fuzz_sentinel" not in sys.modules, "a !!python tag was honoured (conftest.py keeps doctests off it)"
 
 
 # -- the policy loader ------------------------------------------------------------------------------
