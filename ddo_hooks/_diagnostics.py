@@ -7,8 +7,8 @@ way reading a file can fail into the caller's own error type, and the key-path h
 
 Examples:
     >>> from ddo_hooks.errors import PolicyError
-    >>> read_text_file("no/such.yaml", kind="policy", error=PolicyError, directory_fix="",
-    ...                binary_fix="", encoding_fix="")
+    >>> read_text_file("no/such.yaml", kind="policy", error=PolicyError, max_bytes=1024,
+    ...                directory_fix="", binary_fix="", encoding_fix="")
     Traceback (most recent call last):
     ...
     ddo_hooks.errors.PolicyError: no/such.yaml: no such policy file (looked for ...); check the path
@@ -19,19 +19,27 @@ Examples:
 from __future__ import annotations
 
 import difflib
+import errno
+import json
+import math
 import os
+import stat
 from collections.abc import Sequence
 from pathlib import Path
 
 from ddo_hooks.errors import DDOError
 
 __all__ = [
+    "MAX_SHOWN",
     "KeyPath",
     "Positions",
+    "cut",
     "did_you_mean",
     "format_key_path",
+    "json_error_sentence",
     "nearest_position",
     "read_text_file",
+    "show_repr",
     "show_value",
     "where",
 ]
@@ -48,33 +56,58 @@ def read_text_file(
     *,
     kind: str,
     error: type[DDOError],
+    max_bytes: int,
     directory_fix: str,
     binary_fix: str,
     encoding_fix: str,
 ) -> str:
-    """Read ``path`` as UTF-8 text (a leading byte-order mark is dropped).
+    """Read ``path`` as UTF-8 text (a leading byte-order mark is dropped), at most ``max_bytes`` of it.
+
+    The path is checked with :func:`os.stat` before it is opened: only a regular file is read, so
+    a FIFO, a socket or a device such as ``/dev/zero`` is refused at once instead of blocking or
+    reading without end, and a file larger than ``max_bytes`` is refused before any byte is read.
 
     Args:
         path: The file.
         kind: What the file should be (``"policy"``, ``"report"``), for messages.
         error: The error type to raise.
+        max_bytes: The largest file accepted, in bytes.
         directory_fix: What to do when ``path`` is a directory.
         binary_fix: What to do when the file holds a NUL byte.
         encoding_fix: What to do when the file is not UTF-8.
 
     Raises:
-        DDOError: Of type ``error``: missing, a directory, unreadable, binary or not UTF-8.
+        DDOError: Of type ``error``: missing, a directory or another non-regular file, larger than
+            ``max_bytes``, unreadable, binary or not UTF-8.
     """
     source = os.fspath(path)
     file = Path(source)
     try:
-        raw = file.read_bytes()
+        info = os.stat(source)
     except FileNotFoundError as e:
         raise error(f"{source}: no such {kind} file (looked for {file.absolute()}); check the path") from e
+    except (OSError, ValueError) as e:  # ValueError: a NUL byte in the path
+        raise error(f"{source}: cannot read the {kind} file: {getattr(e, 'strerror', None) or e}") from e
+    if stat.S_ISDIR(info.st_mode):
+        cause = IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), source)
+        raise error(f"{source}: is a directory, not a {kind} file; {directory_fix}") from cause
+    if not stat.S_ISREG(info.st_mode):
+        what = _special_file(info.st_mode)
+        raise error(f"{source}: is {what}, not a regular file; save the {kind} to a file and pass that file's path")
+    if info.st_size > max_bytes:
+        raise error(_too_large(source, kind, f"{info.st_size:,} bytes", max_bytes))
+    try:
+        descriptor = os.open(source, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
+        with os.fdopen(descriptor, "rb") as stream:
+            if not stat.S_ISREG(os.fstat(stream.fileno()).st_mode):  # replaced since the check above
+                raise error(f"{source}: is not a regular file; pass the path of a {kind} file")
+            raw = stream.read(max_bytes + 1)
     except OSError as e:
-        if isinstance(e, IsADirectoryError) or file.is_dir():
+        if isinstance(e, IsADirectoryError):
             raise error(f"{source}: is a directory, not a {kind} file; {directory_fix}") from e
         raise error(f"{source}: cannot read the {kind} file: {e.strerror or e}") from e
+    if len(raw) > max_bytes:
+        raise error(_too_large(source, kind, "more bytes", max_bytes))
     if (nul := raw.find(b"\x00")) >= 0:
         raise error(f"{source}: looks like a binary file (NUL byte at offset {nul}); {binary_fix}")
     try:
@@ -84,11 +117,31 @@ def read_text_file(
         raise error(f"{source}: is not UTF-8 text ({bad}); {encoding_fix}") from e
 
 
+def _too_large(source: str, kind: str, size: str, max_bytes: int) -> str:
+    return (
+        f"{source}: is {size}, more than a {kind} file may hold ({max_bytes:,} bytes); "
+        f"check that this is the {kind} file you meant"
+    )
+
+
+def _special_file(mode: int) -> str:
+    for test, what in (
+        (stat.S_ISFIFO, "a FIFO (named pipe)"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
+        if test(mode):
+            return what
+    return "a special file"
+
+
 def format_key_path(path: KeyPath) -> str:
     """Write a key path as people read it: ``boundaries.after_call.actions[1].name``."""
     text = ""
     for part in path:
-        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+        shown = cut(str(part))
+        text += f"[{shown}]" if isinstance(part, int) else (f".{shown}" if text else shown)
     return text or "<top>"
 
 
@@ -122,8 +175,43 @@ def did_you_mean(value: object, choices: Sequence[str]) -> str | None:
     return close[0] if close else None
 
 
+MAX_SHOWN = 60
+"""The most characters of one value a message shows; a longer value is cut and ends in ``...``."""
+
+
+def cut(text: str, limit: int = MAX_SHOWN) -> str:
+    """``text``, or its first ``limit - 3`` characters and ``...`` when it is longer than ``limit``.
+
+    Examples:
+        >>> cut("short"), cut("x" * 100, 10)
+        ('short', 'xxxxxxx...')
+    """
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def show_repr(value: object) -> str:
+    """``repr(value)`` cut to :data:`MAX_SHOWN` characters, cheap and safe for any size of input.
+
+    A huge string is cut before it is written out, and an int too long for :func:`repr` is
+    described instead (Python refuses to write an int of more than 4300 digits).
+
+    Examples:
+        >>> show_repr(True), show_repr("x" * 30_000_000)[-6:], show_repr(10**5000)
+        ('True', 'xxx...', 'an int of about 5,001 digits')
+    """
+    if isinstance(value, str):
+        return cut(repr(value[: MAX_SHOWN + 1]))
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 600:
+        return f"an int of about {int(value.bit_length() * math.log10(2)) + 1:,} digits"
+    if isinstance(value, (bool, int, float)) or value is None:
+        return cut(repr(value))
+    return f"a {cut(type(value).__name__)}"
+
+
 def show_value(value: object) -> str:
     """A short YAML-like rendering of a value for messages: ``null``, ``true``, ``'text'``, ``a list``.
+
+    Strings and numbers are cut to :data:`MAX_SHOWN` characters (see :func:`show_repr`).
 
     Examples:
         >>> show_value(None), show_value(True), show_value("cpu"), show_value([1])
@@ -137,7 +225,31 @@ def show_value(value: object) -> str:
         return "a mapping"
     if isinstance(value, (list, tuple)):
         return "a list"
-    if isinstance(value, (str, int, float)):
-        text = repr(value)
-        return text if len(text) <= 60 else text[:57] + "..."
-    return f"a {type(value).__name__}"
+    return show_repr(value)
+
+
+_JSON_SENTENCES = {
+    "Unterminated string starting at": "a string is not closed",
+    "Expecting value": "a value is expected here",
+    "Expecting property name enclosed in double quotes": "a key in double quotes is expected here",
+    "Expecting ',' delimiter": "a ',' is expected between two items",
+    "Expecting ':' delimiter": "a ':' is expected after the key",
+    "Extra data": "more text follows the JSON value",
+    "Invalid control character at": "a control character in a string must be escaped",
+    "Invalid \\escape": "a backslash escape is not valid",
+    "Invalid \\uXXXX escape": "a \\u escape needs four hex digits",
+}
+
+
+def json_error_sentence(error: json.JSONDecodeError) -> str:
+    """What a JSON syntax error means, as a sentence, with the parser's own words after it.
+
+    Examples:
+        >>> try:
+        ...     json.loads('{"a": "b')
+        ... except json.JSONDecodeError as e:
+        ...     json_error_sentence(e)
+        'a string is not closed (Unterminated string starting at)'
+    """
+    sentence = _JSON_SENTENCES.get(error.msg)
+    return f"{sentence} ({error.msg})" if sentence else cut(error.msg, 120)

@@ -30,6 +30,7 @@ from typing import Annotated
 from pydantic import BeforeValidator, Field
 from pydantic_core import PydanticCustomError
 
+from ddo_hooks._diagnostics import show_repr
 from ddo_hooks.errors import InvalidArgumentError
 
 __all__ = [
@@ -69,6 +70,7 @@ ACCEPTED_SIZE_FORMS = (
 
 _SIZE_RE = re.compile(r"^(?P<number>-?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))\s*(?P<unit>[A-Za-z]*)$", re.ASCII)
 _BINARY_UNITS = ("KiB", "MiB", "GiB", "TiB")
+_MAX_DIGITS = 100
 
 
 def parse_size(value: object, *, name: str = "size") -> int:
@@ -119,12 +121,14 @@ def parse_size(value: object, *, name: str = "size") -> int:
     number, unit = match.group("number"), match.group("unit")
     if number.startswith("-"):
         raise _invalid(name, value, f"is negative; use {ACCEPTED_SIZE_FORMS}")
+    if len(number) > _MAX_DIGITS:
+        raise _invalid(name, value, f"has more than {_MAX_DIGITS} digits; give a realistic size such as '16MiB'")
     multiplier = SIZE_UNITS.get(unit.lower() or "b")
     if multiplier is None:
         raise _invalid(
             name,
             value,
-            f"has an unknown unit {unit!r}; use B, KB, MB, GB, TB (powers of 1000) "
+            f"has an unknown unit {show_repr(unit)}; use B, KB, MB, GB, TB (powers of 1000) "
             "or KiB, MiB, GiB, TiB (powers of 1024), e.g. '16MiB'",
         )
     return _bounded(name, value, math.floor(Fraction(number) * multiplier))
@@ -137,8 +141,10 @@ def _bounded(name: str, value: object, size: int) -> int:
 
 
 def _invalid(name: str, value: object, problem: str) -> InvalidArgumentError:
-    shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
-    return InvalidArgumentError(f"{name}={shown} {problem}" if name else f"{shown} {problem}")
+    shown = show_repr(value)
+    error = InvalidArgumentError(f"{name}={shown} {problem}" if name else f"{shown} {problem}")
+    error.problem = problem  # type: ignore[attr-defined]
+    return error
 
 
 def format_size(n: int) -> str:
@@ -174,7 +180,8 @@ def _validate_size(value: object) -> int:
     try:
         return parse_size(value, name="")
     except InvalidArgumentError as e:
-        raise PydanticCustomError("size", "{message}", {"message": str(e)}) from e
+        problem = getattr(e, "problem", str(e))
+        raise PydanticCustomError("size", "{message}", {"message": str(e), "problem": problem}) from e
 
 
 ByteSize = Annotated[

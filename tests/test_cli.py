@@ -80,7 +80,7 @@ USER_ERRORS = {
     "policy empty": ["empty.yaml: the policy is empty; write at least 'version: 1'"],
     "report invalid field": [
         "bad-status.jsonl:2:",
-        "report.setup.host_cache_release.status: Input should be 'executed' or 'noop'",
+        "report.setup.host_cache_release.status: 'done' is not one of executed, noop",
     ],
     "report invalid json": ["truncated.jsonl:3:", "not JSON"],
     "report empty": ["empty.jsonl: is empty; expected JSON Lines"],
@@ -240,8 +240,9 @@ def test_demo_families_are_the_tiny_pipeline_families():
 def test_validate_policy_summarizes_a_valid_policy(runs: Runs):
     result = runs["policy valid"]
     assert result.returncode == 0, result.stderr
-    assert result.stdout.count("\n") == 1
+    assert result.stdout.count("\n") == 3  # the summary, then each size as parsed (A.7)
     assert "after-call-only.yaml: valid policy (version 1, device cuda): " in result.stdout
+    assert "  release.min_releasable_bytes: 0 bytes (0 B, the default)\n" in result.stdout
     assert "before_transformer: off; before_vae: off; after_call: host_cache_release" in result.stdout
 
 
@@ -382,7 +383,7 @@ def test_an_invalid_record_in_tracker_json_is_located_at_its_line(tmp_path: Path
         ('{"component": "x"}\n', ":1:1: record: expected an object with exactly 'component' and 'report'"),
         ("[1, 2]", ":1:1: a JSON list is not a report file"),
         ('{"schema_version": 1, "route": "nope", "setup": {}}', ":1:23: route: Input tag 'nope'"),
-        ("{\n", ":2:1: not JSON: Expecting property name"),
+        ("{\n", ":2:1: not JSON: a key in double quotes is expected here (Expecting property name"),
         ("[" * 100_000 + "]" * 100_000, ": cannot be read as JSON (maximum recursion depth exceeded"),
     ],
 )

@@ -214,7 +214,7 @@ WRONG_VALUES = [
     (V + "boundaries: {after_call: false}\n", r"after_call: expected a mapping, got false \(keys: enabled, act"),
     (V + "boundaries: {after_call: {actions: flush}}\n", r"actions: expected a list, got 'flush'$"),
     (V + "release: {collect: ful}\n",
-     r"release\.collect: 'ful' is not allowed; use one of 'full', 'young', 'auto'; did you mean 'full'\?$"),
+     r"release\.collect: 'ful' is not one of full, young, auto; did you mean 'full'\?$"),
     (V + "device: cpu\n", r"^policy\.yaml:2:1: device: 'cpu' is not a CUDA device; use 'cuda' or 'cuda:N'$"),
     (V + "device: 0\n", r"device: 0 is not a CUDA device"),
     (V + "device: ' cuda'\n", r"device: ' cuda' is not a CUDA device"),
@@ -223,8 +223,8 @@ WRONG_VALUES = [
     (V + "release: {min_releasable_bytes: -5MiB}\n", r"min_releasable_bytes: '-5MiB' is negative"),
     (V + "auxiliary_sources: {max_copy_bytes: 16 MBytes}\n",
      r"auxiliary_sources\.max_copy_bytes: '16 MBytes' has an unknown unit 'MBytes'; use B, KB"),
-    (V + "auxiliary_sources: {max_copy_bytes: true}\n", r"max_copy_bytes: True is a boolean, not a size"),
-    (V + "auxiliary_sources: {max_copy_bytes: .nan}\n", r"max_copy_bytes: nan is not a finite number"),
+    (V + "auxiliary_sources: {max_copy_bytes: true}\n", r"max_copy_bytes: true is a boolean, not a size"),
+    (V + "auxiliary_sources: {max_copy_bytes: .nan}\n", r"max_copy_bytes: \.nan is not a finite number"),
     (AFTER % "Flush", r"actions\[0\]\.name: 'Flush' is not an action name; use a lowercase letter"),
     (AFTER % "''", r"actions\[0\]\.name: '' is not an action name"),
     (AFTER % "5", r"actions\[0\]: expected an action name \(e\.g\. host_cache_release\) or a mapping"),
@@ -235,14 +235,14 @@ WRONG_VALUES = [
     (AFTER % "", r"after_call\.actions: an enabled boundary needs at least one action; .* enabled: false$"),
     (AFTER % "{name: x, options: {when: 2024-01-01}}",
      r"actions\[0\]\.options\.when: a date is not a JSON value; use strings, numbers"),
-    (AFTER % "{name: x, options: {a: [1, .inf]}}", r"options\.a\[1\]: inf is not a JSON number"),
+    (AFTER % "{name: x, options: {a: [1, .inf]}}", r"options\.a\[1\]: \.inf is not a JSON number"),
     (AFTER % "{name: host_cache_release, options: {colect: full}}",
      r"^policy\.yaml:2:74: boundaries\.after_call\.actions\[0\]\.options\.colect: unknown option of "
      r"host_cache_release; it takes collect, min_releasable_bytes \(the keys of 'release'\)$"),
     (AFTER % "{name: host_cache_release, options: {collect: ful}}",
-     r"actions\[0\]\.options\.collect: 'ful': Input should be 'full', 'young' or 'auto'$"),
+     r"actions\[0\]\.options\.collect: 'ful' is not one of full, young, auto; did you mean 'full'\?$"),
     (AFTER % "{name: host_cache_release, options: {min_releasable_bytes: 5 parsecs}}",
-     r"actions\[0\]\.options\.min_releasable_bytes: '5 parsecs': '5 parsecs' has an unknown unit"),
+     r"actions\[0\]\.options\.min_releasable_bytes: '5 parsecs' has an unknown unit 'parsecs'"),
     (V + "boundaries:\n  before_transformer: {enabled: false}\n  before_vae: {enabled: false}\n"
      "  after_call: {enabled: false}\n",
      r"^policy\.yaml:2:1: boundaries: every boundary is disabled, so the policy would do nothing; "
@@ -300,10 +300,15 @@ def test_an_empty_or_misshapen_document_or_a_wrong_version_says_what_a_policy_lo
         load(text)
 
 
-def test_a_wrong_version_hides_the_other_problems():
+def test_a_wrong_version_does_not_hide_the_other_problems():
     with pytest.raises(PolicyError) as info:
-        load("version: 2\nzzz: 1\n")
-    assert str(info.value).count("\n") == 0
+        load("zzz: 1\nversion: 2\nrelease: {collect: ful}\n")
+    assert str(info.value).splitlines() == [
+        "policy.yaml:1:1: zzz: unknown key (allowed: version, enabled, device, report_sink, release, boundaries, "
+        "auxiliary_sources)",
+        "policy.yaml:2:1: version: unsupported version 2; supported versions: 1 (write 'version: 1')",
+        "policy.yaml:3:11: release.collect: 'ful' is not one of full, young, auto; did you mean 'full'?",
+    ]
 
 
 def test_every_problem_is_reported_one_per_line_in_file_order():
@@ -501,7 +506,10 @@ unique_actions = st.lists(action, min_size=1, max_size=3, unique_by=lambda a: a 
 boundary = st.fixed_dictionaries({}, optional={"enabled": st.booleans(), "actions": unique_actions})
 units = st.sampled_from(["", "B", "KB", "MiB", "gib"])
 sizes = st.integers(0, 2**63 - 1) | st.builds("{}{}{}".format, st.integers(0, 4096), st.sampled_from(["", " "]), units)
-sinks = st.none() | st.text(min_size=1, max_size=20)
+# A sink attach() could open: no NUL character, and no '~user' that may name nobody here.
+sinks = st.none() | st.text(st.characters(exclude_characters="\x00"), min_size=1, max_size=20).filter(
+    lambda sink: not sink.startswith("~")
+)
 valid_documents = st.fixed_dictionaries({"version": st.just(1)}, optional={
     "enabled": st.booleans(),
     "device": st.sampled_from(["cuda", "cuda:0", "cuda:3"]),

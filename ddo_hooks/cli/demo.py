@@ -148,6 +148,28 @@ def _policy_for(policy: HookPolicy | None, device: torch.device, log: TextIO) ->
     return policy
 
 
+def _check_actions(policy: HookPolicy) -> None:
+    """Refuse, before building anything, a policy whose actions are not registered in this environment."""
+    from ddo_hooks.boundaries import BOUNDARIES
+    from ddo_hooks.errors import PolicyError
+    from ddo_hooks.hooks.actions import ENTRY_POINT_GROUP, available_actions
+
+    known = set(available_actions())
+    for boundary in BOUNDARIES:
+        for index, action in enumerate(policy.boundary(boundary).actions):
+            if action.name in known:
+                continue
+            where = policy.locate(("boundaries", boundary, "actions", index))
+            raise PolicyError(
+                f"{where}: the policy names the action {action.name!r}, which is not registered in this Python "
+                "environment: such an action comes from the package or code that registers it (with "
+                f"@ddo_hooks.register_action({action.name!r}) or a {ENTRY_POINT_GROUP!r} entry point), and that "
+                "is not installed or imported here. Install the package that provides it (then check with "
+                "'ddo-hooks validate-policy'), or remove the action from the policy to run the demo "
+                "(e.g. --policy examples/release-all-boundaries.yaml)"
+            )
+
+
 def run_demo(
     *,
     family: str = "flux",
@@ -176,6 +198,7 @@ def run_demo(
 
     Raises:
         InvalidArgumentError: A bad family, device, count or report path.
+        PolicyError: The policy names an action that is not registered here (checked first).
         DDOError: The policy could not be attached, or transformers is missing.
         OSError: The report file could not be written.
     """
@@ -196,6 +219,7 @@ def run_demo(
     _check_report_path(report_path)
     origin = "" if policy is not None else "the packaged default, "
     policy = _policy_for(policy, device, log)
+    _check_actions(policy)
     from ddo_hooks.testing import tiny_pipelines as tiny
 
     pipe = tiny.build_pipeline(family)

@@ -2,8 +2,10 @@
 
 Commands: ``demo`` (run a tiny real pipeline with the policy attached and show what each
 boundary did), ``validate-policy``, ``validate-report``, ``schema`` and ``summarize``. Exit
-status: 0 on success, 1 for a user error (a missing, unreadable or invalid file; the message
-names the file, the line and column, the key and the fix), 2 for a usage error.
+status: 0 on success (also when the reader of the output goes away, as ``| head`` does), 1 for
+a user error (a missing, unreadable or invalid file; the message names the file, the line and
+column, the key and the fix, or the command that reads a file of the other kind), 2 for a usage
+error.
 
 Examples:
     >>> import contextlib, io
@@ -14,6 +16,8 @@ Examples:
     >>> status, out.getvalue().split(": ", 1)[1]  # doctest: +ELLIPSIS
     (0, 'valid policy (version 1, device cuda): before_transformer: host_cache_release; ...')
     >>> main(["schema", "drawing"])
+    2
+    >>> main(["schema"])
     2
 """
 
@@ -62,7 +66,10 @@ def _validate_policy(args: argparse.Namespace) -> int:
     from ddo_hooks.boundaries import BOUNDARIES
     from ddo_hooks.hooks.actions import available_actions
 
-    policy = _load_policy(args.file)
+    try:
+        policy = _load_policy(args.file)
+    except DDOError as e:
+        raise _other_kind(e, args.file, "report", "validate-report") from e
     if not policy.enabled:
         print(f"{args.file}: valid policy (version {policy.version}), disabled (enabled: false): no boundary acts")
         return 0
@@ -71,6 +78,8 @@ def _validate_policy(args: argparse.Namespace) -> int:
         boundary = policy.boundary(name)
         parts.append(f"{name}: {', '.join(boundary.action_names())}" if boundary.enabled else f"{name}: off")
     print(f"{args.file}: valid policy (version {policy.version}, device {policy.device}): {'; '.join(parts)}")
+    for line in _size_lines(policy, args.file):
+        print(f"  {line}")
     known = set(available_actions())
     missing = sorted({a for n in policy.enabled_boundaries() for a in policy.boundary(n).action_names()} - known)
     if missing:
@@ -78,10 +87,93 @@ def _validate_policy(args: argparse.Namespace) -> int:
     return 0
 
 
+def _size_lines(policy: Any, path: str) -> list[str]:
+    """Each size of the policy as written and in bytes, so that the unit can be checked."""
+    from ddo_hooks._diagnostics import format_key_path
+    from ddo_hooks.boundaries import BOUNDARIES, HOST_CACHE_RELEASE
+    from ddo_hooks.policy.yaml_loader import load_yaml, read_policy_file
+    from ddo_hooks.sizes import format_size
+
+    data, _ = load_yaml(read_policy_file(path))
+    sizes: list[tuple[tuple[str | int, ...], int]] = [
+        (("release", "min_releasable_bytes"), policy.release.min_releasable_bytes),
+        (("auxiliary_sources", "max_copy_bytes"), policy.auxiliary_sources.max_copy_bytes),
+    ]
+    for name in BOUNDARIES:
+        for index, action in enumerate(policy.boundary(name).actions):
+            if action.name == HOST_CACHE_RELEASE and "min_releasable_bytes" in action.options:
+                path_ = ("boundaries", name, "actions", index, "options", "min_releasable_bytes")
+                sizes.append((path_, policy.actions(name)[index].options["min_releasable_bytes"]))
+    lines = []
+    for key_path, size in sizes:
+        written: Any = data
+        for part in key_path:
+            if isinstance(written, dict) and isinstance(part, str):
+                written = written.get(part)
+            elif isinstance(written, list) and isinstance(part, int) and part < len(written):
+                written = written[part]
+            else:
+                written = None
+        exact = f"{size:,} byte{'' if size == 1 else 's'}"
+        name = format_key_path(key_path)
+        if written is None:
+            lines.append(f"{name}: {exact} ({format_size(size)}, the default)")
+        else:
+            lines.append(f"{name}: {written} = {exact}" + ("" if size < 1024 else f" ({format_size(size)})"))
+    return lines
+
+
+def _other_kind(error: DDOError, path: str, kind: str, command: str) -> DDOError:
+    """``error``, or one saying the file looks like a {kind} file and which command reads it."""
+    if _looks_like(path) != kind:
+        return error
+    what = "a file of DDO reports" if kind == "report" else "a hook policy"
+    return type(error)(
+        f"{path}: this looks like {what}, not a {'policy' if kind == 'report' else 'report file'}; "
+        f"check it with: ddo-hooks {command} {path}"
+    )
+
+
+def _looks_like(path: str) -> str | None:
+    """``"report"`` or ``"policy"`` when the file's first object has the keys of one, else ``None``."""
+    import json
+
+    from ddo_hooks._diagnostics import read_text_file
+    from ddo_hooks.errors import ReportError
+
+    try:
+        text = read_text_file(
+            path, kind="input", error=ReportError, max_bytes=64 * 1024 * 1024,
+            directory_fix="", binary_fix="", encoding_fix="",
+        )  # fmt: skip
+    except DDOError:
+        return None
+    first = next((line for line in text.splitlines() if line.strip()), "")
+    for candidate in (text, first):
+        try:
+            data = json.loads(candidate)
+        except (ValueError, RecursionError):
+            continue
+        if isinstance(data, dict) and {"component", "report", "schema_version", "route", "records"} & set(data):
+            return "report"
+    from ddo_hooks.policy.yaml_loader import load_yaml
+
+    try:
+        data, _ = load_yaml(text)
+    except DDOError:
+        return None
+    if isinstance(data, dict) and {"version", "boundaries", "release"} & set(data):
+        return "policy"
+    return None
+
+
 def _validate_report(args: argparse.Namespace) -> int:
     from ddo_hooks.reports.files import load_report_file
 
-    loaded = load_report_file(args.file)
+    try:
+        loaded = load_report_file(args.file)
+    except DDOError as e:
+        raise _other_kind(e, args.file, "policy", "validate-policy") from e
     routes = Counter(report.route for _, report in loaded.records)
     components = list(dict.fromkeys(c for c, _ in loaded.records if c is not None))
     route_text = ", ".join(f"{route} x{n}" for route, n in routes.items())
@@ -95,6 +187,9 @@ def _validate_report(args: argparse.Namespace) -> int:
 def _schema(args: argparse.Namespace) -> int:
     from ddo_hooks.cli import schema
 
+    if args.which is None:
+        args.usage_error("say which schema to print: policy or report (e.g. ddo-hooks schema report)")
+
     sys.stdout.write(schema.render(schema.generated_schema(args.which)))
     return 0
 
@@ -103,7 +198,10 @@ def _summarize(args: argparse.Namespace) -> int:
     from ddo_hooks.cli.table import arrow_for, boundary_rows, format_table, format_totals
     from ddo_hooks.reports.files import load_report_file
 
-    loaded = load_report_file(args.file)
+    try:
+        loaded = load_report_file(args.file)
+    except DDOError as e:
+        raise _other_kind(e, args.file, "policy", "validate-policy") from e
     rows = boundary_rows(loaded.records)
     calls = len({row.call for row in rows})
     print(f"{args.file}: {len(rows)} reports over {calls} pipeline calls (calls inferred from the boundary order)")
@@ -198,7 +296,8 @@ def build_parser() -> argparse.ArgumentParser:
         "Print the JSON Schema of a hook policy or a DDO report (the files in ddo_hooks/schemas/).",
         file=False,
     )
-    schema.add_argument("which", choices=("policy", "report"), help="which schema to print")
+    schema.add_argument("which", nargs="?", choices=("policy", "report"), help="which schema to print")
+    schema.set_defaults(usage_error=schema.error)
     _command(
         commands,
         "summarize",
@@ -222,14 +321,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
+        if getattr(args, "which", "") is None:  # `schema` without its argument
+            return _schema(args)
     except SystemExit as e:  # argparse exits after --help/--version (0) and on usage errors (2)
         return e.code if isinstance(e.code, int) else 2
     try:
-        return int(args.handler(args))
+        status = int(args.handler(args))
+        sys.stdout.flush()  # a closed pipe shows here, not at interpreter exit
+        return status
     except DDOError as e:
         print(e, file=sys.stderr)
-    except BrokenPipeError:  # e.g. `ddo-hooks schema report | head`: stop quietly
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except BrokenPipeError:  # e.g. `ddo-hooks schema report | head -1`: the reader has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the final flush goes nowhere
+        return 0
     except (OSError, UnicodeDecodeError) as e:
         where = f"{e.filename}: " if getattr(e, "filename", None) else ""
         print(f"ddo-hooks {args.command}: {where}{getattr(e, 'strerror', None) or e}", file=sys.stderr)

@@ -39,6 +39,7 @@ from pydantic import (
 from ddo_hooks._diagnostics import Positions, did_you_mean, show_value, where
 from ddo_hooks.boundaries import BOUNDARIES, HOST_CACHE_RELEASE
 from ddo_hooks.errors import InvalidArgumentError, PolicyError
+from ddo_hooks.policy.messages import join_problems, validation_problems
 from ddo_hooks.policy.parts import (
     DEVICE_PATTERN,
     ActionSpec,
@@ -50,7 +51,7 @@ from ddo_hooks.policy.parts import (
     located_error,
     validate_device,
 )
-from ddo_hooks.policy.yaml_loader import describe_validation_error, load_yaml, read_policy_file
+from ddo_hooks.policy.yaml_loader import LoadedYaml, compose_policy_yaml, read_policy_file
 
 __all__ = ["SUPPORTED_VERSIONS", "HookPolicy", "policy_json_schema"]
 
@@ -60,11 +61,25 @@ SUPPORTED_VERSIONS: tuple[int, ...] = (1,)
 _SUPPORTED = f"supported versions: {', '.join(map(str, SUPPORTED_VERSIONS))}"
 
 
-def _version_problem(value: object) -> str | None:
+def _version_problem(value: object, written: str | None = None) -> str | None:
     if type(value) is int and value in SUPPORTED_VERSIONS:
         return None
     kind = f" (a {type(value).__name__})" if isinstance(value, (str, bool, float)) else ""
-    return f"unsupported version {show_value(value)}{kind}; {_SUPPORTED} (write 'version: 1')"
+    return f"unsupported version {written or show_value(value)}{kind}; {_SUPPORTED} (write 'version: 1')"
+
+
+def _sink_problem(value: str) -> str | None:
+    """Why ``attach`` could not open ``report_sink`` whatever the folders hold, or ``None``."""
+    if "\x00" in value:
+        return "{value} holds a NUL character, which no file name may hold; remove it"
+    if value.startswith("~"):
+        try:
+            Path(value).expanduser()
+        except RuntimeError:
+            user = value[1:].split("/", 1)[0].split(os.sep, 1)[0]
+            who = f"no user {user!r} on this machine" if user else "no home folder is known here"
+            return f"{{value}} starts with '~' but there is {who}; write the full path, or '~/' for your home"
+    return None
 
 
 class HookPolicy(Model):
@@ -108,6 +123,13 @@ class HookPolicy(Model):
     def _supported(cls, value: object) -> object:
         if problem := _version_problem(value):
             raise located_error("version", problem)
+        return value
+
+    @field_validator("report_sink")
+    @classmethod
+    def _openable(cls, value: str | None) -> str | None:
+        if value is not None and (problem := _sink_problem(value)):
+            raise located_error("report_sink", problem, value=value)
         return value
 
     @model_validator(mode="after")
@@ -166,7 +188,7 @@ class HookPolicy(Model):
         Raises:
             PolicyError: The mapping is not a valid policy; one line per problem.
         """
-        return cls._validate(data, source, {}, None)
+        return cls._validate(LoadedYaml(data), source, None)
 
     @classmethod
     def default(cls) -> HookPolicy:
@@ -185,27 +207,44 @@ class HookPolicy(Model):
 
     @classmethod
     def _load(cls, text: str, source: str, base_dir: Path | None) -> HookPolicy:
-        data, positions = load_yaml(text, source)
-        return cls._validate(data, source, positions, base_dir)
+        return cls._validate(compose_policy_yaml(text, source), source, base_dir)
 
     @classmethod
-    def _validate(cls, data: object, source: str, positions: Positions, base_dir: Path | None) -> HookPolicy:
+    def _validate(cls, loaded: LoadedYaml, source: str, base_dir: Path | None) -> HookPolicy:
+        """Validate everything at once: the YAML's problems, the version and every setting, in file order."""
+        data, positions, written = loaded.data, loaded.positions, loaded.written
+        problems = list(loaded.problems)
         top = where(source, positions, ())
-        if data is None:
+        if data is None and not problems:
             raise PolicyError(f"{source}: the policy is empty; write at least 'version: 1' (see examples/)")
         if not isinstance(data, Mapping):
-            shape = "a mapping of settings starting with 'version: 1'"
-            raise PolicyError(f"{top}: the top level must be {shape}, got {show_value(data)}")
-        if "version" not in data:
-            raise PolicyError(f"{top}: version: missing; add 'version: 1' at the top ({_SUPPORTED})")
-        if problem := _version_problem(data["version"]):
-            raise PolicyError(f"{where(source, positions, ('version',))}: version: {problem}")
+            if data is not None:
+                shape = "a mapping of settings starting with 'version: 1'"
+                problems.append(
+                    (positions.get((), (0, 0)), f"{top}: the top level must be {shape}, got {show_value(data)}")
+                )
+            raise PolicyError(join_problems(problems))
+        if ("version",) in loaded.broken:
+            pass  # the YAML problem at 'version' is reported already
+        elif "version" not in data:
+            problems.append(
+                (positions.get((), (0, 0)), f"{top}: version: missing; add 'version: 1' at the top ({_SUPPORTED})")
+            )
+        elif problem := _version_problem(data["version"], written.get(("version",))):
+            at = positions.get(("version",), (0, 0))
+            problems.append((at, f"{where(source, positions, ('version',))}: version: {problem}"))
+        cause: ValidationError | None = None
         try:
-            policy = cls.model_validate(dict(data))
+            policy = cls.model_validate({**data, "version": 1})  # the rest is checked as version 1
         except ValidationError as e:
-            raise PolicyError(describe_validation_error(e, model=cls, source=source, positions=positions)) from e
+            cause = e
+            problems += validation_problems(
+                e, model=cls, source=source, positions=positions, written=written, hidden=loaded.broken
+            )
         except RecursionError as e:
             raise PolicyError(f"{source}: the policy is nested too deeply (or contains itself)") from e
+        if problems:
+            raise PolicyError(join_problems(problems)) from cause
         known = dict(positions)
         for path, position in positions.items():
             if len(path) == 4 and path[0] == "boundaries" and path[2] == "actions":

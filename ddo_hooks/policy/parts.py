@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import re
+import typing
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
@@ -34,6 +35,7 @@ from pydantic_core import PydanticCustomError
 from ddo_hooks._diagnostics import KeyPath, show_value
 from ddo_hooks.boundaries import ACTION_NAME_PATTERN, HOST_CACHE_RELEASE
 from ddo_hooks.errors import InvalidArgumentError
+from ddo_hooks.policy.messages import literal_problem
 from ddo_hooks.release.devices import parse_cuda_device
 from ddo_hooks.sizes import ByteSize
 
@@ -56,9 +58,20 @@ DEVICE_PATTERN = r"^cuda(:[0-9]+)?$"
 """The ``device`` values a policy accepts."""
 
 
-def located_error(kind: str, message: str, at: KeyPath = ()) -> PydanticCustomError:
-    """A validation error; ``at`` is a key path below the field, where the message points."""
-    return PydanticCustomError(kind, "{message}", {"message": message, "at": at})
+def located_error(kind: str, message: str, at: KeyPath = (), *, value: object = None) -> PydanticCustomError:
+    """A validation error; ``at`` is a key path below the field, where the message points.
+
+    Where ``message`` holds ``{value}``, the value is shown there: as the YAML wrote it when the
+    policy came from YAML (``yes``), else as :func:`~ddo_hooks._diagnostics.show_value` writes it.
+
+    Examples:
+        >>> located_error("device", "{value} is not a CUDA device", value=True).message()
+        'true is not a CUDA device'
+    """
+    context: dict[str, Any] = {"message": message.replace("{value}", show_value(value)), "at": at}
+    if "{value}" in message:
+        context["template"] = message
+    return PydanticCustomError(kind, "{message}", context)
 
 
 def validate_device(value: object) -> str:
@@ -66,14 +79,14 @@ def validate_device(value: object) -> str:
     try:
         index = parse_cuda_device(value if isinstance(value, str) else None)
     except InvalidArgumentError as e:
-        raise located_error("device", f"{show_value(value)} is not a CUDA device; use 'cuda' or 'cuda:N'") from e
+        raise located_error("device", "{value} is not a CUDA device; use 'cuda' or 'cuda:N'", value=value) from e
     return "cuda" if index is None else f"cuda:{index}"
 
 
 def _action_name(value: object) -> object:
     if isinstance(value, str) and not _ACTION_NAME_RE.match(value):
         rule = "a lowercase letter, then a-z, 0-9, '_', '.', '-'"
-        raise located_error("action_name", f"{show_value(value)} is not an action name; use {rule}")
+        raise located_error("action_name", f"{{value}} is not an action name; use {rule}", value=value)
     return value
 
 
@@ -83,7 +96,7 @@ def _action_entry(value: object) -> object:
     if isinstance(value, (Mapping, ActionSpec)):
         return value
     form = f"an action name (e.g. {HOST_CACHE_RELEASE}) or a mapping {{name: ..., options: {{...}}}}"
-    raise located_error("action_entry", f"expected {form}, got {show_value(value)}")
+    raise located_error("action_entry", f"expected {form}, got {{value}}", value=value)
 
 
 def _json_value(value: object, at: KeyPath) -> Any:
@@ -91,7 +104,8 @@ def _json_value(value: object, at: KeyPath) -> Any:
     if len(at) > 64:
         raise located_error("json_value", "options nest more than 64 levels deep (or contain themselves)", at[:1])
     if isinstance(value, float) and not math.isfinite(value):
-        raise located_error("json_value", f"{value!r} is not a JSON number; use a finite number or a string", at)
+        message = "{value} is not a JSON number; use a finite number or a string"
+        raise located_error("json_value", message, at, value=value)
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     if isinstance(value, (list, tuple)):
@@ -142,10 +156,15 @@ def _check_release_options(options: Mapping[str, Any]) -> None:
         ReleasePolicy.model_validate(options)
     except ValidationError as e:
         item = e.errors(include_url=False)[0]
-        message = item["msg"].removeprefix("Value error, ")
-        raise located_error(
-            "release_option", f"{show_value(item['input'])}: {message}", ("options", *item["loc"])
-        ) from e
+        at, value = ("options", *item["loc"]), item["input"]
+        if item["type"] == "literal_error":
+            choices = typing.get_args(ReleasePolicy.model_fields[str(item["loc"][0])].annotation)
+            message = literal_problem("{value}", choices, value)
+        elif item["type"] == "size":
+            message = f"{{value}} {item['ctx']['problem']}"
+        else:
+            message = f"{{value}}: {item['msg'].removeprefix('Value error, ')}"
+        raise located_error("release_option", message, at, value=value) from e
 
 
 class ActionSpec(Model):

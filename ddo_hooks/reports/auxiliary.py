@@ -24,9 +24,9 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field, StrictBool, StrictInt, model_validator
+from pydantic import Field, Strict, StrictBool, StrictInt, model_validator
 
-from ddo_hooks.reports.base import Bytes, HostObservation, ReportModel, RouteReport, Seconds
+from ddo_hooks.reports.base import Bytes, HostObservation, Names, ReportModel, RouteReport, Seconds
 
 __all__ = [
     "AuxiliarySourceDetach",
@@ -122,7 +122,7 @@ class AuxiliarySourceDetach(ReportModel):
     """The reason code of a refusal; only with ``status='refused'``."""
     detail: str = Field(min_length=1)
     """A sentence saying what happened, for people."""
-    offending: tuple[str, ...] = ()
+    offending: Names = ()
     """The components or tensors (``component.qualified.name``) a refusal is about."""
     max_copy_bytes: Bytes
     """The copy ceiling: the selected views may total at most this many bytes."""
@@ -140,7 +140,7 @@ class AuxiliarySourceDetach(ReportModel):
     """Registered CPU tensors not selected, by reason."""
     skipped_bytes: dict[DetachSkipReason, Bytes] = Field(default_factory=dict)
     """Bytes of the tensors not selected, by reason."""
-    components: tuple[ComponentSourceObservation, ...] = ()
+    components: Annotated[tuple[ComponentSourceObservation, ...], Strict(False)] = ()
     """What each component's runtime adapter reported, in order."""
     elapsed_seconds: Seconds
     """Inspection, copying and host observations; not compute time."""

@@ -11,10 +11,12 @@ Examples:
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Strict, StrictInt, ValidationError, model_validator
+from pydantic_core import PydanticCustomError, PydanticSerializationError
 
+from ddo_hooks._diagnostics import cut, format_key_path, show_value
 from ddo_hooks.boundaries import PHASE_PATTERN
 
 __all__ = [
@@ -22,10 +24,13 @@ __all__ = [
     "SCHEMA_VERSION",
     "Bytes",
     "HostObservation",
+    "Names",
     "PhaseLabel",
     "ReportModel",
     "RouteReport",
     "Seconds",
+    "describe_errors",
+    "explain_error",
 ]
 
 SCHEMA_VERSION = 1
@@ -35,16 +40,36 @@ Bytes = Annotated[StrictInt, Field(ge=0)]
 """A byte count: a non-negative integer."""
 
 Seconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]
-"""A duration in seconds: a finite, non-negative number."""
+"""A duration in seconds: a finite, non-negative number (an integer such as ``0`` is one; ``true`` and
+``"5"`` are not)."""
+
+Names = Annotated[tuple[str, ...], Strict(False)]
+"""Names in order: a JSON array of strings (a list in Python; the strings themselves are strict)."""
 
 PhaseLabel = Annotated[str, Field(pattern=PHASE_PATTERN)]
 """A phase label such as ``before_transformer`` (see :data:`PHASE_PATTERN`)."""
 
 
 class ReportModel(BaseModel):
-    """The base of every report model: strict (unknown fields refused), frozen, fields documented."""
+    """The base of every report model: strict, frozen, fields documented.
 
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+    Strict as the JSON Schema is: unknown fields are refused, and no value is coerced (``"5"``
+    or ``true`` is not a number, ``1.0`` is not a count); an integer is a number of seconds.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, use_attribute_docstrings=True)
+
+
+def _schema_version(value: Any) -> Any:
+    if isinstance(value, bool) or not isinstance(value, int):  # Literal[1] alone takes true and 1.0
+        raise PydanticCustomError("literal_error", "Input should be {expected}", {"expected": str(SCHEMA_VERSION)})
+    return value
+
+
+def _route_required(schema: dict[str, Any]) -> None:
+    """A report names its route (the model needs it to tell the routes apart), though it has a default."""
+    if "route" in schema.get("properties", {}):
+        schema["required"] = sorted({*schema.get("required", ()), "route"})
 
 
 class RouteReport(ReportModel):
@@ -54,8 +79,19 @@ class RouteReport(ReportModel):
     one field is the route's section (e.g. ``setup.host_cache_release``).
     """
 
-    schema_version: Literal[1] = SCHEMA_VERSION
+    model_config = ConfigDict(json_schema_extra=_route_required)
+
+    schema_version: Annotated[Literal[1], BeforeValidator(_schema_version)] = SCHEMA_VERSION
     """The main DDO report schema version."""
+
+    @model_validator(mode="after")
+    def _writable_as_json(self) -> RouteReport:
+        try:
+            self.model_dump_json()
+        except PydanticSerializationError as e:
+            why = "a string holds half of a surrogate pair, which UTF-8 cannot encode" if "surrogate" in str(e) else e
+            raise ValueError(f"the report cannot be written as JSON: {cut(str(why), 120)}; use plain text") from e
+        return self
 
     @property
     def body(self) -> ReportModel:
@@ -84,7 +120,37 @@ class HostObservation(ReportModel):
     def _unavailable_are_null(self) -> HostObservation:
         for name in self.unavailable:
             if name not in type(self).model_fields or name in ("platform", "unavailable"):
-                raise ValueError(f"unavailable names unknown field {name!r}")
+                raise ValueError(f"unavailable names unknown field {show_value(name)}")
             if getattr(self, name) is not None:
                 raise ValueError(f"{name} is listed as unavailable but has a value")
         return self
+
+
+def explain_error(item: Any) -> str:
+    """One pydantic error of a report as people read it, showing the value written (cut).
+
+    Examples:
+        >>> explain_error({"type": "literal_error", "msg": "Input should be 'executed' or 'noop'",
+        ...                "input": "exploded", "ctx": {"expected": "'executed' or 'noop'"}})
+        "'exploded' is not one of executed, noop"
+    """
+    kind, message, ctx = item["type"], item["msg"], item.get("ctx") or {}
+    if kind == "literal_error":
+        choices = [choice.strip("'") for choice in ctx["expected"].replace(" or ", ", ").split(", ")]
+        if len(choices) == 1:
+            return f"{message}, got {show_value(item['input'])}"
+        return f"{show_value(item['input'])} is not one of {', '.join(choices)}"
+    if kind == "union_tag_invalid":
+        tag, expected = show_value(ctx.get("tag")), ctx["expected_tags"]
+        return f"Input tag {tag} found using {ctx['discriminator']} does not match any of the expected tags: {expected}"
+    if kind.endswith("_type") and "input" in item:
+        return f"{message}, got {show_value(item['input'])}"
+    return cut(message, 300)
+
+
+def describe_errors(error: ValidationError, *, limit: int = 20) -> str:
+    """Every problem of a report's validation error, ``key.path: problem``, joined by ``; `` (at most ``limit``)."""
+    items = error.errors(include_url=False)
+    parts = [f"{format_key_path(i['loc']) if i['loc'] else '<root>'}: {explain_error(i)}" for i in items[:limit]]
+    more = f"; ... and {len(items) - limit} more" if len(items) > limit else ""
+    return "; ".join(parts) + more

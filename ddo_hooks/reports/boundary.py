@@ -5,16 +5,29 @@ Examples:
     ...                           detail="FluxPipeline is inside its denoising loop", requested_by="host", call_index=1)
     >>> BoundaryRefusalReport(setup=BoundaryRefusalSetup(boundary_refusal=refusal)).route
     'phase_boundary_refusal'
+
+    Built directly (as ``ctx.action_report(...)`` does), an invalid action result raises a
+    :class:`~ddo_hooks.errors.ReportError` naming the field, for example NaN or infinity in
+    ``data``, which JSON cannot hold:
+
+    >>> ActionResult(action="log", boundary="after_call", status="executed", data={"ratio": float("nan")})
+    Traceback (most recent call last):
+    ...
+    ddo_hooks.errors.ReportError: the boundary_action report of 'log' is invalid: data: nan at data.ratio ...
 """
 
 from __future__ import annotations
 
-from typing import Literal
+import math
+from typing import Any, Literal
 
-from pydantic import Field, JsonValue
+from pydantic import Field, JsonValue, ValidationError, field_validator
+from pydantic_core import PydanticCustomError
 
+from ddo_hooks._diagnostics import KeyPath, format_key_path, show_repr
 from ddo_hooks.boundaries import RefusalReason
-from ddo_hooks.reports.base import Bytes, PhaseLabel, ReportModel, RouteReport
+from ddo_hooks.errors import ReportError
+from ddo_hooks.reports.base import Bytes, PhaseLabel, ReportModel, RouteReport, describe_errors
 
 __all__ = [
     "ActionReport",
@@ -62,6 +75,13 @@ class BoundaryRefusalReport(RouteReport):
 class ActionResult(ReportModel):
     """Fields under ``setup.boundary_action``: the result of a user-registered action."""
 
+    def __init__(self, **data: Any) -> None:
+        try:
+            super().__init__(**data)
+        except ValidationError as e:
+            action = show_repr(data.get("action"))
+            raise ReportError(f"the boundary_action report of {action} is invalid: {describe_errors(e)}") from e
+
     action: str = Field(min_length=1)
     """The registered action name."""
     boundary: PhaseLabel
@@ -71,7 +91,31 @@ class ActionResult(ReportModel):
     detail: str = ""
     """A sentence for people."""
     data: dict[str, JsonValue] = Field(default_factory=dict)
-    """Any JSON data the action wants to keep."""
+    """Any JSON data the action wants to keep (numbers finite: no NaN or infinity)."""
+
+    @field_validator("data", mode="before")
+    @classmethod
+    def _finite_numbers(cls, value: Any) -> Any:
+        if (found := _non_finite(value)) is not None:
+            path, number = found
+            where = format_key_path(("data", *path))
+            message = f"{show_repr(number)} at {where} is not a JSON number; store a finite number, a string or null"
+            raise PydanticCustomError("json_number", message)
+        return value
+
+
+def _non_finite(value: Any) -> tuple[KeyPath, float] | None:
+    """The first NaN or infinity in nested lists and mappings, and its path (without recursion)."""
+    stack: list[tuple[KeyPath, Any]] = [((), value)]
+    while stack:
+        path, item = stack.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            return path, item
+        if isinstance(item, dict):
+            stack.extend(((*path, key), child) for key, child in reversed(item.items()))
+        elif isinstance(item, (list, tuple)):
+            stack.extend(((*path, index), child) for index, child in reversed(list(enumerate(item))))
+    return None
 
 
 class ActionResultSetup(ReportModel):

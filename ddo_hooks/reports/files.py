@@ -21,13 +21,32 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ddo_hooks._diagnostics import KeyPath, Positions, format_key_path, nearest_position, read_text_file
+from ddo_hooks._diagnostics import (
+    KeyPath,
+    Positions,
+    format_key_path,
+    json_error_sentence,
+    nearest_position,
+    read_text_file,
+    show_value,
+)
 from ddo_hooks.errors import InvalidArgumentError, ReportError
 from ddo_hooks.reports import REPORT_FILE_FORMS
+from ddo_hooks.reports.base import explain_error
 from ddo_hooks.reports.parse import REPORT_ADAPTER, ROUTES, parse_report
 from ddo_hooks.reports.tracker import MetricsTracker
 
-__all__ = ["REPORT_FILE_FORMS", "ReportFile", "diagnose_report_file", "json_positions", "load_report_file"]
+__all__ = [
+    "MAX_REPORT_FILE_BYTES",
+    "REPORT_FILE_FORMS",
+    "ReportFile",
+    "diagnose_report_file",
+    "json_positions",
+    "load_report_file",
+]
+
+MAX_REPORT_FILE_BYTES = 64 * 1024 * 1024
+"""The largest report file read: 64 MiB (some 30,000 reports), checked before reading."""
 
 _WS = re.compile(r"[ \t\n\r]*")
 
@@ -49,6 +68,7 @@ def _read_text(source: str) -> str:
         source,
         kind="report",
         error=ReportError,
+        max_bytes=MAX_REPORT_FILE_BYTES,
         directory_fix="pass a .jsonl or .json file",
         binary_fix=f"expected {REPORT_FILE_FORMS}",
         encoding_fix="save the reports as UTF-8 JSON",
@@ -66,7 +86,8 @@ def _detect(source: str, text: str) -> tuple[str, Any]:
         try:
             json.loads(first)
         except json.JSONDecodeError:
-            raise ReportError(f"{source}:{e.lineno}:{e.colno}: not JSON: {e.msg}; expected {REPORT_FILE_FORMS}") from e
+            where = f"{source}:{e.lineno}:{e.colno}"
+            raise ReportError(f"{where}: not JSON: {json_error_sentence(e)}; expected {REPORT_FILE_FORMS}") from e
         return "JSON Lines", None
     if isinstance(data, dict) and "records" in data:
         return "tracker JSON", data
@@ -89,8 +110,9 @@ def load_report_file(path: str | os.PathLike[str]) -> ReportFile:
         The :class:`ReportFile`.
 
     Raises:
-        ReportError: The file is missing, a directory, binary, not UTF-8, empty, not JSON, or
-            holds an invalid record; the message says ``file:line:col: key.path: problem``.
+        ReportError: The file is missing, a directory or another non-regular file (a FIFO, a
+            device), larger than :data:`MAX_REPORT_FILE_BYTES`, binary, not UTF-8, empty, not
+            JSON, or holds an invalid record; the message says ``file:line:col: key.path: problem``.
     """
     source = os.fspath(path)
     text = _read_text(source)
@@ -168,7 +190,7 @@ def _report_problems(data: Any, positions: Positions, prefix: KeyPath) -> list[t
         if item["type"].startswith("union_tag"):
             loc = ("route",)
         path = (*prefix, *loc)
-        message = item["msg"].removeprefix("Value error, ")
+        message = explain_error(item).removeprefix("Value error, ")
         found.append((nearest_position(positions, path) or (1, 1), f"{format_key_path(path)}: {message}"))
     return found
 
@@ -176,7 +198,7 @@ def _report_problems(data: Any, positions: Positions, prefix: KeyPath) -> list[t
 def _record_problems(item: Any, positions: Positions, prefix: KeyPath) -> list[tuple[tuple[int, int], str]]:
     where = nearest_position(positions, prefix) or (1, 1)
     if not isinstance(item, dict) or set(item) != {"component", "report"}:
-        got = f"keys {', '.join(map(repr, item))}" if isinstance(item, dict) else f"a JSON {type(item).__name__}"
+        got = f"keys {_listed(item)}" if isinstance(item, dict) else f"a JSON {type(item).__name__}"
         name = format_key_path(prefix) if prefix else "record"
         return [(where, f"{name}: expected an object with exactly 'component' and 'report', got {got}")]
     problems = _report_problems(item["report"], positions, (*prefix, "report"))
@@ -187,6 +209,11 @@ def _record_problems(item: Any, positions: Positions, prefix: KeyPath) -> list[t
             path = (*prefix, "component")
             problems = [(nearest_position(positions, path) or where, f"{format_key_path(path)}: {e}")]
     return problems
+
+
+def _listed(keys: dict[str, Any], most: int = 5) -> str:
+    shown = ", ".join(show_value(key) for key in list(keys)[:most])
+    return f"{shown} and {len(keys) - most} more" if len(keys) > most else shown
 
 
 def diagnose_report_file(source: str, text: str, form: str) -> str:
@@ -208,7 +235,9 @@ def diagnose_report_file(source: str, text: str, form: str) -> str:
             try:
                 item = json.loads(line)
             except json.JSONDecodeError as e:
-                return f"{source}:{number}:{e.colno}: not JSON: {e.msg}; each line holds one JSON object"
+                return (
+                    f"{source}:{number}:{e.colno}: not JSON: {json_error_sentence(e)}; each line holds one JSON object"
+                )
             problems = _record_problems(item, json_positions(line), ())
             if problems:
                 return "\n".join(f"{source}:{number}:{col}: {message}" for (_, col), message in problems)

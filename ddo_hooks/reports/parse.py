@@ -19,6 +19,7 @@ from pydantic import Field, TypeAdapter, ValidationError
 
 from ddo_hooks.errors import ReportError
 from ddo_hooks.reports.auxiliary import AuxiliarySourceDetachReport
+from ddo_hooks.reports.base import describe_errors
 from ddo_hooks.reports.boundary import ActionReport, BoundaryRefusalReport
 from ddo_hooks.reports.release import HostCacheReleaseReport
 
@@ -65,15 +66,7 @@ def parse_report(
             return REPORT_ADAPTER.validate_json(data)
         return REPORT_ADAPTER.validate_python(data)
     except ValidationError as e:
-        raise ReportError(f"not a valid DDO report: {_describe(e)}") from e
-
-
-def _describe(error: ValidationError) -> str:
-    parts = []
-    for item in error.errors(include_url=False):
-        path = ".".join(str(p) for p in item["loc"]) or "<root>"
-        parts.append(f"{path}: {item['msg']}")
-    return "; ".join(parts)
+        raise ReportError(f"not a valid DDO report: {describe_errors(e)}") from e
 
 
 def report_json_schema() -> dict[str, Any]:

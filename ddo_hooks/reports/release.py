@@ -26,7 +26,8 @@ from typing import Literal
 
 from pydantic import StrictBool, StrictFloat, StrictInt, field_validator, model_validator
 
-from ddo_hooks.reports.base import Bytes, HostObservation, PhaseLabel, ReportModel, RouteReport, Seconds
+from ddo_hooks._diagnostics import cut, show_repr
+from ddo_hooks.reports.base import Bytes, HostObservation, Names, PhaseLabel, ReportModel, RouteReport, Seconds
 
 __all__ = [
     "AllocatorSnapshot",
@@ -125,11 +126,11 @@ class AllocatorSnapshot(ReportModel):
         if self.active_bytes != expected:
             raise ValueError(
                 f"active_bytes must be {expected!r}: the validated value of reported_active_bytes="
-                f"{self.reported_active_bytes!r} against allocated_bytes={self.allocated_bytes}"
+                f"{show_repr(self.reported_active_bytes)} against allocated_bytes={show_repr(self.allocated_bytes)}"
             )
         if self.active_counter_consistent != (expected is not None):
             raise ValueError(
-                f"active_counter_consistent must be {expected is not None} when active_bytes is {expected!r}"
+                f"active_counter_consistent must be {expected is not None} when active_bytes is {show_repr(expected)}"
             )
         return self
 
@@ -157,9 +158,9 @@ class GarbageCollection(ReportModel):
     """Whether the oldest generation was collected."""
     unreachable_objects: Bytes
     """Unreachable objects found (the return value of :func:`gc.collect`)."""
-    expected_freed: tuple[str, ...] = ()
+    expected_freed: Names = ()
     """Names of the objects the caller expected to be freed (dropped components)."""
-    survivors: tuple[str, ...] = ()
+    survivors: Names = ()
     """Expected-freed objects still alive after collection: something else references them,
     so their memory cannot be released."""
 
@@ -167,7 +168,7 @@ class GarbageCollection(ReportModel):
     def _survivors_expected(self) -> GarbageCollection:
         unknown = set(self.survivors) - set(self.expected_freed)
         if unknown:
-            raise ValueError(f"survivors {sorted(unknown)} are not among expected_freed")
+            raise ValueError(f"survivors {cut(str(sorted(unknown)), 120)} are not among expected_freed")
         if self.strategy == "full" and not self.full_collection:
             raise ValueError("strategy 'full' always collects the oldest generation")
         if self.strategy == "young" and self.full_collection:
@@ -260,9 +261,8 @@ class HostCacheRelease(ReportModel):
         after = self.after.allocated_bytes if self.after else None
         expected = before - after if before is not None and after is not None else None
         if self.allocator_bytes_delta != expected:
-            raise ValueError(
-                f"allocator_bytes_delta must be {expected!r} (before.allocated_bytes minus after.allocated_bytes)"
-            )
+            must = f"allocator_bytes_delta must be {show_repr(expected)}"
+            raise ValueError(f"{must} (before.allocated_bytes minus after.allocated_bytes)")
         parts = [self.timings.collect_seconds, self.timings.snapshot_seconds]
         parts += [t for t in (self.timings.synchronize_seconds, self.timings.release_seconds) if t is not None]
         if sum(parts) > self.elapsed_seconds + 1e-6:

@@ -24,12 +24,16 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from ddo_hooks._diagnostics import json_error_sentence, show_repr, show_value
 from ddo_hooks.errors import InvalidArgumentError, ReportError
 from ddo_hooks.reports.parse import REPORT_TYPES, parse_report
 
-__all__ = ["MetricsTracker", "RecordedReport", "read_reports"]
+__all__ = ["MAX_COMPONENT_LENGTH", "MetricsTracker", "RecordedReport", "read_reports"]
 
-_COMPONENT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
+MAX_COMPONENT_LENGTH = 128
+"""The longest component name."""
+
+_COMPONENT_RE = re.compile(rf"^[A-Za-z0-9][A-Za-z0-9_.\-]{{0,{MAX_COMPONENT_LENGTH - 1}}}$")
 
 RecordedReport = tuple[str, Any]
 """A ``(component, report)`` pair, in recording order."""
@@ -78,10 +82,7 @@ class MetricsTracker:
                 "pass the report returned by release_pytorch_host_cache (or ddo_hooks.parse_report(data))"
             )
         if not _valid_component(component):
-            raise InvalidArgumentError(
-                f"component={component!r} must be a non-empty name of letters, digits, '_', '.', '-' "
-                "(e.g. 'host_cache_before_transformer')"
-            )
+            raise InvalidArgumentError(f"component={show_repr(component)} {_component_problem(component)}")
         with self._lock:
             if self.max_records is not None and len(self._records) == self.max_records:
                 self.evicted += 1
@@ -153,7 +154,7 @@ class MetricsTracker:
         try:
             data = json.loads(text)
         except json.JSONDecodeError as e:
-            raise ReportError(f"not JSON: line {e.lineno}, column {e.colno}: {e.msg}") from e
+            raise ReportError(f"not JSON: line {e.lineno}, column {e.colno}: {json_error_sentence(e)}") from e
         if not isinstance(data, dict) or not isinstance(data.get("records"), list):
             raise ReportError('expected a JSON object {"records": [...]}')
         return cls.from_records(_record_from_json(item, f"records[{i}]") for i, item in enumerate(data["records"]))
@@ -168,6 +169,17 @@ def _valid_component(component: object) -> bool:
     return isinstance(component, str) and _COMPONENT_RE.fullmatch(component) is not None
 
 
+def _component_problem(component: object) -> str:
+    """What is wrong with a component name, and the rule (the real limit: 128 characters)."""
+    rule = (
+        "must be a non-empty name of letters, digits, '_', '.', '-', starting with a letter or digit, "
+        f"at most {MAX_COMPONENT_LENGTH} characters (e.g. 'host_cache_before_transformer')"
+    )
+    if isinstance(component, str) and len(component) > MAX_COMPONENT_LENGTH:
+        return f"{rule}; it has {len(component):,} characters"
+    return rule
+
+
 def _record_json(component: str, report: BaseModel) -> dict[str, Any]:
     return {"component": component, "report": report.model_dump(mode="json")}
 
@@ -176,10 +188,9 @@ def _record_from_json(item: Any, where: str) -> RecordedReport:
     if not isinstance(item, dict) or set(item) != {"component", "report"}:
         raise ReportError(f"{where}: expected an object with exactly 'component' and 'report'")
     if not _valid_component(item["component"]):
-        raise ReportError(
-            f"{where}.component: {item['component']!r} is not a component name "
-            "(a letter or digit, then letters, digits, '_', '.', '-')"
-        )
+        component = item["component"]
+        problem = _component_problem(component).removeprefix("must be ")
+        raise ReportError(f"{where}.component: {show_value(component)} is not a component name: it must be {problem}")
     try:
         report = parse_report(item["report"])
     except ReportError as e:
@@ -201,6 +212,6 @@ def read_reports(text: str) -> list[RecordedReport]:
         try:
             item = json.loads(line)
         except json.JSONDecodeError as e:
-            raise ReportError(f"line {number}, column {e.colno}: not JSON: {e.msg}") from e
+            raise ReportError(f"line {number}, column {e.colno}: not JSON: {json_error_sentence(e)}") from e
         records.append(_record_from_json(item, f"line {number}"))
     return records

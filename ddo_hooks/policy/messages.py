@@ -1,0 +1,230 @@
+r"""The messages of a policy's problems: one line each, in file order, showing what the user wrote.
+
+:func:`validation_problems` turns a pydantic ``ValidationError`` into located lines,
+``file:line:col: key.path: what is wrong; how to fix it``, showing each value as it was written
+in the YAML (``yes``, not ``true``). :func:`join_problems` sorts the lines of every source
+(the YAML itself, the version, the validation) by position and shows at most
+:data:`MAX_PROBLEMS` of them, so that a file with thousands of mistakes gives a short message
+quickly: the text of a line is only worked out when it is shown.
+
+Examples:
+    >>> join_problems([((3, 1), "p.yaml:3:1: b: wrong"), ((1, 1), "p.yaml:1:1: a: wrong")])
+    'p.yaml:1:1: a: wrong\np.yaml:3:1: b: wrong'
+    >>> print(join_problems([((n, 1), f"p.yaml:{n}:1: k{n}: unknown key") for n in range(1, 100)], limit=2))
+    p.yaml:1:1: k1: unknown key
+    p.yaml:2:1: k2: unknown key
+    ... and 97 more problems (fix these first, then check the policy again)
+"""
+
+from __future__ import annotations
+
+import types
+import typing
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Union
+
+from pydantic import BaseModel, ValidationError
+
+from ddo_hooks._diagnostics import KeyPath, Positions, did_you_mean, format_key_path, nearest_position, show_value
+
+__all__ = [
+    "MAX_PROBLEMS",
+    "Problem",
+    "describe_validation_error",
+    "join_problems",
+    "literal_problem",
+    "validation_problems",
+]
+
+MAX_PROBLEMS = 50
+"""The most problems one message shows; the rest are counted (``... and 12 more problems``)."""
+
+Problem = tuple[tuple[int, int], "str | Callable[[], str]"]
+"""A problem's (line, column), and its line of the message (or a function that writes it)."""
+
+
+def join_problems(problems: Iterable[Problem], *, limit: int = MAX_PROBLEMS) -> str:
+    """The message of ``problems``: one line each, by position, repeats dropped, at most ``limit`` shown."""
+    ordered = sorted(problems, key=lambda problem: problem[0])
+    shown: dict[str, None] = {}
+    used = 0
+    for _, line in ordered:
+        if len(shown) == limit:
+            break
+        shown.setdefault(line() if callable(line) else line)
+        used += 1
+    text = "\n".join(shown)
+    if used < len(ordered):
+        text += f"\n... and {len(ordered) - used} more problems (fix these first, then check the policy again)"
+    return text
+
+
+def validation_problems(
+    error: ValidationError,
+    *,
+    model: type[BaseModel],
+    source: str,
+    positions: Positions,
+    written: Mapping[KeyPath, str] | None = None,
+    hidden: Iterable[KeyPath] = (),
+) -> list[Problem]:
+    """The located problems of a pydantic error, each written only when :func:`join_problems` shows it.
+
+    A custom error whose context carries ``at`` (a key path below the error's location, such as
+    the index of a duplicate action) is reported at that deeper path.
+
+    Args:
+        error: The validation error of ``model``.
+        model: The model that was validated (used to list allowed keys and values).
+        source: The file name or ``"<string>"``.
+        positions: The key positions from the YAML (empty for a mapping).
+        written: The text of scalars as the YAML has them (``yes`` for ``true``).
+        hidden: Key paths already reported (by the YAML): problems at, below or (other than the
+            top) above them are left out, since they follow from it.
+    """
+    hidden = [path for path in hidden if path]
+    shown = written or {}
+    found: list[Problem] = []
+    for item in error.errors(include_url=False):
+        loc: KeyPath = tuple(item["loc"]) + tuple((item.get("ctx") or {}).get("at", ()))
+        if item["type"] == "invalid_key":  # pydantic puts the offending key itself in the location
+            loc = loc[:-1]
+        if any(loc[: len(h)] == h or (loc and h[: len(loc)] == loc) for h in hidden):
+            continue
+        position = nearest_position(positions, loc)
+        found.append((position or (0, 0), _writer(item, loc, model, source, position, shown)))
+    return found
+
+
+def _writer(
+    item: Any, loc: KeyPath, model: type[BaseModel], source: str, position: tuple[int, int] | None, written: Any
+) -> Callable[[], str]:
+    def write() -> str:
+        where = f"{source}:{position[0]}:{position[1]}" if position else source
+        prefix = f"{where}: " + (f"{format_key_path(loc)}: " if loc else "")
+        return prefix + _explain(item, loc, model, written)
+
+    return write
+
+
+def describe_validation_error(
+    error: ValidationError,
+    *,
+    model: type[BaseModel],
+    source: str,
+    positions: Positions,
+    written: Mapping[KeyPath, str] | None = None,
+) -> str:
+    """Turn a pydantic error into one line per problem, ordered by position in the file.
+
+    Returns:
+        The message: ``file:line:col: key.path: problem; fix`` lines joined by newlines (at most
+        :data:`MAX_PROBLEMS`, then a count of the rest).
+    """
+    return join_problems(validation_problems(error, model=model, source=source, positions=positions, written=written))
+
+
+def literal_problem(shown: str, choices: Iterable[object], value: object) -> str:
+    """``'ful' is not one of full, young, auto; did you mean 'full'?``.
+
+    Examples:
+        >>> literal_problem("yes", ["full", "young", "auto"], True)
+        'yes is not one of full, young, auto'
+    """
+    listed = [str(choice) for choice in choices]
+    text = f"{shown} is not one of {', '.join(listed)}"
+    guess = did_you_mean(value, listed)
+    return f"{text}; did you mean {guess!r}?" if guess else text
+
+
+_EXPECTED = {
+    "bool_type": "expected true or false",
+    "bool_parsing": "expected true or false",
+    "string_type": "expected a string",
+    "string_too_short": "expected a non-empty string",
+    "int_type": "expected an integer",
+    "int_parsing": "expected an integer",
+    "tuple_type": "expected a list",
+    "list_type": "expected a list",
+    "dict_type": "expected a mapping",
+    "model_type": "expected a mapping",
+    "model_attributes_type": "expected a mapping",
+}
+
+
+def _explain(item: Any, loc: KeyPath, model: type[BaseModel], written: Mapping[KeyPath, str]) -> str:
+    kind, message, ctx = item["type"], item["msg"], item.get("ctx") or {}
+    shown = written.get(loc) or show_value(item.get("input"))
+    if "template" in ctx:  # a located error of the policy's own validators: show the value as written
+        return ctx["template"].replace("{value}", written[loc]) if loc in written else ctx["message"]
+    if kind == "extra_forbidden":
+        allowed = _keys_at(model, loc[:-1])
+        return _unknown(loc[-1] if loc else "?", allowed)
+    if kind == "invalid_key":
+        return f"key {show_value(item['input'])} is not a string; write it as a string"
+    if kind == "missing":
+        return "required key is missing; add it"
+    if kind == "literal_error":
+        return literal_problem(shown, _literal_choices(model, loc), item["input"])
+    if kind == "size":
+        return f"{shown} {ctx['problem']}"
+    if kind in _EXPECTED:
+        text = f"{_EXPECTED[kind]}, got {shown}"
+        keys = _keys_at(model, loc)
+        return f"{text} (keys: {', '.join(keys)})" if keys and "mapping" in text else text
+    if kind == "value_error":
+        return message.removeprefix("Value error, ")
+    if "input" in item and kind.endswith("_type"):
+        return f"{message}, got {shown}"
+    return message
+
+
+def _unknown(key: object, allowed: list[str]) -> str:
+    guess = did_you_mean(key, allowed)
+    listed = f" (allowed: {', '.join(allowed)})" if allowed else ""
+    return f"unknown key; did you mean {guess!r}?{listed}" if guess else f"unknown key{listed}"
+
+
+def _unwrap(annotation: Any) -> Any:
+    while True:
+        origin = typing.get_origin(annotation)
+        if origin is typing.Annotated:
+            annotation = typing.get_args(annotation)[0]
+        elif origin in (Union, types.UnionType):
+            args = [a for a in typing.get_args(annotation) if a is not type(None)]
+            if len(args) != 1:
+                return annotation
+            annotation = args[0]
+        else:
+            return annotation
+
+
+def _type_at(model: type[BaseModel], loc: KeyPath) -> Any:
+    current: Any = model
+    for part in loc:
+        current = _unwrap(current)
+        origin = typing.get_origin(current)
+        if isinstance(current, type) and issubclass(current, BaseModel):
+            field = current.model_fields.get(part) if isinstance(part, str) else None
+            if field is None:
+                return None
+            current = field.annotation
+        elif origin in (tuple, list) and isinstance(part, int):
+            current = typing.get_args(current)[0]
+        elif origin is dict:
+            current = typing.get_args(current)[1]
+        else:
+            return None
+    return _unwrap(current)
+
+
+def _keys_at(model: type[BaseModel], loc: KeyPath) -> list[str]:
+    found = _type_at(model, loc)
+    if isinstance(found, type) and issubclass(found, BaseModel):
+        return list(found.model_fields)
+    return []
+
+
+def _literal_choices(model: type[BaseModel], loc: KeyPath) -> list[Any]:
+    found = _type_at(model, loc)
+    return list(typing.get_args(found)) if typing.get_origin(found) is typing.Literal else []

@@ -1,0 +1,158 @@
+"""A corpus of report documents, valid and invalid: real reports of every route, and their mutations.
+
+Used by the tests that compare the report models with the checked-in JSON Schema, by the fuzz
+tests and by ``scripts/fuzz_campaign.py``. Every document is JSON data (what ``json.loads``
+returns); nothing here holds NaN, infinity or a lone surrogate, which JSON text cannot carry.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import random
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+from fakes import FakeHostAllocator
+
+from ddo_hooks import release_pytorch_host_cache
+from ddo_hooks.release.allocator import use_backend
+from ddo_hooks.reports.auxiliary import (
+    AuxiliarySourceDetach,
+    AuxiliarySourceDetachReport,
+    AuxiliarySourceDetachSetup,
+    ComponentSourceObservation,
+)
+from ddo_hooks.reports.base import HostObservation
+from ddo_hooks.reports.boundary import (
+    ActionReport,
+    ActionResult,
+    ActionResultSetup,
+    BoundaryRefusal,
+    BoundaryRefusalReport,
+    BoundaryRefusalSetup,
+)
+
+SCHEMA_FILE = Path(__file__).resolve().parents[1] / "ddo_hooks" / "schemas" / "ddo-report.schema.json"
+
+# A JSON integer is a number written without a fraction: the models count bytes and versions in
+# them and refuse 1.0. (JSON Schema's own data model calls 1.0 an integer; the documents here
+# are JSON text as written, where 1 and 1.0 differ.)
+_TYPES = jsonschema.Draft202012Validator.TYPE_CHECKER.redefine(
+    "integer", lambda _, value: isinstance(value, int) and not isinstance(value, bool)
+)
+SchemaValidator = jsonschema.validators.extend(jsonschema.Draft202012Validator, type_checker=_TYPES)
+
+REPLACEMENTS: list[Any] = [None, True, False, 0, 1, -1, 1.0, 0.5, -2.5, 2**64, "", "x", "5", "1", [], {}, ["x"]]
+"""What a value is replaced with: every JSON type, in and out of range."""
+
+
+def schema_validator() -> jsonschema.protocols.Validator:
+    """A validator of the checked-in report schema."""
+    return SchemaValidator(json.loads(SCHEMA_FILE.read_text(encoding="utf-8")))
+
+
+def _host() -> HostObservation:
+    return HostObservation(platform="linux", rss_bytes=512 << 20, unavailable={"private_bytes": "not on linux"})
+
+
+def base_reports() -> list[dict[str, Any]]:
+    """Valid reports of every route and status, as ``model_dump(mode="json")`` writes them."""
+    reports: list[Any] = [release_pytorch_host_cache(phase="after_call")]
+    with use_backend(FakeHostAllocator()):
+        reports.append(release_pytorch_host_cache(enabled=True, phase="before_vae", device="cuda:0", collect="full"))
+    with use_backend(FakeHostAllocator(version="2.11.0", reported_active=3_904_897_030)):
+        reports.append(release_pytorch_host_cache(enabled=True, phase="after_call", min_releasable_bytes=1 << 30))
+    refusal = BoundaryRefusal(
+        boundary="before_vae", action="host_cache_release", reason="denoising", detail="inside the loop",
+        requested_by="host", call_index=3,
+    )  # fmt: skip
+    reports.append(BoundaryRefusalReport(setup=BoundaryRefusalSetup(boundary_refusal=refusal)))
+    data = {"n": 1, "ratio": 0.25, "items": [1, "a", None, True], "nested": {"x": {"y": []}}}
+    result = ActionResult(action="my.log", boundary="after_call", status="executed", detail="logged", data=data)
+    reports.append(ActionReport(setup=ActionResultSetup(boundary_action=result)))
+    observation = ComponentSourceObservation(
+        component="transformer", runtime="diffusers_group_offload", adapter="pkg.Adapter", attached=True,
+        execution_started=False, native_binding_count=2, interval_observation="reported", retained_intervals=2,
+        retained_bytes=4096,
+    )  # fmt: skip
+    detaches = [
+        AuxiliarySourceDetach(
+            status="noop", noop_reason="disabled", detail="disabled", max_copy_bytes=16, elapsed_seconds=0
+        ),
+        AuxiliarySourceDetach(
+            status="refused", refusal_reason="exceeds_ceiling", detail="too much", offending=["text_encoder.w"],
+            max_copy_bytes=16, selected_tensors=1, selected_bytes=32, components=[observation], elapsed_seconds=0.5,
+        ),
+        AuxiliarySourceDetach(
+            status="executed", detail="copied", max_copy_bytes=64, selected_tensors=2, selected_bytes=48,
+            copied_tensors=2, copied_bytes=48, alias_groups=1, skipped_tensors={"pinned": 1},
+            skipped_bytes={"pinned": 8}, components=[observation], elapsed_seconds=1, host_before=_host(),
+            host_after=_host(),
+        ),
+    ]  # fmt: skip
+    reports += [
+        AuxiliarySourceDetachReport(setup=AuxiliarySourceDetachSetup(auxiliary_cpu_source_detach=d)) for d in detaches
+    ]
+    return [json.loads(report.model_dump_json()) for report in reports]
+
+
+def _paths(document: Any, path: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
+    yield path
+    if isinstance(document, dict):
+        for key, value in document.items():
+            yield from _paths(value, (*path, key))
+    elif isinstance(document, list):
+        for index, value in enumerate(document):
+            yield from _paths(value, (*path, index))
+
+
+def _replaced(document: Any, path: tuple[Any, ...], value: Any) -> Any:
+    if not path:
+        return copy.deepcopy(value)
+    changed = copy.deepcopy(document)
+    parent = changed
+    for part in path[:-1]:
+        parent = parent[part]
+    parent[path[-1]] = copy.deepcopy(value)
+    return changed
+
+
+def mutations(document: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """Every single change of a document: each value replaced, each key removed, a key added to each object."""
+    for path in _paths(document):
+        for value in REPLACEMENTS:
+            yield _replaced(document, path, value)
+        target = document
+        for part in path:
+            target = target[part]
+        if isinstance(target, dict):
+            yield _replaced(document, path, {**target, "bogus": 1})
+        if path and isinstance(path[-1], str):
+            changed = copy.deepcopy(document)
+            parent = changed
+            for part in path[:-1]:
+                parent = parent[part]
+            del parent[path[-1]]
+            yield changed
+
+
+def corpus() -> list[Any]:
+    """The valid reports and every single mutation of each."""
+    documents: list[Any] = []
+    for document in base_reports():
+        documents.append(document)
+        documents.extend(mutations(document))
+    return documents
+
+
+def random_mutant(rng: random.Random, document: Any, changes: int = 3) -> Any:
+    """``document`` with up to ``changes`` random single changes (for fuzzing)."""
+    for _ in range(rng.randint(1, changes)):
+        paths = list(_paths(document))
+        path = rng.choice(paths)
+        value = rng.choice([*REPLACEMENTS, rng.randint(-(2**70), 2**70), rng.random() * 1e6, "x" * rng.randint(0, 300)])
+        document = _replaced(document, path, value)
+    return document

@@ -1,0 +1,137 @@
+"""The command line on wrong input: the other kind of file, a missing argument, a closed pipe, sizes to confirm."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ddo_hooks import MetricsTracker, release_pytorch_host_cache
+from ddo_hooks.cli import main
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    status = main(list(argv))
+    out, err = capsys.readouterr()
+    assert "Traceback" not in err
+    return status, out, err
+
+
+def reports(folder: Path) -> tuple[Path, Path]:
+    tracker = MetricsTracker()
+    tracker.record_ddo_metrics(release_pytorch_host_cache(phase="after_call"), component="host_cache_after_call")
+    (folder / "tracker.json").write_text(tracker.to_json(), encoding="utf-8")
+    return tracker.write_jsonl(folder / "run.jsonl"), folder / "tracker.json"
+
+
+# -- A.7: sizes as parsed -------------------------------------------------------------------------
+
+
+def test_validate_policy_shows_each_size_as_written_and_in_bytes(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    path = tmp_path / "policy.yaml"
+    path.write_text(
+        "version: 1\nrelease: {min_releasable_bytes: 16 MB}\n"
+        "boundaries:\n  after_call: {actions: [{name: host_cache_release, options: {min_releasable_bytes: 16MiB}}]}\n",
+        encoding="utf-8",
+    )
+    status, out, _ = run(capsys, "validate-policy", str(path))
+    assert status == 0
+    assert out.splitlines()[1:] == [
+        "  release.min_releasable_bytes: 16 MB = 16,000,000 bytes (15.3 MiB)",
+        "  auxiliary_sources.max_copy_bytes: 16,777,216 bytes (16.0 MiB, the default)",
+        "  boundaries.after_call.actions[0].options.min_releasable_bytes: 16MiB = 16,777,216 bytes (16.0 MiB)",
+    ]
+
+
+# -- A.8: the example that needs an action of another package ----------------------------------------
+
+
+def test_the_custom_action_example_says_first_that_it_needs_its_action():
+    head = "\n".join((EXAMPLES / "custom-action.yaml").read_text(encoding="utf-8").splitlines()[1:4])
+    assert "NEEDS the action my_pkg.log_memory" in head
+    assert "package that provides it is installed" in head
+
+
+def test_the_demo_explains_an_action_that_is_not_registered_here(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    policy = EXAMPLES / "custom-action.yaml"
+    argv = ("demo", "--device", "cpu", "--policy", str(policy), "--report", str(tmp_path / "r.jsonl"))
+    status, out, err = run(capsys, *argv)
+    assert (status, out) == (1, "")
+    assert err.startswith(f"{policy}:")
+    assert "the policy names the action 'my_pkg.log_memory', which is not registered in this Python environment" in err
+    assert "Install the package that provides it" in err
+    assert "remove the action from the policy" in err
+    assert not (tmp_path / "r.jsonl").exists()
+
+
+# -- C.1: the other kind of file -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["run.jsonl", "tracker.json", "bare.json"])
+def test_a_report_file_given_to_validate_policy_names_validate_report(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str
+):
+    reports(tmp_path)
+    bare = release_pytorch_host_cache(phase="after_call").model_dump_json()
+    (tmp_path / "bare.json").write_text(bare, encoding="utf-8")
+    path = tmp_path / name
+    status, out, err = run(capsys, "validate-policy", str(path))
+    assert (status, out) == (1, "")
+    hint = "this looks like a file of DDO reports, not a policy; check it with: ddo-hooks validate-report"
+    assert err == f"{path}: {hint} {path}\n"
+
+
+@pytest.mark.parametrize("command", ["validate-report", "summarize"])
+def test_a_policy_given_to_a_report_command_names_validate_policy(capsys: pytest.CaptureFixture[str], command: str):
+    path = EXAMPLES / "after-call-only.yaml"
+    status, out, err = run(capsys, command, str(path))
+    assert (status, out) == (1, "")
+    assert err == (
+        f"{path}: this looks like a hook policy, not a report file; check it with: ddo-hooks validate-policy {path}\n"
+    )
+
+
+def test_a_file_of_neither_kind_keeps_its_own_message(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    path = tmp_path / "notes.txt"
+    path.write_text("just: notes\n", encoding="utf-8")
+    assert "version: missing" in run(capsys, "validate-policy", str(path))[2]
+    assert "not JSON" in run(capsys, "validate-report", str(path))[2]
+
+
+# -- C.2: schema without its argument ---------------------------------------------------------------
+
+
+def test_schema_without_an_argument_names_the_choices(capsys: pytest.CaptureFixture[str]):
+    status, out, err = run(capsys, "schema")
+    assert (status, out) == (2, "")
+    assert "usage: ddo-hooks schema" in err
+    assert "say which schema to print: policy or report" in err
+
+
+# -- C.3: a closed pipe ---------------------------------------------------------------------------
+
+
+def test_a_reader_that_goes_away_ends_the_command_quietly_with_status_0():
+    """`ddo-hooks schema report | head -1`, with the pipe closed before the command writes (no race)."""
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before the first byte: every write meets a broken pipe
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "ddo_hooks", "schema", "report"], stdout=write, stderr=subprocess.PIPE, timeout=120
+        )
+    finally:
+        os.close(write)
+    assert done.returncode == 0
+    assert done.stderr == b""
+
+
+def test_head_sees_the_first_line_and_the_command_exits_0():
+    command = f"{sys.executable} -m ddo_hooks schema report | head -1; echo status=${{PIPESTATUS[0]}}"
+    done = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=120)
+    assert done.stdout == "{\nstatus=0\n"
+    assert done.stderr == ""

@@ -1,0 +1,151 @@
+"""Fuzzing: bad input of any shape ends in the package's own errors, quickly, and no YAML tag runs code.
+
+Each test tries a few hundred inputs by default; set ``DDO_FUZZ_EXAMPLES`` (e.g. 100000) for more.
+The long campaign is ``scripts/fuzz_campaign.py``. Targets: the policy loader
+(``HookPolicy.from_yaml_text``), the report parser (``parse_report``, ``load_report_file``) and the
+file commands in process (``main(["validate-policy", path])``, ``validate-report``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import random
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+from fuzz_inputs import PYTHON_TAGS, SEED_POLICIES, mutate_json_text, mutate_text, random_policy_text
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from report_corpus import base_reports, random_mutant
+from test_policy import documents, valid_documents
+
+from ddo_hooks import HookPolicy, parse_report
+from ddo_hooks.cli import main
+from ddo_hooks.errors import DDOError
+from ddo_hooks.reports.files import load_report_file
+
+EXAMPLES = int(os.environ.get("DDO_FUZZ_EXAMPLES", "150"))
+SLOWEST_S = 2.0
+fuzz = settings(
+    max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+)
+BASES = base_reports()
+
+
+def only_own_errors(call: Callable[[], Any]) -> Any:
+    """Call; return the result or the DDOError. Any other exception, or more than 2 s, fails the test."""
+    start = time.perf_counter()
+    try:
+        result: Any = call()
+    except DDOError as e:
+        result = e
+    elapsed = time.perf_counter() - start
+    assert not isinstance(result, DDOError) or str(result).strip(), "an error without a message"
+    assert elapsed < SLOWEST_S, f"one input took {elapsed:.2f} s"
+    return result
+
+
+def no_python_object_was_built() -> None:
+    assert "fuzz_sentinel" not in sys.modules, "a !!python tag was honoured (conftest.py keeps doctests off it)"
+
+
+# -- the policy loader ------------------------------------------------------------------------------
+
+seeds = st.sampled_from(SEED_POLICIES)
+policy_texts = st.one_of(
+    st.randoms(use_true_random=False).map(random_policy_text),
+    st.tuples(st.randoms(use_true_random=False), seeds).map(lambda pair: mutate_text(*pair, edits=8)),
+    documents.map(lambda data: yaml.safe_dump(data, allow_unicode=True)),
+    valid_documents.map(yaml.safe_dump),
+    st.text(max_size=300),
+)
+
+
+@fuzz
+@given(policy_texts)
+def test_fuzz_any_policy_text_gives_a_policy_or_a_policy_error(text: str):
+    result = only_own_errors(lambda: HookPolicy.from_yaml_text(text))
+    if isinstance(result, HookPolicy):
+        json.dumps(result.model_dump(mode="json"), allow_nan=False)  # plain JSON data, nothing else
+    no_python_object_was_built()
+
+
+@fuzz
+@given(st.tuples(st.randoms(use_true_random=False), seeds, st.sampled_from(PYTHON_TAGS)))
+def test_fuzz_python_tags_are_never_honoured(case: tuple[random.Random, str, str]):
+    rng, seed, tag = case
+    lines = seed.splitlines()
+    at = rng.randint(0, len(lines))
+    text = "\n".join([*lines[:at], f"inserted: {tag}", *lines[at:]]) + "\n"
+    result = only_own_errors(lambda: HookPolicy.from_yaml_text(text, source="p.yaml"))
+    assert isinstance(result, DDOError)
+    no_python_object_was_built()
+
+
+# -- the report parser -------------------------------------------------------------------------------
+
+report_documents = st.one_of(
+    st.tuples(st.randoms(use_true_random=False), st.sampled_from(BASES)).map(lambda pair: random_mutant(*pair)),
+    st.recursive(
+        st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
+        lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=4),
+        max_leaves=20,
+    ),
+)
+
+
+@fuzz
+@given(report_documents)
+def test_fuzz_any_report_document_gives_a_report_or_a_report_error(document: Any):
+    for data in (document, json.dumps(document)):
+        result = only_own_errors(lambda data=data: parse_report(data))
+        if not isinstance(result, DDOError):
+            assert json.loads(result.model_dump_json()) == json.loads(json.dumps(result.model_dump(mode="json")))
+
+
+report_texts = st.one_of(
+    st.tuples(st.randoms(use_true_random=False), st.sampled_from(BASES)).map(lambda pair: mutate_json_text(*pair)),
+    st.sampled_from(BASES).map(lambda d: json.dumps({"component": "host_cache_after_call", "report": d})),
+    st.binary(max_size=300).map(lambda raw: raw.decode("utf-8", "replace")),
+)
+
+
+@settings(fuzz, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(st.lists(report_texts, min_size=1, max_size=3), st.binary(max_size=20))
+def test_fuzz_any_report_file_gives_records_or_a_report_error(tmp_path: Path, lines: list[str], tail: bytes):
+    path = tmp_path / "reports.jsonl"
+    path.write_bytes("\n".join(lines).encode("utf-8", "surrogatepass") + tail)
+    result = only_own_errors(lambda: load_report_file(path))
+    assert isinstance(result, DDOError) or result.records
+
+
+# -- the file commands, in process ------------------------------------------------------------------
+
+
+def run_cli(*argv: str) -> tuple[int, str]:
+    err = io.StringIO()
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+        status = only_own_errors(lambda: main(list(argv)))
+    return status, err.getvalue()
+
+
+@settings(fuzz, max_examples=max(EXAMPLES // 3, 20))
+@given(st.one_of(policy_texts, report_texts))
+def test_fuzz_the_file_commands_exit_0_or_1_without_a_traceback(text: str):
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "input.yaml"
+        path.write_bytes(text.encode("utf-8", "surrogatepass"))
+        for command in ("validate-policy", "validate-report"):
+            status, err = run_cli(command, str(path))
+            assert status in (0, 1), (command, status, err)
+            assert "Traceback" not in err
+            assert status == 0 or err.startswith(str(path))
+    no_python_object_was_built()

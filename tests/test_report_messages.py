@@ -1,0 +1,117 @@
+"""Messages about report files read as sentences, name the place, show the value written, and stay short."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ddo_hooks import MetricsTracker, parse_report, release_pytorch_host_cache
+from ddo_hooks.cli import main
+from ddo_hooks.errors import InvalidArgumentError, ReportError
+from ddo_hooks.reports.files import load_report_file
+from ddo_hooks.reports.tracker import MAX_COMPONENT_LENGTH
+
+
+def report() -> dict:
+    return release_pytorch_host_cache(phase="after_call").model_dump(mode="json")
+
+
+def line(component: str = "host_cache_after_call", data: dict | None = None) -> str:
+    return json.dumps({"component": component, "report": data or report()})
+
+
+def error_of(tmp_path: Path, text: str, name: str = "r.jsonl") -> str:
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(ReportError) as info:
+        load_report_file(path)
+    return str(info.value).removeprefix(str(tmp_path) + "/")
+
+
+# -- B.4: the component name ---------------------------------------------------------------------
+
+
+def test_the_component_limit_is_the_real_128_characters():
+    tracker, done = MetricsTracker(), release_pytorch_host_cache(phase="after_call")
+    tracker.record_ddo_metrics(done, component="c" * MAX_COMPONENT_LENGTH)
+    with pytest.raises(InvalidArgumentError) as info:
+        tracker.record_ddo_metrics(done, component="c" * 20_000)
+    message = str(info.value)
+    assert "at most 128 characters (e.g. 'host_cache_before_transformer'); it has 20,000 characters" in message
+    assert message.endswith("; it has 20,000 characters")
+    assert len(message) < 300
+
+
+def test_a_long_component_in_a_file_is_cut_and_located(tmp_path: Path):
+    message = error_of(tmp_path, line("c" * 20_000) + "\n")
+    assert message.startswith("r.jsonl:1:2: component: component='ccccccc")
+    assert "at most 128 characters" in message
+    assert len(message) < 400
+    with pytest.raises(
+        ReportError,
+        match=r"^line 1\.component: 'c+\.\.\. is not a component name: it must be .* at most 128 characters",
+    ):
+        MetricsTracker.from_jsonl(line("c" * 20_000))
+
+
+# -- B.5: sentences, places and the values written ---------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ('{"a": "b', "r.jsonl:1:7: not JSON: a string is not closed (Unterminated string starting at); expected "),
+        ("{\n", "r.jsonl:2:1: not JSON: a key in double quotes is expected here (Expecting property name"),
+        ('{"a" 1}', "r.jsonl:1:6: not JSON: a ':' is expected after the key (Expecting ':' delimiter)"),
+        ("{'a': 1}", "r.jsonl:1:2: not JSON: a key in double quotes is expected here"),
+    ],
+)
+def test_a_json_syntax_error_reads_as_a_sentence_with_line_and_column(tmp_path: Path, text: str, expected: str):
+    assert error_of(tmp_path, text).startswith(expected)
+
+
+def test_a_json_lines_syntax_error_is_a_sentence_at_its_line(tmp_path: Path):
+    broken = line()[:40]
+    message = error_of(tmp_path, line() + "\n" + broken + "\n")
+    column = broken.rindex('"') + 1
+    assert message == (
+        f"r.jsonl:2:{column}: not JSON: a string is not closed (Unterminated string starting at); "
+        "each line holds one JSON object"
+    )
+
+
+def test_the_tracker_says_sentences_too():
+    with pytest.raises(ReportError, match=r"^not JSON: line 1, column 7: a string is not closed \(Unterminated"):
+        MetricsTracker.from_json('{"a": "b')
+    with pytest.raises(ReportError, match=r"^line 2, column 1: not JSON: a value is expected here \(Expecting value\)"):
+        MetricsTracker.from_jsonl(line() + "\n]\n")
+
+
+def test_a_bad_enum_value_shows_the_value_written(tmp_path: Path):
+    data = report()
+    data["setup"]["host_cache_release"]["status"] = "exploded"
+    message = error_of(tmp_path, line(data=data) + "\n")
+    assert message.startswith("r.jsonl:1:")
+    assert message.endswith("report.setup.host_cache_release.status: 'exploded' is not one of executed, noop")
+    with pytest.raises(ReportError, match=r"status: 'exploded' is not one of executed, noop"):
+        parse_report(data)
+
+
+def test_a_huge_value_in_a_report_file_gives_a_short_message(tmp_path: Path):
+    data = report()
+    data["route"] = "r" * 1_000_000
+    assert len(error_of(tmp_path, json.dumps(data), "bare.json")) < 600
+    with pytest.raises(ReportError) as info:
+        parse_report(data)
+    assert len(str(info.value)) < 600
+    many = {f"k{i}": i for i in range(10_000)}
+    assert len(error_of(tmp_path, json.dumps(many) + "\n" + line() + "\n")) < 600
+
+
+def test_validate_report_says_all_of_it_on_stderr(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    path = tmp_path / "r.jsonl"
+    path.write_text('{"a": "b', encoding="utf-8")
+    assert main(["validate-report", str(path)]) == 1
+    assert capsys.readouterr().err.startswith(f"{path}:1:7: not JSON: a string is not closed")
