@@ -292,11 +292,22 @@ def refusal_table() -> str:
     return "\n".join(["| Reason code | When |", "|---|---|", *rows]) + "\n"
 
 
+def pipeline_matrix() -> str:
+    """Every pipeline class of the installed diffusers with its verdict (``docs/pipeline_matrix.py``)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("ddo_pipeline_matrix", Path(__file__).with_name("pipeline_matrix.py"))
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module.matrix_markdown()
+
+
 GENERATORS: dict[str, Callable[[], str]] = {
     "policy-reference": policy_reference,
     "report-reference": report_reference,
     "boundary-table": boundary_table,
     "refusal-table": refusal_table,
+    "pipeline-matrix": pipeline_matrix,
 }
 
 

@@ -291,14 +291,18 @@ def test_the_readme_opens_with_its_two_commands():
     assert not any(line.strip() for line in between), "nothing but a marker comes between the two commands"
 
 
-def test_ci_runs_the_readmes_second_command_and_nothing_else():
+def test_ci_runs_the_readmes_second_command_then_the_hook_tests_on_the_oldest_diffusers():
     script = CI_RUN.read_text(encoding="utf-8")
     assert os.access(CI_RUN, os.X_OK), ".ci/run must be executable"
     assert script.startswith("#!/usr/bin/env bash\n")
     second = extract_blocks(README)[1].text.strip()
     assert second in script.splitlines(), ".ci/run must contain the README's second command verbatim"
     statements = [s.strip() for s in script.splitlines()[1:] if s.strip() and not s.lstrip().startswith("#")]
-    assert statements == ["set -euo pipefail", 'cd "$(dirname "$0")/.."', second]
+    assert statements[:3] == ["set -euo pipefail", 'cd "$(dirname "$0")/.."', second]
+    rest = "\n".join(statements[3:])
+    assert 'pip install torch==2.13.0 -e ".[dev]" "diffusers==$oldest"' in rest  # pyproject's lower bound
+    assert "pytest -q" in rest
+    assert "tests/test_attach_boundaries.py" in rest
 
 
 def test_the_readmes_links_point_at_files_that_exist():

@@ -8,24 +8,13 @@ import numpy as np
 import pytest
 import torch
 
-from ddo_hooks.testing.structural import STRUCTURAL, build_structural, structural_call_kwargs, sub_pipelines
-
-CLASSES = {
-    "kandinsky21_combined": "KandinskyCombinedPipeline",
-    "kandinsky22_combined": "KandinskyV22CombinedPipeline",
-    "visualcloze": "VisualClozePipeline",
-    "stable_unclip": "StableUnCLIPPipeline",
-    "skyreels_v2_df_v2v": "SkyReelsV2DiffusionForcingVideoToVideoPipeline",
-    "animatediff_freeinit": "AnimateDiffPipeline",
-    "sd_image_variation": "StableDiffusionImageVariationPipeline",
-    "audioldm2": "AudioLDM2Pipeline",
-    "musicldm": "MusicLDMPipeline",
-    "paint_by_example": "PaintByExamplePipeline",
-    "ldm_text2img": "LDMTextToImagePipeline",
-    "kandinsky3": "Kandinsky3Pipeline",
-    "anyflow_far": "AnyFlowFARPipeline",
-    "wan22": "WanPipeline",
-}
+from ddo_hooks.testing.structural import (
+    CLASS_NAMES,
+    STRUCTURAL,
+    build_structural,
+    structural_call_kwargs,
+    sub_pipelines,
+)
 
 # (output attribute, shape): images are (batch, channels, height, width) except LDM's numpy
 # (batch, height, width, channels); frames add the frame axis; audios are (batch, samples).
@@ -76,7 +65,7 @@ def _equal(a: torch.Tensor | np.ndarray, b: torch.Tensor | np.ndarray) -> bool:
 
 
 def test_every_structural_pipeline_is_covered():
-    assert set(STRUCTURAL) == set(CLASSES) == set(OUTPUTS)
+    assert set(STRUCTURAL) == set(CLASS_NAMES) == set(OUTPUTS)
     assert all(isinstance(line, str) and line and "\n" not in line for line in STRUCTURAL.values())
 
 
@@ -85,7 +74,7 @@ def test_build_call_and_rebuild_bitwise(name):
     rng_before = torch.get_rng_state()
     pipe = build_structural(name, seed=0)
     assert torch.equal(torch.get_rng_state(), rng_before)  # the global RNG is left alone
-    assert type(pipe).__name__ == CLASSES[name]
+    assert type(pipe).__name__ == CLASS_NAMES[name]
     modules = [c for c in pipe.components.values() if isinstance(c, torch.nn.Module)]
     assert modules
     assert all(not m.training for m in modules)

@@ -54,7 +54,7 @@ if TYPE_CHECKING:
     from diffusers import DiffusionPipeline
     from PIL import Image
 
-__all__ = ["STRUCTURAL", "build_structural", "structural_call_kwargs", "sub_pipelines"]
+__all__ = ["CLASS_NAMES", "STRUCTURAL", "build_structural", "structural_call_kwargs", "sub_pipelines"]
 
 STRUCTURAL: dict[str, str] = {
     "kandinsky21_combined": (
@@ -714,6 +714,10 @@ _BUILDERS: dict[str, tuple[str, Callable[[], dict[str, Any]], Callable[[Any], No
     "anyflow_far": ("AnyFlowFARPipeline", _anyflow_far, None),
     "wan22": ("WanPipeline", _wan22, None),
 }
+
+
+CLASS_NAMES: dict[str, str] = {name: built[0] for name, built in _BUILDERS.items()}
+"""Each structural pipeline's diffusers class name."""
 
 
 def _check_name(name: object) -> str:

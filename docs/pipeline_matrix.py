@@ -1,0 +1,125 @@
+"""The support matrix of docs/pipelines.md: every pipeline class of the installed diffusers, with a verdict.
+
+The rows come from ``ddo_hooks/testing/pipeline_census.json`` (``scripts/pipeline_census.py`` reads
+each class's ``__call__``; ``tests/test_pipeline_matrix.py`` fails when the installed diffusers
+exports a class the census lacks), the verified cells from the tests named here
+(``tests/test_pipeline_matrix.py`` checks that each exists), and the known limits from the census
+by the phase machine's rules (docs/concepts.md): a class is either verified by a test, expected
+to work because it gives the same signals as verified classes, or listed with what it cannot give.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from ddo_hooks.testing.structural import CLASS_NAMES
+
+__all__ = ["CENSUS", "CPU_VERIFIED", "GPU_VERIFIED", "limits", "matrix_markdown", "rows"]
+
+ROOT = Path(__file__).resolve().parent.parent
+CENSUS = ROOT / "ddo_hooks" / "testing" / "pipeline_census.json"
+
+_BOUNDARIES = "tests/test_attach_boundaries.py::test_each_boundary_fires_once_per_call_in_order"
+_STRUCTURAL = (
+    "tests/test_structural_pipelines.py::test_each_call_gives_each_boundary_once_in_order_with_the_same_output"
+)
+
+CPU_VERIFIED: dict[str, list[str]] = {
+    "FluxPipeline": [f"{_BOUNDARIES}[flux]"],
+    "StableDiffusionPipeline": [f"{_BOUNDARIES}[sd]"],
+    "WanPipeline": [f"{_BOUNDARIES}[wan]"],
+    "DDPMPipeline": ["tests/test_actions.py::test_an_iterated_progress_bar_loop_fires_the_boundaries"],
+    "PNDMPipeline": [
+        "tests/test_actions.py::test_a_pipeline_without_maybe_free_model_hooks_still_ends_its_calls_with_after_call"
+    ],
+}
+"""Pipeline class: the CPU tests that call it attached and check each boundary of each call."""
+for _name, _cls in CLASS_NAMES.items():
+    CPU_VERIFIED.setdefault(_cls, []).append(f"{_STRUCTURAL}[{_name}]")
+
+_HOOKS_GPU = "tests/gpu/test_hooks_gpu.py::test_boundaries_release_every_free_block_under_each_cuda_offload_mode"
+_STRUCTURAL_GPU = "tests/gpu/test_structural_gpu.py::test_structural_pipelines_under_group_offloading_with_streams"
+_FLUX_MODES = (
+    "group-block-stream",
+    "group-block-stream-lowmem",
+    "group-leaf-stream",
+    "group-leaf-stream-lowmem",
+    "model-cpu-offload",
+    "sequential-cpu-offload",
+)
+GPU_VERIFIED: dict[str, dict[str, str]] = {
+    "FluxPipeline": {mode: f"{_HOOKS_GPU}[flux-{mode}]" for mode in _FLUX_MODES},
+    "StableDiffusionPipeline": {"group-block-stream-lowmem": f"{_HOOKS_GPU}[sd-group-block-stream-lowmem]"},
+    "WanPipeline": {"group-block-stream-lowmem": f"{_HOOKS_GPU}[wan-group-block-stream-lowmem]"},
+}
+"""Pipeline class: offload mode -> the GPU test (H200) that runs it attached in that mode."""
+for _name, _cls in CLASS_NAMES.items():
+    GPU_VERIFIED.setdefault(_cls, {})[f"group-leaf-stream-lowmem ({_name})"] = f"{_STRUCTURAL_GPU}[{_name}]"
+
+_VAE_SHAPED = re.compile(r"^(vae|movq|vqvae|audio_vae|.*_vae)$")  # AutoencoderKL/VQModel-style: decoder submodule
+
+
+def limits(entry: dict[str, Any]) -> list[str]:
+    """What a class's calls cannot give, by the phase machine's rules, from its census entry."""
+    from ddo_hooks.hooks.signals import DENOISER_PATTERN
+
+    call = entry["call"]
+    if call is None:
+        return ["no `__call__`: nothing to follow (call its sub-pipelines instead)"]
+    found: list[str] = []
+    holds = entry["sub_pipelines"] or entry["component_pipelines"] or entry["sub_pipelines_built_in_init"]
+    loop = call["progress_bar_calls"] > 0 or call["raw_tqdm"] or holds
+    if not loop and not any(DENOISER_PATTERN.match(name) for name in entry["denoisers"]):
+        found.append("`before_transformer` not reached: no denoising loop (no progress bar, no known denoiser)")
+    if call["decode_inside_loop"]:
+        found.append("`before_vae` not reached: it decodes inside its loop's progress bar")
+    elif not call["decode_calls"] and not holds:
+        found.append("`before_vae` not reached: its `__call__` decodes nothing (pixel space, a prior, or latents out)")
+    odd = [name for name in entry["decoders"] if not _VAE_SHAPED.match(name) and name != "vocoder"]
+    if odd and not call["decode_inside_loop"]:
+        names = ", ".join(f"`{name}`" for name in odd)
+        found.append(f"decoder {names} is not VAE-shaped: `before_vae` may not be seen (not built here)")
+    return found
+
+
+def rows() -> list[dict[str, str]]:
+    """One row per pipeline class of the census: class, boundaries (CPU), offload modes (GPU), known limits."""
+    census = json.loads(CENSUS.read_text(encoding="utf-8"))
+    table = []
+    for entry in census["pipelines"]:
+        name = entry["class"]
+        found = limits(entry)
+        if name in CPU_VERIFIED:
+            boundaries = "verified"
+        else:
+            boundaries = "expected (same signals as verified classes; not built here)" if not found else "see limits"
+        table.append(
+            {
+                "class": name,
+                "boundaries": boundaries,
+                "gpu": ", ".join(GPU_VERIFIED.get(name, {})) or "-",
+                "limits": "; ".join(found) or "-",
+            }
+        )
+    for skipped in census["skipped"]:
+        table.append({"class": skipped["class"], "boundaries": "not checked", "gpu": "-", "limits": skipped["reason"]})
+    return sorted(table, key=lambda row: row["class"])
+
+
+def matrix_markdown() -> str:
+    """The matrix as a Markdown table, with the census's diffusers version."""
+    census = json.loads(CENSUS.read_text(encoding="utf-8"))
+    table = rows()
+    verified = sum(row["boundaries"] == "verified" for row in table)
+    limited = sum(row["limits"] != "-" and row["boundaries"] != "not checked" for row in table)
+    head = (
+        f"{len(table)} pipeline classes of diffusers {census['diffusers_version']}: {verified} verified by a CPU test, "
+        f"{limited} with a known limit, {len(census['skipped'])} not checked (an optional dependency is missing).\n\n"
+        "| Pipeline class | Boundaries (CPU) | Offload modes verified (GPU) | Known limits |\n|---|---|---|---|\n"
+    )
+    return (
+        head + "\n".join(f"| `{r['class']}` | {r['boundaries']} | {r['gpu']} | {r['limits']} |" for r in table) + "\n"
+    )

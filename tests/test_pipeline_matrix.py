@@ -1,0 +1,76 @@
+"""The support matrix of docs/pipelines.md: it covers every pipeline class, and its tests exist."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from test_docs import _collected
+from test_structural_pipelines import EXPECTED
+
+from ddo_hooks.testing.structural import CLASS_NAMES
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _load(name: str, path: Path):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+matrix = _load("ddo_pipeline_matrix", ROOT / "docs" / "pipeline_matrix.py")
+
+
+@pytest.mark.filterwarnings("ignore")  # importing every pipeline module warns about deprecations and torchvision
+def test_every_pipeline_class_of_the_installed_diffusers_has_a_verdict():
+    census = _load("ddo_pipeline_census", ROOT / "scripts" / "pipeline_census.py")
+    exported, skipped = census.exported_pipeline_classes()
+    known = {row["class"] for row in matrix.rows()}
+    missing = sorted({*exported, *(s["class"] for s in skipped)} - known)
+    assert not missing, (
+        "pipeline classes of this diffusers without a verdict in the matrix: "
+        f"{', '.join(missing)}; run scripts/pipeline_census.py and check what they need"
+    )
+    recorded = json.loads(matrix.CENSUS.read_text(encoding="utf-8"))["diffusers_version"]
+    import diffusers
+
+    assert recorded == diffusers.__version__, (
+        f"the census is of diffusers {recorded}; re-run scripts/pipeline_census.py"
+    )
+
+
+def test_every_test_the_matrix_names_exists():
+    nodes = [node for nodes in matrix.CPU_VERIFIED.values() for node in nodes]
+    nodes += [node for modes in matrix.GPU_VERIFIED.values() for node in modes.values()]
+    collected = _collected({node.split("::")[0] for node in nodes})
+    absent = sorted(node for node in nodes if node not in collected)
+    assert not absent, "the matrix names tests that do not exist:\n" + "\n".join(absent)
+
+
+def test_only_classes_a_test_calls_are_verified():
+    verified = {row["class"] for row in matrix.rows() if row["boundaries"] == "verified"}
+    assert verified == set(matrix.CPU_VERIFIED)
+
+
+def test_the_limits_the_census_predicts_are_what_the_structural_tests_observe():
+    by_class = {row["class"]: row["limits"] for row in matrix.rows()}
+    for name, boundaries in EXPECTED.items():
+        if CLASS_NAMES[name] == "WanPipeline":
+            continue  # also the plain family
+        missed = {b.split(":")[0] for b in boundaries if b.endswith(":not_reached")}
+        predicted = {
+            b for b in ("before_transformer", "before_vae") if f"`{b}` not reached" in by_class[CLASS_NAMES[name]]
+        }
+        assert missed == predicted, f"{name}: the tests miss {missed}, the census predicts {predicted}"
+
+
+def test_the_page_holds_the_generated_matrix():
+    page = (ROOT / "docs" / "pipelines.md").read_text(encoding="utf-8")
+    assert "<!-- generated: pipeline-matrix -->" in page
+    assert "| `FluxPipeline` | verified |" in matrix.matrix_markdown()
