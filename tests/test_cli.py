@@ -380,7 +380,10 @@ def test_an_invalid_record_in_tracker_json_is_located_at_its_line(tmp_path: Path
 @pytest.mark.parametrize(
     ("content", "expected"),
     [
-        ('{"component": "x"}\n', ":1:1: record: expected an object with exactly 'component' and 'report'"),
+        (
+            '{"component": "x"}\n',
+            ":1:1: record: expected an object with 'component', 'report' and (optionally) 'envelope'",
+        ),
         ("[1, 2]", ":1:1: a JSON list is not a report file"),
         ('{"schema_version": 1, "route": "nope", "setup": {}}', ":1:23: route: Input tag 'nope'"),
         ("{\n", ":2:1: not JSON: a key in double quotes is expected here (Expecting property name"),

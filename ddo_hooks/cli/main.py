@@ -188,7 +188,7 @@ def _schema(args: argparse.Namespace) -> int:
     from ddo_hooks.cli import schema
 
     if args.which is None:
-        args.usage_error("say which schema to print: policy or report (e.g. ddo-hooks schema report)")
+        args.usage_error("say which schema to print: policy, report or record (e.g. ddo-hooks schema report)")
 
     sys.stdout.write(schema.render(schema.generated_schema(args.which)))
     return 0
@@ -293,10 +293,11 @@ def build_parser() -> argparse.ArgumentParser:
         "schema",
         _schema,
         "print the JSON Schema of a policy or a report",
-        "Print the JSON Schema of a hook policy or a DDO report (the files in ddo_hooks/schemas/).",
+        "Print the JSON Schema of a hook policy, a DDO report, or a record of a report file (a report with its "
+        "envelope: run, call, boundary, time, process, rank): the files in ddo_hooks/schemas/.",
         file=False,
     )
-    schema.add_argument("which", nargs="?", choices=("policy", "report"), help="which schema to print")
+    schema.add_argument("which", nargs="?", choices=("policy", "report", "record"), help="which schema to print")
     schema.set_defaults(usage_error=schema.error)
     _command(
         commands,

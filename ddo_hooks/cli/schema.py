@@ -21,16 +21,24 @@ __all__ = ["SCHEMA_DIR", "SCHEMA_FILES", "generated_schema", "generated_schemas"
 SCHEMA_DIR = Path(__file__).resolve().parent.parent / "schemas"
 """The folder of the checked-in schema files (package data)."""
 
-SCHEMA_FILES = {"policy": "hook-policy.schema.json", "report": "ddo-report.schema.json"}
+SCHEMA_FILES = {
+    "policy": "hook-policy.schema.json",
+    "report": "ddo-report.schema.json",
+    "record": "ddo-record.schema.json",
+}
 """Each schema the ``schema`` command prints, and the file it is checked in as."""
 
 
 def generated_schema(which: str) -> dict[str, Any]:
-    """The schema the models generate now: ``"policy"`` or ``"report"``."""
+    """The schema the models generate now: ``"policy"``, ``"report"`` or ``"record"`` (a line of a report file)."""
     if which == "policy":
         from ddo_hooks.policy.model import policy_json_schema
 
         return policy_json_schema()
+    if which == "record":
+        from ddo_hooks.reports.envelope import record_json_schema
+
+        return record_json_schema()
     from ddo_hooks.reports.parse import report_json_schema
 
     return report_json_schema()

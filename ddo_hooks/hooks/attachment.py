@@ -40,6 +40,7 @@ from ddo_hooks.hooks.sink import ReportSink
 from ddo_hooks.policy.model import HookPolicy
 from ddo_hooks.release import guard
 from ddo_hooks.reports.boundary import BoundaryRefusal, BoundaryRefusalReport, BoundaryRefusalSetup
+from ddo_hooks.reports.envelope import RecordEnvelope, new_run_id
 from ddo_hooks.reports.tracker import MetricsTracker
 
 if TYPE_CHECKING:
@@ -110,6 +111,8 @@ class Attachment:
         self.policy = policy
         self.tracker = tracker
         self._owner = type(pipeline).__name__
+        self.run_id = new_run_id()
+        """This attachment's run id, in the envelope of every record it makes."""
         self._reports: collections.deque[Any] = collections.deque(maxlen=policy.keep_reports)
         self._lock = threading.RLock()
         self._detached = False
@@ -305,7 +308,7 @@ class Attachment:
                     report = self._refusal(boundary, action, reason, detail, requested_by, index)
                 if report is None:
                     continue
-                self._record(action.component(boundary), report)
+                self._record(action.component(boundary), report, boundary, index)
                 produced.append(report)
         return produced
 
@@ -356,13 +359,23 @@ class Attachment:
         produced = []
         for _, action in self._actions[boundary]:
             report = self._refusal(boundary, action, reason, detail, requested_by, index)
-            self._record(action.component(boundary), report)
+            self._record(action.component(boundary), report, boundary, index)
             produced.append(report)
         return produced
 
-    def _record(self, component: str, report: Any) -> None:
-        self.tracker.record_ddo_metrics(report, component=component)
+    def record(self, report: Any, *, component: str, boundary: str | None = None) -> None:
+        """Record a report with this attachment's envelope: in the tracker, in memory and in the sink.
+
+        The boundaries record their own reports; use this for a report made elsewhere (e.g. the
+        auxiliary source detachment of ``apply_dynamic_offload``).
+        """
+        self._record(component, report, boundary, self.machine.call_index)
+
+    def _record(self, component: str, report: Any, boundary: str | None, index: int) -> None:
+        envelope = RecordEnvelope.now(run_id=self.run_id, call_index=index, boundary=boundary)
+        self.tracker.record_ddo_metrics(report, component=component, envelope=envelope)
         with self._lock:
             self._reports.append(report)
         if self._sink is not None:
-            self._sink.write(json.dumps({"component": component, "report": report.model_dump(mode="json")}))
+            line = {"component": component, "report": report.model_dump(mode="json")}
+            self._sink.write(json.dumps({**line, "envelope": envelope.model_dump(mode="json")}))

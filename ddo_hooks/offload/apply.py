@@ -254,6 +254,6 @@ def apply_dynamic_offload(
     settings = attachment.policy.auxiliary_sources
     if settings.enabled:
         report = result.detach_auxiliary_cpu_sources(enabled=True, max_copy_bytes=settings.max_copy_bytes)
-        attachment.tracker.record_ddo_metrics(report, component=AUXILIARY_COMPONENT)
+        attachment.record(report, component=AUXILIARY_COMPONENT)
         result.auxiliary_report = report
     return result

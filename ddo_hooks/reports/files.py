@@ -33,8 +33,9 @@ from ddo_hooks._diagnostics import (
 from ddo_hooks.errors import InvalidArgumentError, ReportError
 from ddo_hooks.reports import REPORT_FILE_FORMS
 from ddo_hooks.reports.base import explain_error
+from ddo_hooks.reports.envelope import RecordEnvelope
 from ddo_hooks.reports.parse import REPORT_ADAPTER, ROUTES, parse_report
-from ddo_hooks.reports.tracker import MetricsTracker
+from ddo_hooks.reports.tracker import RECORD_KEYS, Entry, MetricsTracker
 
 __all__ = [
     "MAX_REPORT_FILE_BYTES",
@@ -56,11 +57,23 @@ _WS = re.compile(r"[ \t\n\r]*")
 
 @dataclass(frozen=True)
 class ReportFile:
-    """A validated report file: its form and ``(component, report)`` records (component ``None``: a bare report)."""
+    """A validated report file: its form and its records, in order.
+
+    Attributes:
+        path: The file, as given.
+        form: ``"JSON Lines"``, ``"tracker JSON"`` or ``"report JSON"``.
+        entries: Each record's component (``None`` for a bare report), report and envelope
+            (``None`` for files written before envelopes existed, and for a bare report).
+    """
 
     path: str
     form: str
-    records: list[tuple[str | None, Any]]
+    entries: list[Entry]
+
+    @property
+    def records(self) -> list[tuple[str | None, Any]]:
+        """``(component, report)`` pairs, in order."""
+        return [(entry.component, entry.report) for entry in self.entries]
 
 
 def _read_text(source: str) -> str:
@@ -120,20 +133,20 @@ def load_report_file(path: str | os.PathLike[str]) -> ReportFile:
         form, data = _detect(source, text)
         try:
             if form == "JSON Lines":
-                records: list[tuple[str | None, Any]] = list(MetricsTracker.from_jsonl(text).records())
+                entries = MetricsTracker.from_jsonl(text).entries()
             elif form == "tracker JSON":
-                records = list(MetricsTracker.from_json(text).records())
+                entries = MetricsTracker.from_json(text).entries()
             else:
-                records = [(None, parse_report(data))]
+                entries = [Entry(None, parse_report(data))]  # type: ignore[arg-type]
         except ReportError as e:
             raise ReportError(diagnose_report_file(source, text, form) or f"{source}: {e}") from e
     except (RecursionError, ValueError) as e:  # nested too deeply, or a number too long to read
         if isinstance(e, ReportError):
             raise
         raise ReportError(f"{source}: cannot be read as JSON ({e}); expected {REPORT_FILE_FORMS}") from e
-    if not records:
+    if not entries:
         raise ReportError(f"{source}: holds no reports; expected {REPORT_FILE_FORMS}")
-    return ReportFile(source, form, records)
+    return ReportFile(source, form, entries)
 
 
 def json_positions(text: str) -> Positions:
@@ -197,11 +210,20 @@ def _report_problems(data: Any, positions: Positions, prefix: KeyPath) -> list[t
 
 def _record_problems(item: Any, positions: Positions, prefix: KeyPath) -> list[tuple[tuple[int, int], str]]:
     where = nearest_position(positions, prefix) or (1, 1)
-    if not isinstance(item, dict) or set(item) != {"component", "report"}:
+    if not isinstance(item, dict) or set(item) not in RECORD_KEYS:
         got = f"keys {_listed(item)}" if isinstance(item, dict) else f"a JSON {type(item).__name__}"
         name = format_key_path(prefix) if prefix else "record"
-        return [(where, f"{name}: expected an object with exactly 'component' and 'report', got {got}")]
+        wanted = "'component', 'report' and (optionally) 'envelope'"
+        return [(where, f"{name}: expected an object with {wanted}, got {got}")]
     problems = _report_problems(item["report"], positions, (*prefix, "report"))
+    if item.get("envelope") is not None:
+        try:
+            RecordEnvelope.model_validate(item["envelope"])
+        except ValidationError as e:
+            for error in e.errors(include_url=False):
+                path = (*prefix, "envelope", *error["loc"])
+                message = explain_error(error).removeprefix("Value error, ")
+                problems.append((nearest_position(positions, path) or where, f"{format_key_path(path)}: {message}"))
     if not problems:
         try:
             MetricsTracker().record_ddo_metrics(parse_report(item["report"]), component=item["component"])

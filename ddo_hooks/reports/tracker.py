@@ -20,15 +20,16 @@ import re
 import threading
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from ddo_hooks._diagnostics import json_error_sentence, show_repr, show_value
 from ddo_hooks.errors import InvalidArgumentError, ReportError
+from ddo_hooks.reports.envelope import RecordEnvelope
 from ddo_hooks.reports.parse import REPORT_TYPES, parse_report
 
-__all__ = ["MAX_COMPONENT_LENGTH", "MetricsTracker", "RecordedReport", "read_reports"]
+__all__ = ["MAX_COMPONENT_LENGTH", "Entry", "MetricsTracker", "RecordedReport", "read_entries", "read_reports"]
 
 MAX_COMPONENT_LENGTH = 128
 """The longest component name."""
@@ -39,11 +40,21 @@ RecordedReport = tuple[str, Any]
 """A ``(component, report)`` pair, in recording order."""
 
 
+class Entry(NamedTuple):
+    """A record: the component, the report and where it came from (``None`` in files without envelopes)."""
+
+    component: str
+    report: Any
+    envelope: RecordEnvelope | None = None
+
+
 class MetricsTracker:
     """Keeps validated DDO reports by component, in the order they were recorded.
 
     Thread-safe. Serializes to JSON (one document) and JSON Lines (one
-    ``{"component": ..., "report": ...}`` object per line) and loads both back with validation.
+    ``{"component": ..., "report": ..., "envelope": ...}`` object per line; the envelope says
+    where the report came from, see :mod:`ddo_hooks.reports.envelope`) and loads both back with
+    validation.
 
     Args:
         max_records: Keep at most this many records, the newest (older ones are dropped and
@@ -60,18 +71,19 @@ class MetricsTracker:
         ):
             raise InvalidArgumentError(f"max_records={max_records!r} must be None or an int >= 0")
         self._lock = threading.Lock()
-        self._records: collections.deque[RecordedReport] = collections.deque(maxlen=max_records)
+        self._records: collections.deque[Entry] = collections.deque(maxlen=max_records)
         self.max_records = max_records
         self.evicted = 0
         """How many records were dropped to keep :attr:`max_records`."""
 
-    def record_ddo_metrics(self, report: BaseModel, *, component: str) -> None:
+    def record_ddo_metrics(self, report: BaseModel, *, component: str, envelope: RecordEnvelope | None = None) -> None:
         """Record one report under a component name.
 
         Args:
             report: A DDO report model (for example from :func:`release_pytorch_host_cache`).
             component: Where it belongs, e.g. ``"host_cache_before_transformer"``: a letter or
                 digit then up to 127 of letters, digits, ``_ . -``.
+            envelope: Where and when it was recorded (attachments pass one; ``None`` for none).
 
         Raises:
             InvalidArgumentError: ``report`` is not a DDO report or ``component`` is malformed.
@@ -86,9 +98,9 @@ class MetricsTracker:
         with self._lock:
             if self.max_records is not None and len(self._records) == self.max_records:
                 self.evicted += 1
-            self._records.append((component, report))
+            self._records.append(Entry(component, report, envelope))
 
-    def drain(self) -> list[RecordedReport]:
+    def drain(self) -> list[Entry]:
         """Return every record, in order, and forget them (e.g. after writing them elsewhere)."""
         with self._lock:
             drained = list(self._records)
@@ -102,6 +114,11 @@ class MetricsTracker:
     def records(self) -> list[RecordedReport]:
         """All ``(component, report)`` pairs in recording order."""
         with self._lock:
+            return [(entry.component, entry.report) for entry in self._records]
+
+    def entries(self) -> list[Entry]:
+        """All records in recording order, with their envelopes."""
+        with self._lock:
             return list(self._records)
 
     def reports(self, component: str | None = None) -> list[Any]:
@@ -114,11 +131,11 @@ class MetricsTracker:
 
     def to_json(self) -> str:
         """One JSON document: ``{"records": [{"component": ..., "report": ...}, ...]}``."""
-        return json.dumps({"records": [_record_json(c, r) for c, r in self.records()]}, indent=2)
+        return json.dumps({"records": [_record_json(entry) for entry in self.entries()]}, indent=2)
 
     def to_jsonl(self) -> str:
         """JSON Lines: one ``{"component": ..., "report": ...}`` object per line."""
-        return "".join(json.dumps(_record_json(c, r)) + "\n" for c, r in self.records())
+        return "".join(json.dumps(_record_json(entry)) + "\n" for entry in self.entries())
 
     def write_jsonl(self, path: str | os.PathLike[str]) -> Path:
         """Write :meth:`to_jsonl` to ``path`` and return the path.
@@ -136,11 +153,11 @@ class MetricsTracker:
         return target
 
     @classmethod
-    def from_records(cls, records: Iterable[RecordedReport]) -> MetricsTracker:
-        """A tracker holding ``records`` (each validated as it is recorded)."""
+    def from_records(cls, records: Iterable[RecordedReport | Entry]) -> MetricsTracker:
+        """A tracker holding ``records``: ``(component, report)`` pairs or entries (each validated as recorded)."""
         tracker = cls()
-        for component, report in records:
-            tracker.record_ddo_metrics(report, component=component)
+        for component, report, *envelope in records:
+            tracker.record_ddo_metrics(report, component=component, envelope=envelope[0] if envelope else None)
         return tracker
 
     @classmethod
@@ -162,7 +179,7 @@ class MetricsTracker:
     @classmethod
     def from_jsonl(cls, text: str) -> MetricsTracker:
         """Load what :meth:`to_jsonl` wrote, validating every line (blank lines are skipped)."""
-        return cls.from_records(read_reports(text))
+        return cls.from_records(read_entries(text))
 
 
 def _valid_component(component: object) -> bool:
@@ -180,13 +197,20 @@ def _component_problem(component: object) -> str:
     return rule
 
 
-def _record_json(component: str, report: BaseModel) -> dict[str, Any]:
-    return {"component": component, "report": report.model_dump(mode="json")}
+def _record_json(entry: Entry) -> dict[str, Any]:
+    record = {"component": entry.component, "report": entry.report.model_dump(mode="json")}
+    if entry.envelope is not None:
+        record["envelope"] = entry.envelope.model_dump(mode="json")
+    return record
 
 
-def _record_from_json(item: Any, where: str) -> RecordedReport:
-    if not isinstance(item, dict) or set(item) != {"component", "report"}:
-        raise ReportError(f"{where}: expected an object with exactly 'component' and 'report'")
+RECORD_KEYS = ({"component", "report"}, {"component", "report", "envelope"})
+"""The keys a record may have (records written before envelopes existed have no ``envelope``)."""
+
+
+def _record_from_json(item: Any, where: str) -> Entry:
+    if not isinstance(item, dict) or set(item) not in RECORD_KEYS:
+        raise ReportError(f"{where}: expected an object with 'component', 'report' and (optionally) 'envelope'")
     if not _valid_component(item["component"]):
         component = item["component"]
         problem = _component_problem(component).removeprefix("must be ")
@@ -195,7 +219,14 @@ def _record_from_json(item: Any, where: str) -> RecordedReport:
         report = parse_report(item["report"])
     except ReportError as e:
         raise ReportError(f"{where}.report: {e}") from e
-    return item["component"], report
+    envelope = None
+    if item.get("envelope") is not None:
+        try:
+            envelope = RecordEnvelope.model_validate(item["envelope"])
+        except ValidationError as e:
+            problems = "; ".join(f"{'.'.join(map(str, x['loc']))}: {x['msg']}" for x in e.errors(include_url=False))
+            raise ReportError(f"{where}.envelope: not a valid record envelope: {problems}") from e
+    return Entry(item["component"], report, envelope)
 
 
 def read_reports(text: str) -> list[RecordedReport]:
@@ -205,6 +236,11 @@ def read_reports(text: str) -> list[RecordedReport]:
         ReportError: A line is not JSON or not a valid record; the message names the line
             (and the column for JSON syntax errors).
     """
+    return [(entry.component, entry.report) for entry in read_entries(text)]
+
+
+def read_entries(text: str) -> list[Entry]:
+    """Parse JSON Lines of records, with their envelopes, validating each (see :func:`read_reports`)."""
     records = []
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
