@@ -25,8 +25,10 @@ __all__ = [
     "BEFORE_VAE",
     "BOUNDARIES",
     "BOUNDARY_NOTES",
+    "BUILT_IN_ACTIONS",
     "HOST_CACHE_COMPONENT_PREFIX",
     "HOST_CACHE_RELEASE",
+    "MALLOC_TRIM",
     "PHASE_PATTERN",
     "REFUSAL_REASONS",
     "BoundaryName",
@@ -66,6 +68,12 @@ BOUNDARY_NOTES: dict[str, tuple[str, str]] = {
 
 HOST_CACHE_RELEASE = "host_cache_release"
 """The built-in action: release PyTorch's pinned host cache."""
+
+MALLOC_TRIM = "malloc_trim"
+"""The built-in action that returns freed heap pages to the OS after a release (glibc's ``malloc_trim``)."""
+
+BUILT_IN_ACTIONS: tuple[str, ...] = (HOST_CACHE_RELEASE, MALLOC_TRIM)
+"""The actions ddo_hooks registers itself (they cannot be unregistered)."""
 
 HOST_CACHE_COMPONENT_PREFIX = "host_cache"
 """The built-in action's reports are recorded under ``host_cache_<boundary>``."""

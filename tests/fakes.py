@@ -49,6 +49,9 @@ class FakeHostAllocator:
         release_error: Raised by the release call.
         release_entered: Set when the release call starts.
         release_gate: When set, the release call waits for this event (at most 10 s).
+        pinned_total: Bytes pinned since the "process" started (the owned counter's ``allocated``).
+        pin_micros: Microseconds spent pinning since then (``host_alloc_time.total``).
+        pin_counters: Whether the raw stats report those two and ``num_host_alloc`` at all.
     """
 
     calls: list[str] = field(default_factory=list)
@@ -72,7 +75,17 @@ class FakeHostAllocator:
     release_error: Exception | None = None
     release_entered: threading.Event = field(default_factory=threading.Event)
     release_gate: threading.Event | None = None
+    pinned_total: int = 5 * MiB
+    pin_micros: int = 1000
+    pin_counters: bool = True
     stats_reads: int = field(default=0, init=False)
+
+    def pin(self, nbytes: int, micros: int, blocks: int = 1) -> None:
+        """Pin ``nbytes`` more in ``blocks`` blocks, as an onload after a release does; they stay cached."""
+        self.cached_bytes += nbytes
+        self.pinned_total += nbytes
+        self.pin_micros += micros
+        self.host_allocs += blocks
 
     def torch_version(self) -> str:
         self.calls.append("torch_version")
@@ -106,13 +119,18 @@ class FakeHostAllocator:
                 "num_host_alloc": self.host_allocs,
                 "num_host_free": 0,
             }
-        return {
-            "allocated_bytes": {"current": owned, "peak": owned, "allocated": owned, "freed": 0},
+        stats = {
+            "allocated_bytes": {"current": owned, "peak": owned, "allocated": self.pinned_total, "freed": 0},
             "active_bytes": {"current": active, "peak": active, "allocated": active, "freed": 0},
             "allocations": {"current": self.host_allocs, "peak": self.host_allocs},
             "num_host_alloc": self.host_allocs,
             "num_host_free": 0,
+            "host_alloc_time": {"total": self.pin_micros, "max": 0, "min": 0, "count": self.host_allocs, "avg": 0},
         }
+        if not self.pin_counters:
+            del stats["num_host_alloc"], stats["host_alloc_time"]
+            del stats["allocated_bytes"]["allocated"]
+        return stats
 
     def in_bad_fork(self) -> bool:
         self.calls.append("in_bad_fork")
@@ -156,3 +174,30 @@ CUDA_PROBES = ("current_device", "device_count", "has_primary_context", "synchro
 def probes(calls: list[str]) -> list[str]:
     """The recorded calls that would touch a CUDA device."""
     return [c for c in calls if c.startswith(CUDA_PROBES)]
+
+
+@dataclass
+class FakeScheduler:
+    """A fake clock for deferred boundaries (`ddo_hooks.hooks.idle.Scheduler`): nothing runs until `advance`."""
+
+    now: float = 0.0
+    pending: list[list[Any]] = field(default_factory=list)  # [due, function, cancelled]
+
+    def call_later(self, delay: float, function: Any) -> Any:
+        entry = [self.now + delay, function, False]
+        self.pending.append(entry)
+
+        class Handle:
+            def cancel(self) -> None:
+                entry[2] = True
+
+        return Handle()
+
+    def advance(self, seconds: float) -> None:
+        """Move the clock on and run, in order, what became due and was not cancelled."""
+        self.now += seconds
+        due = sorted((e for e in self.pending if e[0] <= self.now), key=lambda e: e[0])
+        self.pending = [e for e in self.pending if e[0] > self.now]
+        for _, function, cancelled in due:
+            if not cancelled:
+                function()

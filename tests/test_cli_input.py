@@ -110,7 +110,7 @@ def test_schema_without_an_argument_names_the_choices(capsys: pytest.CaptureFixt
     status, out, err = run(capsys, "schema")
     assert (status, out) == (2, "")
     assert "usage: ddo-hooks schema" in err
-    assert "say which schema to print: policy or report" in err
+    assert "say which schema to print: policy, report or record" in err
 
 
 # -- C.3: a closed pipe ---------------------------------------------------------------------------

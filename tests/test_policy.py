@@ -121,11 +121,16 @@ def test_the_built_in_action_receives_the_release_settings_overridden_per_bounda
         "  before_vae: {actions: [{name: host_cache_release, options: {min_releasable_bytes: 2MiB}}, other]}\n"
         "  after_call: {actions: [{name: host_cache_release, options: {collect: full}}]}\n"
     )
-    assert policy.actions("before_transformer")[0].options == {"collect": "young", "min_releasable_bytes": MiB}
+    always = {"trigger": "always"}
+    assert policy.actions("before_transformer")[0].options == {
+        "collect": "young",
+        "min_releasable_bytes": MiB,
+        **always,
+    }
     release, other = policy.actions("before_vae")
-    assert release.options == {"collect": "young", "min_releasable_bytes": 2 * MiB}
+    assert release.options == {"collect": "young", "min_releasable_bytes": 2 * MiB, **always}
     assert (other.name, other.options) == ("other", {})  # other actions get their options as written
-    assert policy.actions("after_call")[0].options == {"collect": "full", "min_releasable_bytes": MiB}
+    assert policy.actions("after_call")[0].options == {"collect": "full", "min_releasable_bytes": MiB, **always}
     assert policy.boundary("after_call").actions[0].options == {"collect": "full"}  # as written
 
 
@@ -238,7 +243,7 @@ WRONG_VALUES = [
     (AFTER % "{name: x, options: {a: [1, .inf]}}", r"options\.a\[1\]: \.inf is not a JSON number"),
     (AFTER % "{name: host_cache_release, options: {colect: full}}",
      r"^policy\.yaml:2:74: boundaries\.after_call\.actions\[0\]\.options\.colect: unknown option of "
-     r"host_cache_release; it takes collect, min_releasable_bytes \(the keys of 'release'\)$"),
+     r"host_cache_release; it takes collect, min_releasable_bytes, trigger \(the keys of 'release'\)$"),
     (AFTER % "{name: host_cache_release, options: {collect: ful}}",
      r"actions\[0\]\.options\.collect: 'ful' is not one of full, young, auto; did you mean 'full'\?$"),
     (AFTER % "{name: host_cache_release, options: {min_releasable_bytes: 5 parsecs}}",

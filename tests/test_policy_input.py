@@ -182,9 +182,9 @@ def test_a_huge_token_in_yaml_gives_a_short_message(text: str):
 
 
 def test_a_policy_larger_than_the_limit_is_refused_before_parsing():
-    start = time.perf_counter()
+    start = time.process_time()
     message = problem(V + "# " + "x" * MAX_POLICY_BYTES + "\n")
-    assert time.perf_counter() - start < 0.5
+    assert time.process_time() - start < 0.5
     assert message.startswith("policy.yaml: the policy is 1,048,590 characters long, more than a policy may be")
 
 
@@ -207,9 +207,9 @@ def test_a_policy_file_larger_than_the_limit_is_refused_before_reading(tmp_path:
     ids=["brackets", "braces", "dashes", "indentation"],
 )
 def test_deep_nesting_is_refused_quickly(text: str):
-    start = time.perf_counter()
+    start = time.process_time()
     message = problem(text)
-    assert time.perf_counter() - start < 2
+    assert time.process_time() - start < 2
     assert "nested too deeply to be a policy" in message
     assert len(text.encode()) < 4_100_000
 
@@ -228,9 +228,9 @@ def test_brackets_inside_quotes_and_comments_do_not_count_as_nesting():
 
 def test_49000_unknown_keys_give_a_short_message_quickly():
     text = V + "".join(f"k{i}: 1\n" for i in range(49_000))
-    start = time.perf_counter()
+    start = time.process_time()
     lines = problem(text).splitlines()
-    assert time.perf_counter() - start < 4
+    assert time.process_time() - start < 4
     assert len(lines) == MAX_PROBLEMS + 1
     assert lines[0].startswith("policy.yaml:2:1: k0: unknown key")
     assert lines[-1] == f"... and {49_000 - MAX_PROBLEMS} more problems (fix these first, then check the policy again)"

@@ -41,6 +41,9 @@ def snapshot(allocated: int, active: int) -> dict[str, Any]:
         "active_bytes": active,
         "active_counter_consistent": True,
         "counter_layout": "torch>=2.10",
+        "pinned_blocks_total": 7,
+        "pinned_bytes_total": 9 * MiB,
+        "pin_seconds_total": 0.125,
     }
 
 
@@ -91,6 +94,8 @@ def executed() -> dict[str, Any]:
                 "allocator_bytes_delta": 4 * MiB,
                 "host_before": host(),
                 "host_after": host(),
+                "pinned_since_previous": {"since_phase": "after_call", "blocks": 2, "bytes": 4 * MiB, "seconds": 0.002},
+                "pinned_allocation": "cudaHostAlloc",
             }
         },
     }

@@ -22,7 +22,7 @@ from accelerate.hooks import ModelHook, add_hook_to_module, remove_hook_from_mod
 
 from ddo_hooks._compat import Touch
 
-__all__ = ["HOOK_ATTRIBUTE", "OLD_FORWARD_ATTRIBUTE", "TOUCHES", "has_hook", "hook_of", "lifted"]
+__all__ = ["HOOK_ATTRIBUTE", "OLD_FORWARD_ATTRIBUTE", "TOUCHES", "has_hook", "hook_of", "lifted", "remove"]
 
 HOOK_ATTRIBUTE = "_hf_hook"
 """Where accelerate keeps a module's hook."""
@@ -38,6 +38,11 @@ def hook_of(module: torch.nn.Module) -> Any:
 def has_hook(module: torch.nn.Module) -> bool:
     """Whether the module carries an accelerate hook."""
     return hasattr(module, HOOK_ATTRIBUTE)
+
+
+def remove(module: torch.nn.Module) -> None:
+    """Remove the module's accelerate hook (``remove_hook_from_module``), restoring its forward."""
+    remove_hook_from_module(module)
 
 
 def lifted(module: torch.nn.Module, change: Callable[[], None]) -> None:

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import ValidationError
 
-from ddo_hooks.boundaries import ACTION_NAME_PATTERN, HOST_CACHE_COMPONENT_PREFIX, HOST_CACHE_RELEASE, component_name
+from ddo_hooks.boundaries import ACTION_NAME_PATTERN, BUILT_IN_ACTIONS, component_name
 from ddo_hooks.errors import InvalidArgumentError, PolicyError
 from ddo_hooks.reports.boundary import ActionReport, ActionResult, ActionResultSetup
 from ddo_hooks.reports.parse import REPORT_TYPES
@@ -67,6 +67,10 @@ class BoundaryContext:
             ``host_cache_release``: the ``release`` settings with this boundary's overrides).
         dropped: Components that left the pipeline and should be dead by now, by name
             (weak references; the built-in action collects garbage fully only if one lives).
+        left: The components that left the pipeline since the previous boundary of this
+            attachment, alive or not.
+        state: A dictionary this action keeps across the boundaries of this attachment (the
+            built-in release keeps its last allocator snapshot there).
     """
 
     pipeline: Any
@@ -78,6 +82,8 @@ class BoundaryContext:
     policy: HookPolicy
     options: Mapping[str, Any] = field(default_factory=dict)
     dropped: Mapping[str, weakref.ref] = field(default_factory=dict)
+    left: tuple[str, ...] = ()
+    state: dict[str, Any] = field(default_factory=dict, repr=False)
     on_survivors: Callable[[Iterable[str]], None] | None = field(default=None, repr=False)
 
     def note_survivors(self, names: Iterable[str]) -> None:
@@ -180,11 +186,16 @@ def unregister_action(name: str) -> None:
     Raises:
         InvalidArgumentError: No action is registered under ``name`` (or it is built in).
     """
-    if name == HOST_CACHE_RELEASE:
-        raise InvalidArgumentError(f"the built-in action {HOST_CACHE_RELEASE!r} cannot be unregistered")
+    if name in BUILT_IN_ACTIONS:
+        raise InvalidArgumentError(f"the built-in action {name!r} cannot be unregistered")
     if name not in _REGISTRY:
         raise InvalidArgumentError(f"no action named {name!r} is registered (registered: {sorted(_REGISTRY)})")
     del _REGISTRY[name]
+
+
+def _builtins() -> None:
+    """Register the built-in actions (:mod:`ddo_hooks.hooks.builtin_actions`) on first use."""
+    import ddo_hooks.hooks.builtin_actions  # noqa: F401 - registers on import
 
 
 def _entry_point_names() -> dict[str, Any]:
@@ -193,6 +204,7 @@ def _entry_point_names() -> dict[str, Any]:
 
 def available_actions() -> tuple[str, ...]:
     """Every action name a policy can use: registered ones and installed entry points."""
+    _builtins()
     return tuple(sorted(set(_REGISTRY) | set(_entry_point_names())))
 
 
@@ -206,6 +218,7 @@ def resolve_action(name: str, *, where: str = "") -> RegisteredAction:
     Raises:
         PolicyError: No such action; the message suggests the closest names.
     """
+    _builtins()
     if name in _REGISTRY:
         return _REGISTRY[name]
     eps = _entry_point_names()
@@ -229,26 +242,3 @@ def resolve_action(name: str, *, where: str = "") -> RegisteredAction:
         f"{where}: unknown action {name!r}; {hint}known actions: {', '.join(known)}. Register it with "
         f"@ddo_hooks.register_action({name!r}) or the {ENTRY_POINT_GROUP!r} entry-point group before attaching"
     )
-
-
-@register_action(HOST_CACHE_RELEASE, component_prefix=HOST_CACHE_COMPONENT_PREFIX)
-def host_cache_release(ctx: BoundaryContext) -> Any:
-    """The built-in action: :func:`~ddo_hooks.release_pytorch_host_cache` with its options.
-
-    Its options are the policy's ``release`` settings (``collect``, ``min_releasable_bytes``),
-    overridden by the boundary's own; dropped components it could not free are noted as survivors.
-    """
-    from ddo_hooks.release.host_cache import release_pytorch_host_cache  # imports torch: only when it runs
-
-    report = release_pytorch_host_cache(
-        enabled=True,
-        phase=ctx.boundary,
-        device=ctx.device,
-        collect=ctx.options["collect"],
-        expect_freed=ctx.dropped,
-        min_releasable_bytes=ctx.options["min_releasable_bytes"],
-    )
-    collection = report.release.collection
-    if collection is not None and collection.survivors:
-        ctx.note_survivors(collection.survivors)
-    return report

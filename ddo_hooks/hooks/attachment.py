@@ -23,18 +23,20 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import functools
 import json
 import os
 import threading
 import weakref
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-import torch
-
-from ddo_hooks.boundaries import BOUNDARIES, REFUSAL_REASONS
+from ddo_hooks.boundaries import AFTER_CALL, BOUNDARIES, REFUSAL_REASONS
 from ddo_hooks.errors import BoundaryRefusedError, InvalidArgumentError, PolicyError, ReportSinkError
 from ddo_hooks.hooks.actions import BoundaryContext, RegisteredAction, resolve_action
+from ddo_hooks.hooks.components import Components
+from ddo_hooks.hooks.idle import Handle
+from ddo_hooks.hooks.idle import scheduler as idle_scheduler
 from ddo_hooks.hooks.phases import Call, CallPhases, Phase
 from ddo_hooks.hooks.sink import ReportSink
 from ddo_hooks.policy.model import HookPolicy
@@ -118,10 +120,10 @@ class Attachment:
         self._detached = False
         self._actions = self._resolve_actions()
         self._sink = self._prepare_sink()
-        self._known: dict[str, weakref.ref] = {}
-        self._dropped: dict[str, weakref.ref] = {}
-        self._note_components()
-        self.machine = CallPhases(self._owner, self._on_due, self._on_missed)
+        self._components = Components(pipeline)
+        self._state: dict[str, dict[str, Any]] = {}  # each action's own state across boundaries
+        self._pending: tuple[Handle, int] | None = None  # a deferred after_call, and its call
+        self.machine = CallPhases(self._owner, self._on_due, self._on_missed, on_start=self._on_start)
         from ddo_hooks.hooks.signals import PipelineSignals  # imports diffusers' hook registry
 
         self._signals = PipelineSignals(pipeline, self.machine)
@@ -203,6 +205,47 @@ class Attachment:
             return self._refuse_all(name, "inference_in_progress", detail, "host", index)
         return self._run(name, "host", None)
 
+    def drop(self, *names: str) -> None:
+        """Take components off the pipeline so that the next boundary frees them, at once and cheaply.
+
+        Each named component is set to ``None`` on the pipeline and loses every diffusers and
+        accelerate hook (offloading hooks hold a component in a reference cycle, which only a full
+        garbage collection, 200-400 ms in a loaded process, would free). A component nobody else
+        holds is then freed at once, its pinned copies go back to the cache, and the next
+        boundary's release gives them back with a young collection; one still held elsewhere is
+        named as a survivor in that boundary's report.
+
+        Args:
+            names: Component names, e.g. ``"text_encoder", "text_encoder_2"``.
+
+        Raises:
+            InvalidArgumentError: No name, a name that is not a component of the pipeline, or the
+                attachment is detached or its pipeline gone.
+            BoundaryRefusedError: A call of the pipeline is in progress (``inference_in_progress``).
+        """
+        pipe = self.pipeline
+        if self._detached or pipe is None:
+            raise InvalidArgumentError(
+                "drop() needs an attached pipeline; this attachment is detached or its pipeline gone"
+            )
+        if not names:
+            raise InvalidArgumentError("drop() needs at least one component name, e.g. drop('text_encoder')")
+        components = pipe.components
+        unknown = [name for name in names if name not in components]
+        if unknown:
+            raise InvalidArgumentError(
+                f"{self._owner} has no component {unknown[0]!r}; its components: {', '.join(components)}"
+            )
+        running = self.machine.calls()
+        if running:
+            raise BoundaryRefusedError(
+                "inference_in_progress",
+                f"cannot drop components while call {running[0].index} of {self._owner} is in progress",
+            )
+        self._components.note(pipe)  # so that what left earlier is not mistaken for these
+        with guard.section("loading", f"{self._owner}.drop({', '.join(names)})"):
+            self._components.drop(pipe, names)
+
     @contextlib.contextmanager
     def loading(self, what: str = "host loading") -> Iterator[None]:
         """Mark a loading section (e.g. ``from_pretrained`` of a replacement component).
@@ -216,6 +259,7 @@ class Attachment:
         """Remove every hook, wrapper and attribute this attachment added; a second call does nothing."""
         if self._detached:
             return
+        self._cancel_pending("the attachment was detached before the idle delay passed")
         self._detached = True
         self._signals.remove()
         pipe = self.pipeline
@@ -265,6 +309,12 @@ class Attachment:
         """A boundary of ``call`` is due at a quiet point of that call."""
         if not self._enabled(boundary):
             return
+        idle = self.policy.boundary(boundary).idle
+        if idle is not None:  # after_call, deferred until the pipeline has been idle this long
+            handle = idle_scheduler().call_later(idle, functools.partial(self._run_deferred, boundary, call.index))
+            with self._lock:
+                self._pending = (handle, call.index)
+            return
         others = [other for other in self.machine.calls() if other is not call]
         if others:
             detail = f"call {others[0].index} of this {self._owner} is running in another thread"
@@ -272,19 +322,45 @@ class Attachment:
             return
         self._run(boundary, "pipeline", call)
 
+    def _on_start(self, call: Call) -> None:
+        """A call starts: a deferred boundary still waiting is cancelled (the pipeline was not idle)."""
+        if self._pending is not None:
+            idle = self.policy.boundary(AFTER_CALL).idle
+            self._cancel_pending(f"call {call.index} started before {self._owner} had been idle for {idle:g} s")
+
+    def _cancel_pending(self, why: str) -> None:
+        with self._lock:
+            pending, self._pending = self._pending, None
+        if pending is not None:
+            handle, index = pending
+            handle.cancel()
+            self._refuse_all(
+                AFTER_CALL, "not_reached", f"the deferred after_call was cancelled: {why}", "pipeline", index
+            )
+
+    def _run_deferred(self, boundary: str, index: int) -> None:
+        """The idle delay passed: run the deferred boundary now, at a quiet point of the process."""
+        with self._lock:
+            if self._pending is None or self._pending[1] != index or self._detached:
+                return  # cancelled meanwhile
+            self._pending = None
+        self._run(boundary, "pipeline", None, index)
+
     def _on_missed(self, boundary: str, call: Call, detail: str) -> None:
         """``call`` ended without reaching ``boundary``."""
         if self._enabled(boundary):
             self._refuse_all(boundary, "not_reached", detail, "pipeline", call.index)
 
-    def _run(self, boundary: str, requested_by: str, call: Call | None) -> list[Any]:
-        index = self.machine.call_index if call is None else call.index
+    def _run(self, boundary: str, requested_by: str, call: Call | None, index: int | None = None) -> list[Any]:
+        if index is None:
+            index = self.machine.call_index if call is None else call.index
         with guard.quiet_point(None if call is None else call.section):
             busy = guard.busy_reason()
             if busy is not None:
                 return self._refuse_all(boundary, busy[0], busy[1], requested_by, index)
             pipe = self.pipeline
-            dropped = self._note_components()
+            dropped = self._components.note(pipe)
+            left = self._components.take_left()
             produced = []
             for spec, action in self._actions[boundary]:
                 context = BoundaryContext(
@@ -297,7 +373,9 @@ class Attachment:
                     policy=self.policy,
                     options=dict(spec.options),
                     dropped=dropped,
-                    on_survivors=self._forget_dropped,
+                    left=left,
+                    state=self._state.setdefault(action.name, {}),
+                    on_survivors=self._components.forget,
                 )
                 try:
                     report = action(context)
@@ -311,36 +389,6 @@ class Attachment:
                 self._record(action.component(boundary), report, boundary, index)
                 produced.append(report)
         return produced
-
-    def _note_components(self) -> dict[str, weakref.ref]:
-        """Update which components left the pipeline since last seen; return those to be freed."""
-        pipe = self.pipeline
-        with self._lock:
-            if pipe is None:
-                return dict(self._dropped)
-            current = {name: m for name, m in pipe.components.items() if isinstance(m, torch.nn.Module)}
-            current_ids = {id(m) for m in current.values()}
-            for name, ref in list(self._known.items()):
-                module = ref()
-                if module is None:
-                    del self._known[name]
-                elif id(module) not in current_ids:
-                    del self._known[name]
-                    key, n = name, 2
-                    while key in self._dropped and self._dropped[key]() is not None:
-                        key, n = f"{name}#{n}", n + 1
-                    self._dropped[key] = ref
-            for name, module in current.items():
-                if name not in self._known or self._known[name]() is not module:
-                    self._known[name] = weakref.ref(module)
-            self._dropped = {k: r for k, r in self._dropped.items() if r() is not None}
-            return dict(self._dropped)
-
-    def _forget_dropped(self, names: Iterable[str]) -> None:
-        """Dropped components referenced elsewhere: do not collect fully for them again."""
-        with self._lock:
-            for name in names:
-                self._dropped.pop(name, None)
 
     def _refusal(
         self, boundary: str, action: RegisteredAction, reason: str, detail: str, requested_by: str, index: int

@@ -41,7 +41,7 @@ from diffusers.hooks import HookRegistry, ModelHook
 from ddo_hooks._compat import accelerate as accelerate_compat
 from ddo_hooks._compat import diffusers as diffusers_compat
 
-__all__ = ["InstalledHook", "WrappedAttribute", "install_hook", "wrap_attribute"]
+__all__ = ["InstalledHook", "WrappedAttribute", "install_hook", "remove_every_hook", "wrap_attribute"]
 
 _MISSING = object()
 
@@ -126,3 +126,27 @@ def wrap_attribute(owner: Any, name: str, make: Callable[[Callable[..., Any]], C
     wrapper.__ddo_previous__ = previous  # type: ignore[attr-defined]
     object.__setattr__(owner, name, wrapper)  # bypasses DiffusionPipeline.__setattr__'s config sync
     return WrappedAttribute(weakref.ref(owner), name, weakref.ref(wrapper))
+
+
+def remove_every_hook(module: torch.nn.Module) -> int:
+    """Remove every diffusers and accelerate hook from ``module`` and its submodules.
+
+    For a component leaving its pipeline: group offloading's hook registry and the module hold
+    each other in a reference cycle, which only a full garbage collection frees; without its
+    hooks the module is freed by reference counting as soon as nobody else holds it.
+
+    Returns:
+        How many hooks were removed.
+    """
+    removed = 0
+    for sub in module.modules():
+        registry = diffusers_compat.registry_of(sub)
+        if registry is not None:
+            for name in list(registry.hooks):
+                registry.remove_hook(name, recurse=False)
+                removed += 1
+            diffusers_compat.drop_registry(sub)
+        if accelerate_compat.has_hook(sub):
+            accelerate_compat.remove(sub)
+            removed += 1
+    return removed

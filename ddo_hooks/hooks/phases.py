@@ -100,12 +100,14 @@ class CallPhases:
         fire: Called when a boundary of a call is due. It runs before the call moves on, so a
             failing boundary leaves the call where it was (and the call's end still comes).
         miss: Called at the end of a call for each boundary it never reached.
+        on_start: Called when a top-level call starts, before anything else of it.
     """
 
-    def __init__(self, owner: str, fire: Fire, miss: Miss) -> None:
+    def __init__(self, owner: str, fire: Fire, miss: Miss, *, on_start: Callable[[Call], object] | None = None) -> None:
         self.owner = owner
         self._fire = fire
         self._miss = miss
+        self._on_start = on_start
         self._lock = threading.Lock()
         self._calls: dict[int, Call] = {}
         self.call_index = 0
@@ -145,7 +147,11 @@ class CallPhases:
             self._calls[me] = call
         try:
             call.section = guard.enter("inference", f"a {self.owner} call")
+            if self._on_start is not None:
+                self._on_start(call)
         except BaseException:
+            if call.section is not None:
+                guard.exit(call.section)
             with self._lock:
                 del self._calls[me]
             raise

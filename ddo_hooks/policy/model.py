@@ -53,7 +53,10 @@ from ddo_hooks.policy.parts import (
 )
 from ddo_hooks.policy.yaml_loader import LoadedYaml, compose_policy_yaml, read_policy_file
 
-__all__ = ["SUPPORTED_VERSIONS", "HookPolicy", "policy_json_schema"]
+__all__ = ["PRESETS", "SUPPORTED_VERSIONS", "HookPolicy", "policy_json_schema"]
+
+PRESETS: tuple[str, ...] = ("default", "lowest-peak", "lowest-latency")
+"""The packaged policies (``ddo_hooks/policy/presets/``), each documented with its measured trade-off."""
 
 SUPPORTED_VERSIONS: tuple[int, ...] = (1,)
 """The policy versions this release reads."""
@@ -198,11 +201,28 @@ class HookPolicy(Model):
             >>> HookPolicy.default() == HookPolicy(version=1)
             True
         """
-        resource = resources.files("ddo_hooks.policy").joinpath("presets/default.yaml")
+        return cls.preset("default")
+
+    @classmethod
+    def preset(cls, name: str) -> HookPolicy:
+        """A packaged policy: ``default``, ``lowest-peak`` or ``lowest-latency`` (see :data:`PRESETS`).
+
+        Raises:
+            PolicyError: No preset has that name; the message lists them.
+
+        Examples:
+            >>> HookPolicy.preset("lowest-latency").boundary("after_call").idle
+            2.0
+        """
+        if name not in PRESETS:
+            guess = did_you_mean(name, PRESETS)
+            hint = f"did you mean {guess!r}? " if guess else ""
+            raise PolicyError(f"no preset policy named {show_value(name)}; {hint}presets: {', '.join(PRESETS)}")
+        resource = resources.files("ddo_hooks.policy").joinpath(f"presets/{name}.yaml")
         try:
             text = resource.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as e:
-            raise PolicyError(f"{resource}: cannot read the packaged default ({e}); reinstall ddo-hooks") from e
+            raise PolicyError(f"{resource}: cannot read the packaged preset ({e}); reinstall ddo-hooks") from e
         return cls._load(text, str(resource), None)
 
     @classmethod
@@ -314,8 +334,8 @@ class HookPolicy(Model):
         Examples:
             >>> policy = HookPolicy.from_mapping({"version": 1, "release": {"collect": "young"}, "boundaries": {
             ...     "after_call": {"actions": [{"name": "host_cache_release", "options": {"collect": "full"}}]}}})
-            >>> policy.actions("before_vae")[0].options, policy.actions("after_call")[0].options
-            ({'collect': 'young', 'min_releasable_bytes': 0}, {'collect': 'full', 'min_releasable_bytes': 0})
+            >>> policy.actions("before_vae")[0].options["collect"], policy.actions("after_call")[0].options
+            ('young', {'collect': 'full', 'min_releasable_bytes': 0, 'trigger': 'always'})
         """
         return tuple(
             spec.model_copy(update={"options": _release_options(self.release, spec.options)})

@@ -44,12 +44,14 @@ __all__ = [
     "ActionEntry",
     "ActionName",
     "ActionSpec",
+    "Duration",
     "AuxiliarySourcesPolicy",
     "BoundariesPolicy",
     "BoundaryPolicy",
     "Model",
     "ReleasePolicy",
     "located_error",
+    "parse_duration",
     "validate_device",
 ]
 
@@ -143,6 +145,9 @@ class ReleasePolicy(Model):
     or ``auto`` (young, then full only if a dropped component is still alive)."""
     min_releasable_bytes: ByteSize = 0
     """Skip the release when fewer cached bytes are releasable (``0``: always release)."""
+    trigger: Literal["always", "dropped"] = "always"
+    """``always``; or ``dropped``: release only when a component left the pipeline since the
+    previous boundary (its pinned copies are then in the cache), else a ``not_triggered`` no-op."""
 
 
 def _check_release_options(options: Mapping[str, Any]) -> None:
@@ -165,6 +170,39 @@ def _check_release_options(options: Mapping[str, Any]) -> None:
         else:
             message = f"{{value}}: {item['msg'].removeprefix('Value error, ')}"
         raise located_error("release_option", message, at, value=value) from e
+
+
+_DURATION_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*(ms|s|m|min)?\s*$")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "min": 60.0, None: 1.0}
+MAX_DURATION_SECONDS = 24 * 3600
+
+
+def parse_duration(value: object) -> float:
+    """A duration in seconds, from a number of seconds or a string such as ``2s``, ``500ms``, ``1.5 min``.
+
+    Raises:
+        PydanticCustomError: Negative, non-finite, longer than a day, or not a duration.
+
+    Examples:
+        >>> parse_duration("2s"), parse_duration("500ms"), parse_duration(1.5), parse_duration("1 min")
+        (2.0, 0.5, 1.5, 60.0)
+    """
+    seconds: float | None = None
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        seconds = float(value)
+    elif isinstance(value, str) and (match := _DURATION_RE.match(value)):
+        seconds = float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+    if seconds is None or not math.isfinite(seconds) or not 0 <= seconds <= MAX_DURATION_SECONDS:
+        forms = "a number of seconds, or e.g. '2s', '500ms', '1 min' (at most a day)"
+        raise located_error("duration", f"{show_value(value)} is not a duration; use {forms}")
+    return seconds
+
+
+Duration = Annotated[
+    float,
+    BeforeValidator(parse_duration, json_schema_input_type=Annotated[float, Field(ge=0)] | str),
+]
+"""Seconds, written as a number or with a unit (``2s``, ``500ms``, ``1 min``)."""
 
 
 class ActionSpec(Model):
@@ -197,6 +235,10 @@ class BoundaryPolicy(Model):
     """Whether the boundary acts; a disabled boundary is a no-op."""
     actions: tuple[ActionEntry, ...] = (ActionSpec(name=HOST_CACHE_RELEASE),)
     """The actions run at the boundary, in order; each name at most once."""
+    idle: Duration | None = None
+    """``after_call`` only: run the actions once the pipeline has been idle this long after the
+    call (e.g. ``2s``, ``500ms``), instead of at once; the next call cancels them. Back-to-back
+    calls keep their pinned cache; an idle service gives it back."""
 
     @field_validator("actions")
     @classmethod
@@ -223,6 +265,14 @@ class BoundaryPolicy(Model):
 
 class BoundariesPolicy(Model):
     """The three phase boundaries; one not listed keeps its default."""
+
+    @model_validator(mode="after")
+    def _idle_after_call_only(self) -> BoundariesPolicy:
+        for name in ("before_transformer", "before_vae"):
+            if getattr(self, name).idle is not None:
+                message = "idle applies to after_call only (no other boundary can wait: the call goes on)"
+                raise located_error("idle_boundary", message, (name, "idle"))
+        return self
 
     before_transformer: BoundaryPolicy = Field(default_factory=BoundaryPolicy)
     """After the text encoders ran, before the denoising transformer starts."""

@@ -25,15 +25,16 @@ Facts this relies on (``FACTS.md``, re-measured on the GPU machine):
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import torch
 
 from ddo_hooks._compat import torch as torch_compat
 
-__all__ = ["EntryPoint", "HostAllocatorBackend", "TorchHostAllocator", "backend", "use_backend"]
+__all__ = ["EntryPoint", "HostAllocatorBackend", "TorchHostAllocator", "backend", "pinned_allocation", "use_backend"]
 
 
 @dataclass(frozen=True)
@@ -145,6 +146,29 @@ class TorchHostAllocator:
     def synchronize(self, index: int) -> None:
         """``torch.cuda.synchronize(index)``."""
         torch.cuda.synchronize(index)
+
+
+def pinned_allocation(environ: Mapping[str, str] | None = None) -> Literal["cudaHostAlloc", "cudaHostRegister"]:
+    """How this process's host allocator pins: from ``PYTORCH_CUDA_ALLOC_CONF`` (or ``PYTORCH_ALLOC_CONF``).
+
+    ``pinned_use_cuda_host_register:True`` makes torch pin with ``cudaHostRegister`` (cheaper to
+    pin again after a release, see the docs' benchmarks); torch reads it when CUDA starts, so it is
+    set before that, by the user, never by ddo_hooks.
+
+    Examples:
+        >>> conf = "pinned_use_cuda_host_register:True,pinned_num_register_threads:8"
+        >>> pinned_allocation({"PYTORCH_CUDA_ALLOC_CONF": conf})
+        'cudaHostRegister'
+        >>> pinned_allocation({})
+        'cudaHostAlloc'
+    """
+    env = os.environ if environ is None else environ
+    for name in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"):
+        for option in env.get(name, "").split(","):
+            key, _, value = option.partition(":")
+            if key.strip() == "pinned_use_cuda_host_register":
+                return "cudaHostRegister" if value.strip().lower() == "true" else "cudaHostAlloc"
+    return "cudaHostAlloc"
 
 
 _BACKEND: HostAllocatorBackend = TorchHostAllocator()

@@ -27,9 +27,9 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from ddo_hooks.reports.release import AllocatorSnapshot, validate_active_counter
+from ddo_hooks.reports.release import AllocatorSnapshot, PinningSince, validate_active_counter
 
-__all__ = ["snapshot_from_raw", "unavailable_snapshot"]
+__all__ = ["pinning_between", "snapshot_from_raw", "unavailable_snapshot"]
 
 
 def unavailable_snapshot(reason: str) -> AllocatorSnapshot:
@@ -46,10 +46,7 @@ def unavailable_snapshot(reason: str) -> AllocatorSnapshot:
 
 def _current(raw: Mapping[str, Any], key: str) -> Any:
     """``raw[key]["current"]`` (nested layout) or ``raw[key + ".current"]`` (flat layout)."""
-    value = raw.get(key)
-    if isinstance(value, Mapping):
-        return value.get("current")
-    return raw.get(f"{key}.current")
+    return _field(raw, key, "current")
 
 
 def _has(raw: Mapping[str, Any], key: str) -> bool:
@@ -85,6 +82,7 @@ def snapshot_from_raw(raw: Mapping[str, Any] | None) -> AllocatorSnapshot:
     ):
         reported = None
     active = validate_active_counter(reported, owned)
+    micros = _field(raw, "host_alloc_time", "total")
     return AllocatorSnapshot(
         status="available",
         allocated_bytes=owned,
@@ -92,4 +90,49 @@ def snapshot_from_raw(raw: Mapping[str, Any] | None) -> AllocatorSnapshot:
         active_bytes=active,
         active_counter_consistent=active is not None,
         counter_layout=layout,
+        pinned_blocks_total=_count(raw.get("num_host_alloc")),
+        pinned_bytes_total=_count(_field(raw, owned_key, "allocated")),
+        pin_seconds_total=_seconds(micros),
     )
+
+
+def _field(raw: Mapping[str, Any], key: str, field: str) -> Any:
+    """``raw[key][field]`` (nested layout) or ``raw[key + "." + field]`` (flat layout)."""
+    value = raw.get(key)
+    return value.get(field) if isinstance(value, Mapping) else raw.get(f"{key}.{field}")
+
+
+def _seconds(micros: Any) -> float | None:
+    """Microseconds as seconds, or ``None`` when not a finite non-negative number."""
+    if isinstance(micros, bool) or not isinstance(micros, (int, float)) or not math.isfinite(micros) or micros < 0:
+        return None
+    return micros / 1e6
+
+
+def pinning_between(since_phase: str, start: AllocatorSnapshot, end: AllocatorSnapshot) -> PinningSince:
+    """What the allocator pinned between two snapshots; a figure either lacks (or that went down) is ``None``.
+
+    Examples:
+        >>> raw = {"allocated_bytes": {"current": 0, "allocated": 4096}, "active_bytes": {"current": 0},
+        ...        "num_host_alloc": 1, "host_alloc_time": {"total": 500}}
+        >>> later = {**raw, "allocated_bytes": {"current": 0, "allocated": 12288}, "num_host_alloc": 3,
+        ...          "host_alloc_time": {"total": 2500}}
+        >>> pinning_between("before_vae", snapshot_from_raw(raw), snapshot_from_raw(later))
+        PinningSince(since_phase='before_vae', blocks=2, bytes=8192, seconds=0.002)
+    """
+
+    def change(name: str) -> Any:
+        a, b = getattr(start, name), getattr(end, name)
+        return None if a is None or b is None or b < a else b - a
+
+    return PinningSince(
+        since_phase=since_phase,
+        blocks=change("pinned_blocks_total"),
+        bytes=change("pinned_bytes_total"),
+        seconds=change("pin_seconds_total"),
+    )
+
+
+def _count(value: Any) -> int | None:
+    """A non-negative integer counter, or ``None`` (absent or not a count: never read as 0)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None

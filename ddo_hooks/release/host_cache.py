@@ -33,7 +33,7 @@ from ddo_hooks.boundaries import PHASE_PATTERN
 from ddo_hooks.errors import BoundaryRefusedError, HostCacheReleaseError, InvalidArgumentError
 from ddo_hooks.release import allocator as _allocator
 from ddo_hooks.release import guard
-from ddo_hooks.release.counters import snapshot_from_raw, unavailable_snapshot
+from ddo_hooks.release.counters import pinning_between, snapshot_from_raw, unavailable_snapshot
 from ddo_hooks.release.devices import DeviceLike, parse_cuda_device
 from ddo_hooks.release.host_memory import observe_host
 from ddo_hooks.reports.release import (
@@ -46,7 +46,7 @@ from ddo_hooks.reports.release import (
     ThresholdDecision,
 )
 
-__all__ = ["CollectStrategy", "release_pytorch_host_cache"]
+__all__ = ["CollectStrategy", "not_triggered", "release_pytorch_host_cache"]
 
 CollectStrategy = Literal["full", "young", "auto"]
 """``full``: :func:`gc.collect` of every generation (the default; 170-300 ms in a process
@@ -167,6 +167,18 @@ def _noop(
     )
 
 
+def not_triggered(phase: str, detail: str, device: DeviceLike = "cuda") -> HostCacheReleaseReport:
+    """The explicit no-op report of a release the policy did not trigger (``noop_reason: not_triggered``).
+
+    Examples:
+        >>> not_triggered("before_transformer", "no component left the pipeline").release.noop_reason
+        'not_triggered'
+    """
+    index = parse_cuda_device(device)
+    label = "cuda" if index is None else f"cuda:{index}"
+    return _noop(phase, "not_triggered", detail, label, _allocator.backend().torch_version(), time.perf_counter())
+
+
 def release_pytorch_host_cache(
     enabled: bool = False,
     phase: str = "manual",
@@ -175,6 +187,7 @@ def release_pytorch_host_cache(
     collect: CollectStrategy = "full",
     expect_freed: Mapping[str, weakref.ref] | None = None,
     min_releasable_bytes: int = 0,
+    pinned_since: tuple[str, AllocatorSnapshot] | None = None,
 ) -> HostCacheReleaseReport:
     """Release PyTorch's unused pinned host blocks at a quiet phase boundary.
 
@@ -193,6 +206,9 @@ def release_pytorch_host_cache(
         min_releasable_bytes: Skip the release (a ``below_threshold`` no-op) when fewer
             releasable bytes are cached. Decided only from a trustworthy active counter; when
             it is not, the release runs and the report says so.
+        pinned_since: The previous boundary's label and its last allocator snapshot; the report
+            then says what was pinned in between (``pinned_since_previous``), the cost the
+            previous release passed on. Attachments pass it; ``None`` leaves it out.
 
     Returns:
         The validated DDO report (route ``pytorch_host_cache_release``).
@@ -209,6 +225,14 @@ def release_pytorch_host_cache(
     """
     started = time.perf_counter()
     _check_arguments(enabled, phase, collect, expect_freed, min_releasable_bytes)
+    if pinned_since is not None and not (
+        isinstance(pinned_since, tuple)
+        and len(pinned_since) == 2
+        and isinstance(pinned_since[0], str)
+        and _PHASE_RE.fullmatch(pinned_since[0])
+        and isinstance(pinned_since[1], AllocatorSnapshot)
+    ):
+        raise InvalidArgumentError("pinned_since must be None or (a phase label, an AllocatorSnapshot)")
     index = parse_cuda_device(device)
     label = "cuda" if index is None else f"cuda:{index}"
     backend = _allocator.backend()
@@ -270,6 +294,7 @@ def release_pytorch_host_cache(
         collect,
         expect_freed or {},
         min_releasable_bytes,
+        pinned_since,
         started,
     )
 
@@ -283,6 +308,7 @@ def _execute(
     collect: CollectStrategy,
     expect_freed: Mapping[str, weakref.ref],
     min_releasable_bytes: int,
+    pinned_since: tuple[str, AllocatorSnapshot] | None,
     started: float,
 ) -> HostCacheReleaseReport:
     version = backend.torch_version()
@@ -340,6 +366,9 @@ def _execute(
     delta = None
     if after is not None and before.allocated_bytes is not None and after.allocated_bytes is not None:
         delta = before.allocated_bytes - after.allocated_bytes
+    since = None
+    if pinned_since is not None and before.status == "available" and pinned_since[1].status == "available":
+        since = pinning_between(pinned_since[0], pinned_since[1], before)
     return HostCacheReleaseReport(
         setup=HostCacheReleaseSetup(
             host_cache_release=HostCacheRelease(
@@ -366,6 +395,8 @@ def _execute(
                 allocator_bytes_delta=delta,
                 host_before=host_before,
                 host_after=host_after,
+                pinned_since_previous=since,
+                pinned_allocation=_allocator.pinned_allocation(),
             )
         )
     )

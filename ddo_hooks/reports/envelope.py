@@ -8,7 +8,7 @@ of several (``torch.distributed`` initialized, or ``RANK``/``LOCAL_RANK``/``WORL
 Files written before the envelope existed still load: their records have none.
 
 Examples:
-    >>> envelope = RecordEnvelope.now(run_id="0123456789abcdef", call_index=2, boundary="after_call")
+    >>> envelope = RecordEnvelope.now(run_id=new_run_id(), call_index=2, boundary="after_call")
     >>> envelope.call_index, envelope.boundary, envelope.timestamp.tzinfo is not None
     (2, 'after_call', True)
     >>> ReportRecord(component="host_cache_after_call", report=None, envelope=envelope)  # doctest: +ELLIPSIS

@@ -31,6 +31,7 @@ from ddo_hooks.reports.base import Bytes, HostObservation, Names, PhaseLabel, Re
 
 __all__ = [
     "AllocatorSnapshot",
+    "PinningSince",
     "GarbageCollection",
     "HostCacheRelease",
     "HostCacheReleaseReport",
@@ -48,7 +49,9 @@ NoopReason = Literal[
     "forked_child",
     "lazy_init_required",
     "below_threshold",
+    "not_triggered",
 ]
+"""Why a release did nothing (``not_triggered``: the policy releases only after a component was dropped)."""
 
 
 def validate_active_counter(reported: object, allocated: int | None) -> int | None:
@@ -94,6 +97,12 @@ class AllocatorSnapshot(ReportModel):
     """Whether ``active_bytes`` is usable; never use an inconsistent counter for decisions."""
     counter_layout: Literal["torch>=2.10", "torch2.7-2.9"] | None = None
     """Which key set the raw stats used (``allocated_bytes`` changed meaning in torch 2.10)."""
+    pinned_blocks_total: Bytes | None = None
+    """Blocks the allocator has pinned since the process started (``num_host_alloc``); ``None`` when not reported."""
+    pinned_bytes_total: Bytes | None = None
+    """Bytes the allocator has pinned since the process started (the owned counter's ``allocated``)."""
+    pin_seconds_total: Seconds | None = None
+    """Seconds the allocator has spent pinning since the process started (``host_alloc_time.total``)."""
 
     @field_validator("reported_active_bytes")
     @classmethod
@@ -107,7 +116,15 @@ class AllocatorSnapshot(ReportModel):
         if self.status == "unavailable":
             filled = [
                 name
-                for name in ("allocated_bytes", "reported_active_bytes", "active_bytes", "counter_layout")
+                for name in (
+                    "allocated_bytes",
+                    "reported_active_bytes",
+                    "active_bytes",
+                    "counter_layout",
+                    "pinned_blocks_total",
+                    "pinned_bytes_total",
+                    "pin_seconds_total",
+                )
                 if getattr(self, name) is not None
             ]
             if filled or self.active_counter_consistent:
@@ -133,6 +150,23 @@ class AllocatorSnapshot(ReportModel):
                 f"active_counter_consistent must be {expected is not None} when active_bytes is {show_repr(expected)}"
             )
         return self
+
+
+class PinningSince(ReportModel):
+    """What pinning the allocator did between the previous boundary of the same attachment and this one.
+
+    This is the cost a release passes on: a block given back must be pinned again at the next
+    onload that needs it. Each figure is ``None`` where the counters could not be read (never 0).
+    """
+
+    since_phase: PhaseLabel
+    """The previous boundary, whose ``after`` (or ``before``) snapshot is the starting point."""
+    blocks: Bytes | None
+    """Blocks pinned in between (``num_host_alloc``)."""
+    bytes: Bytes | None
+    """Bytes pinned in between."""
+    seconds: Seconds | None
+    """Seconds spent pinning in between (``host_alloc_time``)."""
 
 
 class ReleaseTimings(ReportModel):
@@ -229,6 +263,12 @@ class HostCacheRelease(ReportModel):
     """Host memory before the release."""
     host_after: HostObservation | None
     """Host memory after the release."""
+    pinned_since_previous: PinningSince | None = None
+    """Pinning done since the previous boundary of the same attachment; ``None`` for the first one,
+    for a direct call, and where no snapshot was taken."""
+    pinned_allocation: Literal["cudaHostAlloc", "cudaHostRegister"] | None = None
+    """How this process pins: ``cudaHostRegister`` with ``PYTORCH_CUDA_ALLOC_CONF=pinned_use_cuda_host_register:True``,
+    else ``cudaHostAlloc`` (torch's default); ``None`` where nothing could be released."""
 
     @model_validator(mode="after")
     def _coherent(self) -> HostCacheRelease:

@@ -1,0 +1,97 @@
+"""The built-in boundary actions: ``host_cache_release`` and ``malloc_trim``.
+
+Both are registered when an action is first looked up (:func:`ddo_hooks.hooks.actions.resolve_action`)
+and receive their settings as options, like any action. ``host_cache_release`` runs the release
+core with the policy's ``release`` settings (overridden per boundary) and remembers its last
+allocator snapshot, so that each report says what was pinned since the previous boundary.
+``malloc_trim`` is a separate opt-in: after a release it asks glibc to return freed heap pages to
+the operating system (with ``pinned_use_cuda_host_register`` the C library keeps the pages a
+release frees, so RSS does not follow); elsewhere it is an explicit no-op report.
+
+Examples:
+    >>> from ddo_hooks import HookPolicy
+    >>> actions = {"actions": ["host_cache_release", "malloc_trim"]}
+    >>> policy = HookPolicy.from_mapping({"version": 1, "boundaries": {"after_call": actions}})
+    >>> policy.boundary("after_call").action_names()
+    ('host_cache_release', 'malloc_trim')
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import functools
+import sys
+import time
+from typing import Any
+
+from ddo_hooks.boundaries import HOST_CACHE_COMPONENT_PREFIX, HOST_CACHE_RELEASE, MALLOC_TRIM
+from ddo_hooks.hooks.actions import BoundaryContext, register_action
+
+__all__ = ["host_cache_release", "malloc_trim"]
+
+
+@register_action(HOST_CACHE_RELEASE, component_prefix=HOST_CACHE_COMPONENT_PREFIX)
+def host_cache_release(ctx: BoundaryContext) -> Any:
+    """The built-in release: :func:`~ddo_hooks.release_pytorch_host_cache` with its options.
+
+    Options (the policy's ``release`` settings, overridden by the boundary's own): ``collect``,
+    ``min_releasable_bytes`` and ``trigger`` (``dropped``: only when a component left the pipeline
+    since the previous boundary). Dropped components it could not free are noted as survivors.
+    """
+    from ddo_hooks.release.host_cache import not_triggered, release_pytorch_host_cache  # imports torch
+
+    if ctx.options["trigger"] == "dropped" and not ctx.left:
+        return not_triggered(ctx.boundary, "no component left the pipeline since the previous boundary", ctx.device)
+    report = release_pytorch_host_cache(
+        enabled=True,
+        phase=ctx.boundary,
+        device=ctx.device,
+        collect=ctx.options["collect"],
+        expect_freed=ctx.dropped,
+        min_releasable_bytes=ctx.options["min_releasable_bytes"],
+        pinned_since=ctx.state.get("last"),
+    )
+    release = report.release
+    last = release.after or release.before
+    if last is not None:
+        ctx.state["last"] = (ctx.boundary, last)
+    if release.collection is not None and release.collection.survivors:
+        ctx.note_survivors(release.collection.survivors)
+    return report
+
+
+@functools.cache
+def _malloc_trim() -> Any:
+    """Glibc's ``malloc_trim``, or ``None`` where the C library has none."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+    except OSError:
+        return None
+    trim = getattr(libc, "malloc_trim", None)
+    if trim is not None:
+        trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
+    return trim
+
+
+@register_action(MALLOC_TRIM)
+def malloc_trim(ctx: BoundaryContext) -> Any:
+    """Return freed heap pages to the OS (glibc ``malloc_trim(0)``); an explicit no-op where there is none.
+
+    Its report (route ``boundary_action``) holds ``returned`` (1 when memory was released), the
+    process RSS before and after, and the seconds the call took.
+    """
+    from ddo_hooks.release.host_memory import observe_host
+
+    trim = _malloc_trim()
+    if trim is None:
+        return ctx.action_report("noop", detail="malloc_trim is glibc's; this platform's C library has none")
+    before = observe_host().rss_bytes
+    started = time.perf_counter()
+    returned = int(trim(0))
+    seconds = time.perf_counter() - started
+    after = observe_host().rss_bytes
+    data = {"returned": returned, "rss_before": before, "rss_after": after, "seconds": seconds}
+    return ctx.action_report("executed", detail=f"malloc_trim(0) returned {returned}", data=data)

@@ -1,0 +1,92 @@
+"""Which components left an attached pipeline, and dropping them so that they are freed at once.
+
+A boundary offers its actions the components that left the pipeline since the previous boundary
+(:meth:`Components.left`) and those of them still alive (:meth:`Components.dropped`, weak
+references: the built-in release collects garbage fully only while one of them lives).
+:meth:`Components.drop` takes components off the pipeline and removes the offloading hooks that
+would keep them alive in a reference cycle until a full collection.
+
+Examples:
+    >>> from ddo_hooks.testing.tiny_pipelines import build_pipeline
+    >>> pipe = build_pipeline("sd")
+    >>> components = Components(pipe)
+    >>> components.drop(pipe, ("text_encoder",))
+    >>> components.note(pipe), components.take_left()
+    ({}, ('text_encoder',))
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+
+__all__ = ["Components"]
+
+
+class Components:
+    """The component bookkeeping of one attachment (thread-safe; holds components weakly).
+
+    Args:
+        pipeline: The pipeline, to note its components as they are now.
+    """
+
+    def __init__(self, pipeline: Any) -> None:
+        self._lock = threading.Lock()
+        self._known: dict[str, weakref.ref] = {}
+        self._dropped: dict[str, weakref.ref] = {}
+        self._left: set[str] = set()
+        self.note(pipeline)
+        self._left.clear()
+
+    def note(self, pipeline: Any | None) -> dict[str, weakref.ref]:
+        """Note which components left ``pipeline`` since last noted; return those still alive."""
+        with self._lock:
+            if pipeline is not None:
+                current = {name: m for name, m in pipeline.components.items() if isinstance(m, torch.nn.Module)}
+                current_ids = {id(m) for m in current.values()}
+                for name, ref in list(self._known.items()):
+                    module = ref()
+                    if module is not None and id(module) in current_ids:
+                        continue
+                    self._left.add(name)
+                    del self._known[name]
+                    if module is not None:
+                        key, n = name, 2
+                        while key in self._dropped and self._dropped[key]() is not None:
+                            key, n = f"{name}#{n}", n + 1
+                        self._dropped[key] = ref
+                for name, module in current.items():
+                    if name not in self._known or self._known[name]() is not module:
+                        self._known[name] = weakref.ref(module)
+            self._dropped = {k: r for k, r in self._dropped.items() if r() is not None}
+            return dict(self._dropped)
+
+    def take_left(self) -> tuple[str, ...]:
+        """The components that left since the previous call of this method, sorted."""
+        with self._lock:
+            left, self._left = tuple(sorted(self._left)), set()
+            return left
+
+    def forget(self, names: Iterable[str]) -> None:
+        """Dropped components referenced elsewhere: do not collect fully for them again."""
+        with self._lock:
+            for name in names:
+                self._dropped.pop(name, None)
+
+    def drop(self, pipeline: Any, names: tuple[str, ...]) -> None:
+        """Set each named component of ``pipeline`` to ``None`` and remove every hook it carries."""
+        from ddo_hooks.hooks.mechanics import remove_every_hook  # imports diffusers' hook registry
+
+        components = pipeline.components
+        for name in names:
+            module = components.pop(name)
+            setattr(pipeline, name, None)
+            if isinstance(module, torch.nn.Module):
+                remove_every_hook(module)
+            del module
+        with self._lock:
+            self._left.update(names)
