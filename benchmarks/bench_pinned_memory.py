@@ -82,13 +82,15 @@ def plan(args: argparse.Namespace) -> list[dict[str, Any]]:
     return runs
 
 
-def run_child(argv: list[str], label: str, timeout: float) -> tuple[int, float, list[str]]:
-    """Run ``pinned_workload.py`` with ``argv``, echoing its output; return exit code, seconds, last lines."""
+def run_child(
+    argv: list[str], label: str, timeout: float, script: str = "pinned_workload.py"
+) -> tuple[int, float, list[str]]:
+    """Run ``script`` (a worker beside this file) with ``argv``, echoing its output; return exit code, seconds, tail."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     env.update(TRANSFORMERS_VERBOSITY="error", DIFFUSERS_VERBOSITY="error", TOKENIZERS_PARALLELISM="false")
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE.parent), env.get("PYTHONPATH", "")]))
     start, tail = time.perf_counter(), []
-    command = [sys.executable, str(HERE / "pinned_workload.py"), *argv]
+    command = [sys.executable, str(HERE / script), *argv]
     pipe = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT, "encoding": "utf-8", "errors": "replace"}
     proc = subprocess.Popen(command, text=True, env=env, **pipe)
 
