@@ -194,22 +194,24 @@ def _schema(args: argparse.Namespace) -> int:
     return 0
 
 
-def _summarize(args: argparse.Namespace) -> int:
-    from ddo_hooks.cli.table import arrow_for, boundary_rows, format_table, format_totals
+def _load_reports(paths: Sequence[str]) -> list[Any]:
+    """Each report file, loaded; a policy given instead is refused with the command that reads it."""
     from ddo_hooks.reports.files import load_report_file
 
-    try:
-        loaded = load_report_file(args.file)
-    except DDOError as e:
-        raise _other_kind(e, args.file, "policy", "validate-policy") from e
-    rows = boundary_rows(loaded.records)
-    calls = len({row.call for row in rows})
-    print(f"{args.file}: {len(rows)} reports over {calls} pipeline calls (calls inferred from the boundary order)")
-    print()
-    print(format_table(rows, arrow=arrow_for(sys.stdout)))
-    print()
-    print("totals per boundary across calls:")
-    print(format_totals(rows))
+    loaded = []
+    for path in paths:
+        try:
+            loaded.append(load_report_file(path))
+        except DDOError as e:
+            raise _other_kind(e, path, "policy", "validate-policy") from e
+    return loaded
+
+
+def _summarize(args: argparse.Namespace) -> int:
+    from ddo_hooks.cli.summarize import format_summary
+    from ddo_hooks.cli.table import arrow_for
+
+    print(format_summary(_load_reports(args.files), arrow=arrow_for(sys.stdout)))
     return 0
 
 
@@ -299,14 +301,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     schema.add_argument("which", nargs="?", choices=("policy", "report", "record"), help="which schema to print")
     schema.set_defaults(usage_error=schema.error)
-    _command(
+    summarize = _command(
         commands,
         "summarize",
         _summarize,
-        "show a saved run as the demo's table, with totals per boundary",
-        "Show the reports of a saved run (e.g. the demo's JSON Lines) as one row per boundary report, "
-        "followed by totals per boundary across calls.",
+        "show saved runs as tables, with totals per boundary",
+        "Show the reports of saved runs (e.g. the demo's JSON Lines, or one file per worker or rank) as one "
+        "table per run (from the records' envelopes: run id, call, host, pid, rank), then totals per boundary "
+        "across calls: per run, per rank and in total. Calls of records without an envelope are inferred from "
+        "the boundary order.",
+        file=False,
     )
+    summarize.add_argument("files", nargs="+", metavar="FILE", help="report files (JSON Lines or tracker JSON)")
     return parser
 
 
