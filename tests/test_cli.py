@@ -48,6 +48,7 @@ RUNS: dict[str, tuple[str, ...]] = {
     "help validate-report": ("validate-report", "--help"),
     "help schema": ("schema", "--help"),
     "help summarize": ("summarize", "--help"),
+    "help plot": ("plot", "--help"),
     "usage: unknown command": ("clean-cache",),
     "usage: bad device": ("demo", "--device", "tpu"),
     # validate-policy
@@ -298,7 +299,7 @@ def test_help_exits_0_on_every_command(runs: Runs, run: str):
     assert "-h, --help" in result.stdout
     if run == "help":
         assert re.findall(r"^    (\S+)", result.stdout, re.MULTILINE) == [
-            *("demo", "validate-policy", "validate-report", "schema", "summarize"),
+            *("demo", "validate-policy", "validate-report", "schema", "summarize", "plot"),
         ]
 
 

@@ -3,7 +3,8 @@
 Modules: :mod:`~ddo_hooks.cli.main` (the parser and :func:`~ddo_hooks.cli.main.main`),
 :mod:`~ddo_hooks.cli.demo` (the demo run), :mod:`~ddo_hooks.cli.table` (reports as tables),
 :mod:`~ddo_hooks.cli.layout` (text tables that fit 100 columns), :mod:`~ddo_hooks.cli.summarize`
-(saved runs, one table per run) and :mod:`~ddo_hooks.cli.schema` (the JSON Schema files). A
+(saved runs, one table per run), :mod:`~ddo_hooks.cli.plot` (saved runs, drawn) and
+:mod:`~ddo_hooks.cli.schema` (the JSON Schema files). A
 command imports what it needs when it runs: ``--help``, ``schema``, ``validate-policy``,
 ``validate-report`` and ``summarize`` never import torch, diffusers or transformers. May import
 every layer.

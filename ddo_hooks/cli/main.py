@@ -1,7 +1,7 @@
 """The ``ddo-hooks`` command line (also ``python -m ddo_hooks``).
 
 Commands: ``demo`` (run a tiny real pipeline with the policy attached and show what each
-boundary did), ``validate-policy``, ``validate-report``, ``schema`` and ``summarize``. Exit
+boundary did), ``validate-policy``, ``validate-report``, ``schema``, ``summarize`` and ``plot``. Exit
 status: 0 on success (also when the reader of the output goes away, as ``| head`` does), 1 for
 a user error (a missing, unreadable or invalid file; the message names the file, the line and
 column, the key and the fix, or the command that reads a file of the other kind), 2 for a usage
@@ -215,6 +215,25 @@ def _summarize(args: argparse.Namespace) -> int:
     return 0
 
 
+def _plot(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from ddo_hooks.cli.plot import draw_runs
+    from ddo_hooks.hooks.sink import missing_folder
+
+    out = Path(args.output)
+    if out.is_dir():
+        raise InvalidArgumentError(f"-o {out}: is a directory; give a file path such as {out / 'run.png'}")
+    if out.suffix.lower() != ".png":
+        raise InvalidArgumentError(f"-o {out}: the plot is a PNG image; give a name ending in .png (e.g. run.png)")
+    problem = missing_folder(out)
+    if problem is not None:
+        raise InvalidArgumentError(f"-o {out}: {problem}")
+    written = draw_runs(_load_reports(args.files), out)
+    print(f"wrote {written}")
+    return 0
+
+
 # -- the parser ----------------------------------------------------------------------------------
 
 
@@ -313,6 +332,18 @@ def build_parser() -> argparse.ArgumentParser:
         file=False,
     )
     summarize.add_argument("files", nargs="+", metavar="FILE", help="report files (JSON Lines or tracker JSON)")
+    plot = _command(
+        commands,
+        "plot",
+        _plot,
+        "draw the pinned bytes and the process RSS at each boundary of saved runs (needs matplotlib)",
+        "Draw, from the host_cache_release reports of saved runs, the pinned bytes the allocator owned and "
+        "the process RSS before and after each release, per call and boundary, one series per run (or "
+        "rank), with the bytes released marked. Needs matplotlib: pip install 'ddo-hooks[plot]'.",
+        file=False,
+    )
+    plot.add_argument("files", nargs="+", metavar="FILE", help="report files (JSON Lines or tracker JSON)")
+    plot.add_argument("-o", "--output", required=True, metavar="PNG", help="the image to write, e.g. run.png")
     return parser
 
 
