@@ -49,16 +49,14 @@ def _load_policy(path: str) -> Any:
 
 def _demo(args: argparse.Namespace) -> int:
     from ddo_hooks.cli import demo
-    from ddo_hooks.cli.table import arrow_for, boundary_rows, format_table
+    from ddo_hooks.cli.demo_view import format_result
+    from ddo_hooks.cli.table import arrow_for
 
     policy = _load_policy(args.policy) if args.policy else None
     result = demo.run_demo(
         family=args.family, policy=policy, device=args.device, steps=args.steps, calls=args.calls, report=args.report
     )
-    print(format_table(boundary_rows(result.tracker.records(), result.calls), arrow=arrow_for(sys.stdout)))
-    print()
-    count = f"{len(result.calls)} validated report{'' if len(result.calls) == 1 else 's'}"
-    print(f"wrote {count} to {result.report_path} (check: ddo-hooks summarize {result.report_path})")
+    print(format_result(result, arrow=arrow_for(sys.stdout)))
     return 0
 
 
