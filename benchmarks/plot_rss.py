@@ -1,7 +1,8 @@
 """Draw RSS over time for the four arms from ``bench_pinned_memory.json`` (needs matplotlib).
 
-One panel per workflow/offload mode; time runs from the start of each arm's work (the encoding or the first
-call); triangles mark each call's start, dots the executed ddo_hooks boundaries (right after each release).
+One panel per workflow and offload mode, one panel per row, each titled in words; time runs from the start
+of each arm's work (the encoding or the first call); triangles mark each call's start, dots the executed
+ddo_hooks boundaries (right after each release), as the legend says. The GPU is named once, in the title.
 
 Run: ``python benchmarks/plot_rss.py OUT/bench_pinned_memory.json --out docs/img/rss-over-time.png``
 (``--config b/group_lcmu_true`` to draw only some panels, ``--whole`` to start at loading).
@@ -11,16 +12,47 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 from pathlib import Path
 from typing import Any
 
 ARMS = {
     "nothing": ("1 nothing", "#555555"),
-    "gc_empty_cache": ("2 gc.collect + empty_cache", "#e69f00"),
-    "flush": ("3 flush after each call (mmgp)", "#0072b2"),
+    "gc_empty_cache": ("2 gc.collect + empty_cache after each call", "#e69f00"),
+    "flush": ("3 flush after each call (as mmgp does)", "#0072b2"),
     "ddo_hooks": ("4 ddo_hooks, three boundaries", "#009e73"),
 }
+
+WORKFLOWS = {
+    "a": "Everything stays loaded",
+    "b": "Text encoders dropped after the first call",
+}
+"""Each workflow of the benchmark, in words (the JSON's ``settings.workflows`` keys)."""
+
+MODES = {
+    "group_lcmu_true": "group offloading, streams, low_cpu_mem_usage=True",
+    "group_lcmu_false": "group offloading, streams, low_cpu_mem_usage=False",
+    "model_offload": "model CPU offload (pins nothing)",
+}
+"""Each offload mode, in words (the JSON's ``settings.modes`` keys)."""
+
+CALL_MARKER = "v"
+RELEASE_MARKER = "o"
+
+
+def panel_title(workflow: str, mode: str, doc: dict[str, Any] | None = None) -> str:
+    """A panel's title in words, e.g. "Text encoders dropped after the first call; group offloading, ..."."""
+    settings = (doc or {}).get("settings", {})
+    first = WORKFLOWS.get(workflow) or settings.get("workflows", {}).get(workflow, workflow)
+    second = MODES.get(mode) or settings.get("modes", {}).get(mode, mode)
+    return f"{first}; {second}"
+
+
+def machine(doc: dict[str, Any]) -> str:
+    """The GPU, named once (the JSON lists every visible GPU): "NVIDIA H200", "2 GPUs: A, B" or "CPU"."""
+    gpus = list(dict.fromkeys((doc.get("workload") or {}).get("versions", {}).get("gpus") or []))
+    if not gpus:
+        return "CPU"
+    return gpus[0] if len(gpus) == 1 else f"{len(gpus)} GPUs: {', '.join(gpus)}"
 
 
 def arm_series(result: dict[str, Any], whole: bool) -> tuple[float, list[float], list[float]]:
@@ -50,13 +82,14 @@ def draw_panel(ax: Any, title: str, runs: list[dict[str, Any]], whole: bool) -> 
         ax.plot(t, rss, color=color, lw=1.3, label=label)
         top = max(top, *rss)
         starts, executed = marks(run["result"])
-        for times, marker in ((starts, "v"), (executed, "o")):
+        for times, marker in ((starts, CALL_MARKER), (executed, RELEASE_MARKER)):
             at = [x - origin for x in times]
             near = [rss[min(range(len(t)), key=lambda i, a=a: abs(t[i] - a))] for a in at]
             ax.plot(at, near, marker, color=color, ms=4, ls="none")
-    ax.set_title(title, fontsize=9)
-    ax.set_xlabel("seconds since loading started" if whole else "seconds since the work started")
-    ax.set_ylabel("RSS (GiB)")
+    ax.set_title(title, fontsize=10, loc="left")
+    ax.set_xlabel("seconds since loading started" if whole else "seconds since the work started", fontsize=9)
+    ax.set_ylabel("RSS (GiB)", fontsize=9)
+    ax.tick_params(labelsize=8)
     ax.set_ylim(0, top * 1.08 or 1)
     ax.grid(alpha=0.3)
 
@@ -73,6 +106,7 @@ def main() -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
 
     doc = json.loads(args.json.read_text())
     panels: dict[str, list[dict[str, Any]]] = {}
@@ -82,22 +116,26 @@ def main() -> None:
             panels.setdefault(config, []).append(run)
     if not panels:
         raise SystemExit(f"{args.json}: no finished arm to draw")
-    modes, workflows = doc["settings"]["modes"], doc["settings"]["workflows"]
-    columns = 1 if len(panels) == 1 else 2
-    rows = math.ceil(len(panels) / columns)
-    height = 3.6 * rows + (0.9 if columns == 2 else 1.2)  # inches: panels, the title above, the legend below
-    fig, axes = plt.subplots(rows, columns, figsize=(7.5 * columns, height), squeeze=False)
-    for ax, (config, runs) in zip(axes.flat, panels.items(), strict=False):
+    rows = len(panels)  # one panel per row: readable at the width of a docs page
+    top, bottom, panel = 0.75, 1.05, 2.7  # inches: the title, the legend, each panel
+    height = top + bottom + panel * rows
+    fig, axes = plt.subplots(rows, 1, figsize=(8.0, height), squeeze=False)
+    for ax, (config, runs) in zip(axes.flat, panels.items(), strict=True):
         workflow, mode = config.split("/")
-        draw_panel(ax, f"{config}: {workflows[workflow]};\n{modes[mode]}", runs, args.whole)
-    for ax in list(axes.flat)[len(panels) :]:
-        ax.set_visible(False)
+        draw_panel(ax, panel_title(workflow, mode, doc), runs, args.whole)
     handles = {label: h for ax in axes.flat for h, label in zip(*ax.get_legend_handles_labels(), strict=True)}
-    fig.legend(handles.values(), handles.keys(), loc="lower center", ncol=2 * columns, fontsize=9, frameon=False)
+    handles["a call starts"] = Line2D([], [], color="0.3", marker=CALL_MARKER, ls="none", ms=5)
+    handles["a ddo_hooks boundary executed (right after its release)"] = Line2D(
+        [], [], color="0.3", marker=RELEASE_MARKER, ls="none", ms=5
+    )
+    fig.legend(handles.values(), handles.keys(), loc="lower center", ncol=2, fontsize=8.5, frameon=False)
     versions = (doc.get("workload") or {}).get("versions", {})
-    machine = ", ".join(versions.get("gpus") or ["CPU"])
-    fig.suptitle(f"RSS over time ({machine}; torch {versions.get('torch')}; size {doc['settings']['size']})")
-    fig.tight_layout(rect=(0, (0.4 if columns == 2 else 0.7) / height, 1, 1 - 0.3 / height))
+    torch = versions.get("torch")
+    fig.suptitle(
+        f"Process RSS over time: four ways of handling pinned memory\non an {machine(doc)}, torch {torch}",
+        fontsize=11,
+    )
+    fig.tight_layout(rect=(0, bottom / height, 1, 1 - top / height * 0.8), h_pad=1.6)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(args.out, dpi=110)
     print(f"wrote {args.out} ({len(panels)} panels)")

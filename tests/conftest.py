@@ -1,6 +1,15 @@
-"""Shared test configuration: CPU by default, `gpu`-marked tests only on a CUDA machine."""
+"""Shared test configuration: CPU by default, `gpu`-marked tests only on a CUDA machine; the built docs site."""
 
+from __future__ import annotations
+
+import importlib.util
 import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
 
 # Nothing in the suite may reach a model hub.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -8,3 +17,32 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 # Named by the fuzz tests' !!python tags, which must never import it: not even for doctests.
 collect_ignore = ["fuzz_sentinel.py"]
+
+ROOT = Path(__file__).resolve().parent.parent
+MKDOCS_TOOLS = ("mkdocs", "material", "mkdocstrings", "mkdocstrings_handlers.python")
+
+
+@dataclass(frozen=True)
+class BuiltSite:
+    """The documentation site, built once per session with ``mkdocs build --strict``."""
+
+    path: Path
+    returncode: int
+    output: str
+
+
+@pytest.fixture(scope="session")
+def built_site(tmp_path_factory: pytest.TempPathFactory) -> BuiltSite:
+    missing = [name for name in MKDOCS_TOOLS if importlib.util.find_spec(name) is None]
+    if missing:
+        pytest.skip(f"the docs tooling is not installed ({', '.join(missing)}); pip install -e '.[dev]' adds it")
+    site = tmp_path_factory.mktemp("docs") / "site"
+    proc = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
+        cwd=ROOT,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    return BuiltSite(site, proc.returncode, proc.stdout[-6000:] + proc.stderr[-6000:])

@@ -48,6 +48,7 @@ RUNS: dict[str, tuple[str, ...]] = {
     "help validate-report": ("validate-report", "--help"),
     "help schema": ("schema", "--help"),
     "help summarize": ("summarize", "--help"),
+    "help plot": ("plot", "--help"),
     "usage: unknown command": ("clean-cache",),
     "usage: bad device": ("demo", "--device", "tpu"),
     # validate-policy
@@ -184,11 +185,21 @@ def _rows(stdout: str) -> list[tuple[int, str, str]]:
 # -- demo -------------------------------------------------------------------------------------
 
 
+def _flat(text: str) -> str:
+    """The text with its line wrapping undone (notes wrap at 100 columns; temporary paths are long)."""
+    return " ".join(text.split())
+
+
+def _releases(saved: MetricsTracker) -> list[tuple[str, object]]:
+    """The built-in release's records (on a CPU the demo also records the RSS it observes)."""
+    return [(component, report) for component, report in saved.records() if component.startswith("host_cache_")]
+
+
 def test_demo_prints_one_row_per_boundary_per_call_and_explains_each_noop(runs: Runs):
     result = runs["demo flux"]
     assert result.returncode == 0, result.stderr
     saved = MetricsTracker.from_jsonl((runs.folder / "flux.jsonl").read_text(encoding="utf-8"))
-    releases = [report.release for report in saved.reports()]
+    releases = [report.release for _, report in _releases(saved)]
     assert [(call, boundary) for call, boundary, _ in _rows(result.stdout)] == [
         (call, boundary) for call in (1, 2) for boundary in BOUNDARIES
     ]
@@ -198,9 +209,39 @@ def test_demo_prints_one_row_per_boundary_per_call_and_explains_each_noop(runs: 
     for release in releases:  # the table says why each no-op was one, in the report's own words
         assert release.status == "noop" or torch.cuda.is_available()  # a CPU-only torch has nothing to release
         if release.status == "noop":
-            assert f"no-op {release.noop_reason}: {release.detail}" in result.stdout
-    assert f"wrote 6 validated reports to {runs.folder / 'flux.jsonl'}" in result.stdout
-    assert [component for component, _ in saved.records()] == [f"host_cache_{b}" for b in BOUNDARIES] * 2
+            assert f"no-op {release.noop_reason}: {release.detail}" in _flat(result.stdout)
+    count = len(saved.records())  # 6 releases, and on a CPU the 6 RSS observations of the demo
+    assert f"wrote {count} validated reports to {runs.folder / 'flux.jsonl'}" in _flat(result.stdout)
+    assert [component for component, _ in _releases(saved)] == [f"host_cache_{b}" for b in BOUNDARIES] * 2
+
+
+def test_demo_on_a_cpu_shows_the_rss_at_each_boundary_and_what_each_component_holds(runs: Runs):
+    result = runs["demo flux"]
+    assert result.returncode == 0, result.stderr
+    saved = MetricsTracker.from_jsonl((runs.folder / "flux.jsonl").read_text(encoding="utf-8"))
+    # the demo's own action ran last at every boundary and recorded the RSS it saw, validated
+    assert saved.components() == tuple(f"{prefix}_{b}" for b in BOUNDARIES for prefix in ("host_cache", "ddo_demo.rss"))
+    observed = [
+        report.setup.boundary_action.data["rss_bytes"]
+        for report in saved.reports()
+        if report.route != ("pytorch_host_cache_release")
+    ]
+    assert len(observed) == 6
+    assert all(isinstance(rss, int) and rss > 0 for rss in observed)
+    table = re.findall(
+        r"^(\d+) +(\S+) +no-op: unsupported_build +(\S+ \S+) +(\S+(?: \S+)?) +\S+ ms$", result.stdout, re.M
+    )
+    assert [(int(call), boundary) for call, boundary, _, _ in table] == [(c, b) for c in (1, 2) for b in BOUNDARIES]
+    assert [rss for _, _, rss, _ in table] == [format_size(rss) for rss in observed]
+    assert table[0][3] == "-"  # nothing to compare the first boundary with
+    # what each component holds, printed once, before the table
+    sizes = re.findall(r"^  (\w+) +(\d+\.\d [KMG]iB)$", result.stdout.split("\n\n", 1)[0], re.M)
+    assert [name for name, _ in sizes] == ["vae", "text_encoder", "text_encoder_2", "transformer", "total"]
+    assert "text_encoder, text_encoder_2 left the pipeline after call 1" in result.stdout
+    # what a CUDA machine would add, and where the README shows it
+    assert "On a CUDA machine the table also shows, at each boundary, the pinned bytes" in _flat(result.stdout)
+    assert "(README.md#on-a-gpu)" in result.stdout
+    assert max(len(line) for line in result.stdout.splitlines()) <= 100
 
 
 def test_demo_shows_progress_and_drops_the_text_encoders_after_the_first_call(runs: Runs):
@@ -218,9 +259,10 @@ def test_demo_with_an_example_policy_and_another_family(runs: Runs):
     assert result.returncode == 0, result.stderr
     assert "built a tiny StableDiffusionPipeline" in result.stderr
     assert "release-all-boundaries.yaml" in result.stderr
+    assert "call 1/3: 1 step, prompt 'a tiny test prompt'" in result.stderr  # one step, not "1 steps"
     assert [(c, b) for c, b, _ in _rows(result.stdout)] == [(c, b) for c in (1, 2, 3) for b in BOUNDARIES]
     written = (runs.folder / "sd.jsonl").read_text(encoding="utf-8")
-    assert len(MetricsTracker.from_jsonl(written).reports()) == 9
+    assert len(_releases(MetricsTracker.from_jsonl(written))) == 9
     sink = runs.folder / "ddo-reports.jsonl"  # the policy's report_sink, relative to the policy
     assert MetricsTracker.from_jsonl(sink.read_text(encoding="utf-8")).reports() == (
         MetricsTracker.from_jsonl(written).reports()
@@ -298,7 +340,7 @@ def test_help_exits_0_on_every_command(runs: Runs, run: str):
     assert "-h, --help" in result.stdout
     if run == "help":
         assert re.findall(r"^    (\S+)", result.stdout, re.MULTILINE) == [
-            *("demo", "validate-policy", "validate-report", "schema", "summarize"),
+            *("demo", "validate-policy", "validate-report", "schema", "summarize", "plot"),
         ]
 
 

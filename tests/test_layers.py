@@ -167,6 +167,8 @@ def test_the_package_and_the_file_commands_import_no_torch_diffusers_or_transfor
         ["schema", "report"],
         ["validate-policy", str(policy)],
         ["validate-report", str(reports)],
+        ["summarize", str(reports), str(reports)],
+        ["plot", "--help"],
     ]
     script = LIGHT.format(heavy=HEAVY, commands=commands)
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=tmp_path)

@@ -1,10 +1,13 @@
 """The command-line layer: ``ddo-hooks`` and its commands, the demo, and the tables they print.
 
 Modules: :mod:`~ddo_hooks.cli.main` (the parser and :func:`~ddo_hooks.cli.main.main`),
-:mod:`~ddo_hooks.cli.demo` (the demo run), :mod:`~ddo_hooks.cli.table` (reports as tables) and
-:mod:`~ddo_hooks.cli.schema` (the JSON Schema files). A command imports what it needs when it
-runs: ``--help``, ``schema``, ``validate-policy`` and ``validate-report`` never import torch,
-diffusers or transformers. May import every layer.
+:mod:`~ddo_hooks.cli.demo` (the demo run), :mod:`~ddo_hooks.cli.demo_view` (what it prints),
+:mod:`~ddo_hooks.cli.table` (reports as tables), :mod:`~ddo_hooks.cli.layout` (text tables that
+fit 100 columns), :mod:`~ddo_hooks.cli.summarize` (saved runs, one table per run),
+:mod:`~ddo_hooks.cli.plot` (saved runs, drawn) and :mod:`~ddo_hooks.cli.schema` (the JSON Schema
+files). A command imports what it needs when it runs: ``--help``, ``schema``,
+``validate-policy``, ``validate-report`` and ``summarize`` never import torch, diffusers or
+transformers. May import every layer.
 """
 
 from ddo_hooks.cli.main import main

@@ -9,6 +9,12 @@ Call 1 uses the prompt. Then, as memory-constrained users do, the prompt is enco
 text encoders and tokenizers are dropped from the pipeline, and the remaining calls use the
 embeddings. The validated reports are written as JSON Lines (``MetricsTracker.to_jsonl()``).
 
+On a CPU, where a release observes nothing, the demo measures what a CPU run can: its own
+action :data:`RSS_ACTION` runs last at every enabled boundary and records the process RSS there
+(a ``boundary_action`` report with ``data.rss_bytes``), and
+:func:`~ddo_hooks.cli.demo_view.format_result` shows it per boundary, with what each component
+holds (its parameters and buffers).
+
 Examples:
     >>> import io, pathlib, tempfile, torch
     >>> from ddo_hooks import MetricsTracker
@@ -16,17 +22,21 @@ Examples:
     ...     result = run_demo(family="sd", device=torch.device("cpu"), steps=1, calls=2,
     ...                       report=pathlib.Path(folder) / "run.jsonl", progress=False, log=io.StringIO())
     ...     saved = MetricsTracker.from_jsonl(result.report_path.read_text(encoding="utf-8"))
-    >>> result.calls, len(saved.reports())
-    ([1, 1, 1, 2, 2, 2], 6)
+    >>> result.calls == [1] * 6 + [2] * 6, len(saved.reports())
+    (True, 12)
+    >>> saved.components()[:2]
+    ('host_cache_before_transformer', 'ddo_demo.rss_before_transformer')
+    >>> sorted(result.component_bytes)
+    ['text_encoder', 'unet', 'vae']
 """
 
 from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from ddo_hooks.errors import InvalidArgumentError
 from ddo_hooks.hooks.sink import missing_folder
@@ -36,16 +46,33 @@ from ddo_hooks.testing import FAMILIES
 if TYPE_CHECKING:  # imported when the demo runs, so that the command line starts fast
     import torch
 
+    from ddo_hooks.hooks.actions import BoundaryContext
     from ddo_hooks.policy.model import HookPolicy
     from ddo_hooks.reports.tracker import MetricsTracker
 
-__all__ = ["DEFAULT_REPORT", "FAMILIES", "DemoResult", "default_device", "parse_demo_device", "run_demo"]
+__all__ = [
+    "DEFAULT_REPORT",
+    "FAMILIES",
+    "GPU_SECTION",
+    "RSS_ACTION",
+    "DemoResult",
+    "component_bytes",
+    "default_device",
+    "parse_demo_device",
+    "run_demo",
+]
 
 DEFAULT_REPORT = "ddo-demo-reports.jsonl"
 """Where the demo writes its reports, relative to the working directory."""
 
 ACCEPTED_DEMO_DEVICES = "'cpu', 'cuda' or 'cuda:N'"
 """The ``--device`` forms, as messages say them."""
+
+RSS_ACTION = "ddo_demo.rss"
+"""The demo's own action on a CPU: it records the process RSS at each enabled boundary."""
+
+GPU_SECTION = "README.md#on-a-gpu"
+"""Where the README shows the table of a run on the GPU machine."""
 
 _ENCODER_PREFIXES = ("text_encoder", "tokenizer")
 
@@ -62,6 +89,8 @@ class DemoResult:
         tracker: Every report, in order.
         calls: The pipeline call (from 1) of each report, in the same order.
         report_path: The JSON Lines file the reports were written to.
+        component_bytes: The bytes of parameters and buffers of each model component, as built.
+        observer: :data:`RSS_ACTION` when the demo observed the RSS at each boundary (a CPU run).
     """
 
     pipeline: str
@@ -71,6 +100,8 @@ class DemoResult:
     tracker: MetricsTracker
     calls: list[int]
     report_path: Path
+    component_bytes: dict[str, int] = field(default_factory=dict)
+    observer: str | None = None
 
 
 def default_device() -> torch.device:
@@ -170,6 +201,49 @@ def _check_actions(policy: HookPolicy) -> None:
             )
 
 
+def component_bytes(pipe: Any) -> dict[str, int]:
+    """The bytes each model component of a pipeline holds: its parameters and buffers.
+
+    Examples:
+        >>> import torch
+        >>> class Pipe:
+        ...     components = {"vae": torch.nn.Linear(4, 4), "tokenizer": object(), "unet": None}
+        >>> component_bytes(Pipe())  # 16 weights and 4 biases in float32
+        {'vae': 80}
+    """
+    import itertools
+
+    import torch
+
+    sizes = {}
+    for name, component in pipe.components.items():
+        if isinstance(component, torch.nn.Module):
+            tensors = itertools.chain(component.parameters(), component.buffers())
+            sizes[name] = sum(t.numel() * t.element_size() for t in tensors)
+    return sizes
+
+
+def _observe_rss(ctx: BoundaryContext) -> Any:
+    """The demo's action: the process RSS at this boundary, as a validated action report."""
+    from ddo_hooks.release.host_memory import observe_host
+
+    rss = observe_host().rss_bytes
+    detail = "the process RSS at this boundary, seen by the demo"
+    return ctx.action_report("executed", detail=detail, data={"rss_bytes": rss})
+
+
+def _with_observer(policy: HookPolicy) -> HookPolicy:
+    """The policy with :data:`RSS_ACTION` last at each enabled boundary (its report_sink made absolute)."""
+    from ddo_hooks.policy.model import HookPolicy
+
+    data = policy.model_dump(mode="json")
+    if policy.report_sink is not None:
+        data["report_sink"] = str(policy.resolve_path(policy.report_sink))
+    for name in policy.enabled_boundaries():
+        data["boundaries"][name]["actions"].append({"name": RSS_ACTION, "options": {}})
+    return HookPolicy.from_mapping(data, source=f"{policy.source} (and the demo's RSS observation)")
+
+
 def run_demo(
     *,
     family: str = "flux",
@@ -204,7 +278,7 @@ def run_demo(
     """
     import torch
 
-    from ddo_hooks.hooks.attachment import attach
+    from ddo_hooks.hooks.actions import register_action, unregister_action
     from ddo_hooks.reports.tracker import MetricsTracker
 
     log = sys.stderr if log is None else log
@@ -223,6 +297,7 @@ def run_demo(
     from ddo_hooks.testing import tiny_pipelines as tiny
 
     pipe = tiny.build_pipeline(family)
+    sizes = component_bytes(pipe)
     offloaded = device.type == "cuda"
     if offloaded:
         pipe.enable_group_offload(
@@ -237,6 +312,36 @@ def run_demo(
     print(f"policy: {origin}{policy.source}", file=log)
     tracker = MetricsTracker()
     numbers: list[int] = []
+    observer = None if offloaded else RSS_ACTION
+    if observer is not None:
+        register_action(observer, replace=True)(_observe_rss)
+    try:
+        attached = _with_observer(policy) if observer else policy
+        _calls(pipe, attached, tracker, numbers, family, steps, calls, progress, log)
+    finally:
+        if observer is not None:
+            unregister_action(observer)
+
+    MetricsTracker.from_jsonl(tracker.to_jsonl())  # what is written validates as it will be read back
+    tracker.write_jsonl(report_path)  # replaced atomically: an earlier valid file is never left truncated
+    return DemoResult(type(pipe).__name__, device, offloaded, policy, tracker, numbers, report_path, sizes, observer)
+
+
+def _calls(
+    pipe: Any,
+    policy: HookPolicy,
+    tracker: MetricsTracker,
+    numbers: list[int],
+    family: str,
+    steps: int,
+    calls: int,
+    progress: bool,
+    log: TextIO,
+) -> None:
+    """Run the calls with the policy attached; ``numbers`` gets the call of each report recorded."""
+    from ddo_hooks.hooks.attachment import attach
+    from ddo_hooks.testing import tiny_pipelines as tiny
+
     embeds: dict[str, torch.Tensor] = {}
     with attach(pipe, policy, tracker=tracker):
         for call in range(1, calls + 1):
@@ -250,11 +355,7 @@ def run_demo(
             if call >= 2:
                 kwargs = {**kwargs, "prompt": None, **embeds}
             what = "prompt embeddings" if call >= 2 else f"prompt {kwargs['prompt']!r}"
-            print(f"call {call}/{calls}: {steps} steps, {what}", file=log, flush=True)
+            print(f"call {call}/{calls}: {steps} step{'' if steps == 1 else 's'}, {what}", file=log, flush=True)
             pipe.set_progress_bar_config(disable=not progress, desc=f"call {call}/{calls}")
             pipe(**kwargs)
             numbers.extend([call] * (len(tracker.records()) - len(numbers)))
-
-    MetricsTracker.from_jsonl(tracker.to_jsonl())  # what is written validates as it will be read back
-    tracker.write_jsonl(report_path)  # replaced atomically: an earlier valid file is never left truncated
-    return DemoResult(type(pipe).__name__, device, offloaded, policy, tracker, numbers, report_path)

@@ -1,7 +1,7 @@
 """The ``ddo-hooks`` command line (also ``python -m ddo_hooks``).
 
 Commands: ``demo`` (run a tiny real pipeline with the policy attached and show what each
-boundary did), ``validate-policy``, ``validate-report``, ``schema`` and ``summarize``. Exit
+boundary did), ``validate-policy``, ``validate-report``, ``schema``, ``summarize`` and ``plot``. Exit
 status: 0 on success (also when the reader of the output goes away, as ``| head`` does), 1 for
 a user error (a missing, unreadable or invalid file; the message names the file, the line and
 column, the key and the fix, or the command that reads a file of the other kind), 2 for a usage
@@ -49,16 +49,14 @@ def _load_policy(path: str) -> Any:
 
 def _demo(args: argparse.Namespace) -> int:
     from ddo_hooks.cli import demo
-    from ddo_hooks.cli.table import arrow_for, boundary_rows, format_table
+    from ddo_hooks.cli.demo_view import format_result
+    from ddo_hooks.cli.table import arrow_for
 
     policy = _load_policy(args.policy) if args.policy else None
     result = demo.run_demo(
         family=args.family, policy=policy, device=args.device, steps=args.steps, calls=args.calls, report=args.report
     )
-    print(format_table(boundary_rows(result.tracker.records(), result.calls), arrow=arrow_for(sys.stdout)))
-    print()
-    count = f"{len(result.calls)} validated report{'' if len(result.calls) == 1 else 's'}"
-    print(f"wrote {count} to {result.report_path} (check: ddo-hooks summarize {result.report_path})")
+    print(format_result(result, arrow=arrow_for(sys.stdout)))
     return 0
 
 
@@ -194,22 +192,43 @@ def _schema(args: argparse.Namespace) -> int:
     return 0
 
 
-def _summarize(args: argparse.Namespace) -> int:
-    from ddo_hooks.cli.table import arrow_for, boundary_rows, format_table, format_totals
+def _load_reports(paths: Sequence[str]) -> list[Any]:
+    """Each report file, loaded; a policy given instead is refused with the command that reads it."""
     from ddo_hooks.reports.files import load_report_file
 
-    try:
-        loaded = load_report_file(args.file)
-    except DDOError as e:
-        raise _other_kind(e, args.file, "policy", "validate-policy") from e
-    rows = boundary_rows(loaded.records)
-    calls = len({row.call for row in rows})
-    print(f"{args.file}: {len(rows)} reports over {calls} pipeline calls (calls inferred from the boundary order)")
-    print()
-    print(format_table(rows, arrow=arrow_for(sys.stdout)))
-    print()
-    print("totals per boundary across calls:")
-    print(format_totals(rows))
+    loaded = []
+    for path in paths:
+        try:
+            loaded.append(load_report_file(path))
+        except DDOError as e:
+            raise _other_kind(e, path, "policy", "validate-policy") from e
+    return loaded
+
+
+def _summarize(args: argparse.Namespace) -> int:
+    from ddo_hooks.cli.summarize import format_summary
+    from ddo_hooks.cli.table import arrow_for
+
+    print(format_summary(_load_reports(args.files), arrow=arrow_for(sys.stdout)))
+    return 0
+
+
+def _plot(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from ddo_hooks.cli.plot import draw_runs
+    from ddo_hooks.hooks.sink import missing_folder
+
+    out = Path(args.output)
+    if out.is_dir():
+        raise InvalidArgumentError(f"-o {out}: is a directory; give a file path such as {out / 'run.png'}")
+    if out.suffix.lower() != ".png":
+        raise InvalidArgumentError(f"-o {out}: the plot is a PNG image; give a name ending in .png (e.g. run.png)")
+    problem = missing_folder(out)
+    if problem is not None:
+        raise InvalidArgumentError(f"-o {out}: {problem}")
+    written = draw_runs(_load_reports(args.files), out)
+    print(f"wrote {written}")
     return 0
 
 
@@ -299,14 +318,30 @@ def build_parser() -> argparse.ArgumentParser:
     )
     schema.add_argument("which", nargs="?", choices=("policy", "report", "record"), help="which schema to print")
     schema.set_defaults(usage_error=schema.error)
-    _command(
+    summarize = _command(
         commands,
         "summarize",
         _summarize,
-        "show a saved run as the demo's table, with totals per boundary",
-        "Show the reports of a saved run (e.g. the demo's JSON Lines) as one row per boundary report, "
-        "followed by totals per boundary across calls.",
+        "show saved runs as tables, with totals per boundary",
+        "Show the reports of saved runs (e.g. the demo's JSON Lines, or one file per worker or rank) as one "
+        "table per run (from the records' envelopes: run id, call, host, pid, rank), then totals per boundary "
+        "across calls: per run, per rank and in total. Calls of records without an envelope are inferred from "
+        "the boundary order.",
+        file=False,
     )
+    summarize.add_argument("files", nargs="+", metavar="FILE", help="report files (JSON Lines or tracker JSON)")
+    plot = _command(
+        commands,
+        "plot",
+        _plot,
+        "draw the pinned bytes and the process RSS at each boundary of saved runs (needs matplotlib)",
+        "Draw, from the host_cache_release reports of saved runs, the pinned bytes the allocator owned and "
+        "the process RSS before and after each release, per call and boundary, one series per run (or "
+        "rank), with the bytes released marked. Needs matplotlib: pip install 'ddo-hooks[plot]'.",
+        file=False,
+    )
+    plot.add_argument("files", nargs="+", metavar="FILE", help="report files (JSON Lines or tracker JSON)")
+    plot.add_argument("-o", "--output", required=True, metavar="PNG", help="the image to write, e.g. run.png")
     return parser
 
 

@@ -1,12 +1,14 @@
 """Reports for people: one table row per boundary report, and totals per boundary across calls.
 
-``ddo-hooks demo`` prints :func:`format_table` for the run it just made; ``ddo-hooks summarize``
-prints it for a saved run (read with :func:`ddo_hooks.reports.files.load_report_file`), followed by
-:func:`format_totals`. A row shows the call, the boundary, what happened (``executed``,
+``ddo-hooks demo`` prints :func:`format_table` for the run it just made on CUDA (on a CPU,
+:func:`format_rss_table`); ``ddo-hooks summarize`` prints it for each run of saved files, followed
+by :func:`format_totals`. A row shows the call, the boundary, what happened (``executed``,
 ``no-op: <reason>`` or ``refused: <reason>``), the pinned bytes the allocator owned before and
 after, the signed ``allocator_bytes_delta`` (before minus after: positive is what the allocator
 gave back), the process RSS before and after, and the elapsed time. Each distinct no-op or
-refusal reason seen is explained once, below the table, with the report's own ``detail``.
+refusal reason seen is explained once, below the table, with the report's own ``detail``. Every
+line fits :data:`~ddo_hooks.cli.layout.TABLE_WIDTH` (100) columns: a table too wide wraps its
+cells (see :mod:`ddo_hooks.cli.layout`).
 
 Examples:
     >>> from ddo_hooks import release_pytorch_host_cache
@@ -15,9 +17,10 @@ Examples:
     >>> rows[0].call, rows[0].boundary, rows[0].status
     (1, 'after_call', 'no-op: disabled')
     >>> print(format_table(rows))  # doctest: +NORMALIZE_WHITESPACE +ELLIPSIS
-    call  boundary    status           owned pinned before → after  delta  RSS before → after  elapsed
-    ----  ----------  ---------------  ---------------------------  -----  ------------------  -------
-    1     after_call  no-op: disabled  -                            -      -                   0... ms
+    call  boundary    status           owned pinned    delta  process RSS     elapsed
+                                       before → after         before → after
+    ----  ----------  ---------------  --------------  -----  --------------  -------
+    1     after_call  no-op: disabled  -               -      -               0... ms
     <BLANKLINE>
     no-op disabled: release disabled (enabled=False)
 """
@@ -29,15 +32,18 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 
 from ddo_hooks.boundaries import BOUNDARIES, HOST_CACHE_RELEASE
+from ddo_hooks.cli.layout import TABLE_WIDTH, Cell, Column, render_table, wrap_text
 from ddo_hooks.sizes import format_size
 
 __all__ = [
     "BoundaryRow",
     "arrow_for",
     "boundary_rows",
+    "format_rss_table",
     "format_table",
     "format_totals",
     "infer_calls",
+    "total_rows",
 ]
 
 
@@ -130,12 +136,25 @@ def _bytes(section: Any, key: str) -> int | None:
     return section.get(key) if isinstance(section, dict) else None
 
 
+def _first(*values: int | None) -> int | None:
+    return next((value for value in values if value is not None), None)
+
+
+def _observed_rss(route: str, body: dict[str, Any]) -> int | None:
+    """The RSS a user action observed at its boundary: an int ``rss_bytes`` in its report's ``data``."""
+    data = body.get("data") if route == "boundary_action" else None
+    value = data.get("rss_bytes") if isinstance(data, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
 def boundary_rows(records: Sequence[tuple[str | None, Any]], calls: Sequence[int] | None = None) -> list[BoundaryRow]:
     """One :class:`BoundaryRow` per ``(component, report)`` record, in order.
 
     Works for every route: the fields are read from the report's ``setup`` section by name
     (``status``, ``noop_reason``/``refusal_reason``/``reason``, ``detail``, ``before``/``after``,
-    ``allocator_bytes_delta``, ``host_before``/``host_after``, ``elapsed_seconds``).
+    ``allocator_bytes_delta``, ``host_before``/``host_after``, ``elapsed_seconds``). A user
+    action that observed the process RSS (an int ``rss_bytes`` in its ``data``, as the demo's
+    does on a CPU) gets it as ``rss_after``, with no ``rss_before``.
 
     Args:
         records: ``MetricsTracker.records()`` or records loaded from a file.
@@ -164,31 +183,42 @@ def boundary_rows(records: Sequence[tuple[str | None, Any]], calls: Sequence[int
                 owned_after=_bytes(body.get("after"), "allocated_bytes"),
                 delta=body.get("allocator_bytes_delta"),
                 rss_before=_bytes(body.get("host_before"), "rss_bytes"),
-                rss_after=_bytes(body.get("host_after"), "rss_bytes"),
+                rss_after=_first(_bytes(body.get("host_after"), "rss_bytes"), _observed_rss(route, body)),
                 elapsed_seconds=body.get("elapsed_seconds"),
             )
         )
     return rows
 
 
+_BOUNDARY_WIDTH = max(map(len, BOUNDARIES))
+"""A table's boundary column is never cut narrower than the boundary names."""
+
+
 def _size(n: int | None) -> str:
     return "-" if n is None else format_size(n)
 
 
-def _pair(before: int | None, after: int | None, arrow: str) -> str:
+def _pair(before: int | None, after: int | None, arrow: str) -> Cell:
+    """``before → after`` (breakable after the arrow); one value alone is an observation at that point."""
     if before is None and after is None:
         return "-"
-    return f"{_size(before)} {arrow} {_size(after)}"
+    if before is None:
+        return _size(after)
+    return (f"{_size(before)} {arrow} ", _size(after))
 
 
 def _ms(seconds: float | None) -> str:
     return "-" if seconds is None else f"{seconds * 1000:.2f} ms"
 
 
-def _render(header: Sequence[str], body: Sequence[Sequence[str]]) -> list[str]:
-    widths = [max(len(row[i]) for row in (header, *body)) for i in range(len(header))]
-    lines = [header, ["-" * w for w in widths], *body]
-    return ["  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip() for line in lines]
+def _label(row: BoundaryRow) -> Cell:
+    boundary, _, action = row.label.partition("/")
+    return (f"{boundary}/", action) if action else boundary
+
+
+def _status(row: BoundaryRow) -> Cell:
+    word, _, reason = row.status.partition(": ")
+    return (f"{word}: ", reason) if reason else word
 
 
 def arrow_for(stream: TextIO) -> str:
@@ -200,30 +230,45 @@ def arrow_for(stream: TextIO) -> str:
     return "→"
 
 
-def format_table(rows: Sequence[BoundaryRow], *, arrow: str = "→") -> str:
+def _notes(rows: Sequence[BoundaryRow], width: int) -> list[str]:
+    """One line per distinct no-op or refusal reason seen, in the report's own words."""
+    reasons: dict[str, str] = {}
+    for row in rows:
+        if row.kind != "executed":
+            reasons.setdefault(row.status.replace(":", "", 1), row.detail or "(no detail)")
+    if not reasons:
+        return []
+    return ["", *(wrap_text(f"{status}: {detail}", width=width) for status, detail in reasons.items())]
+
+
+def format_table(rows: Sequence[BoundaryRow], *, arrow: str = "→", width: int = TABLE_WIDTH) -> str:
     """The boundary table, then one line per distinct no-op or refusal reason seen.
+
+    The table fits ``width`` columns: when it would not, the headers wrap, then the before and
+    after pairs (after the arrow), then the status and the boundary (never inside a word).
 
     Args:
         rows: From :func:`boundary_rows`.
         arrow: Between before and after (``"->"`` where the terminal cannot print ``→``).
+        width: The widest a line may be.
 
     Returns:
         The text, without a trailing newline.
     """
-    header = [
-        "call",
-        "boundary",
-        "status",
-        f"owned pinned before {arrow} after",
-        "delta",
-        f"RSS before {arrow} after",
-        "elapsed",
+    columns = [
+        Column("call"),
+        Column("boundary", wrap=3, cut=1, floor=_BOUNDARY_WIDTH),
+        Column("status", wrap=4, cut=2, floor=len("refused: ")),
+        Column(("owned pinned ", "before ", f"{arrow} after"), wrap=1),
+        Column("delta"),
+        Column(("process RSS ", "before ", f"{arrow} after"), wrap=2),
+        Column("elapsed"),
     ]
-    body = [
+    body: list[list[Cell]] = [
         [
             str(row.call),
-            row.label,
-            row.status,
+            _label(row),
+            _status(row),
             _pair(row.owned_before, row.owned_after, arrow),
             _size(row.delta),
             _pair(row.rss_before, row.rss_after, arrow),
@@ -231,47 +276,104 @@ def format_table(rows: Sequence[BoundaryRow], *, arrow: str = "→") -> str:
         ]
         for row in rows
     ]
-    lines = _render(header, body) if rows else ["(no reports)"]
+    lines = render_table(columns, body, width=width) if rows else ["(no reports)"]
     if any(row.delta is not None for row in rows):
         lines.append("delta: allocator_bytes_delta = owned before - owned after (positive: bytes given back)")
-    reasons: dict[str, str] = {}
-    for row in rows:
-        if row.kind != "executed":
-            reasons.setdefault(row.status.replace(":", "", 1), row.detail or "(no detail)")
-    if reasons:
-        lines.append("")
-        lines.extend(f"{status}: {detail}" for status, detail in reasons.items())
-    return "\n".join(lines)
+    if any(row.rss_before is None and row.rss_after is not None for row in rows):
+        lines.append("RSS: one value is the process RSS an action observed at the boundary")
+    return "\n".join(lines + _notes(rows, width))
 
 
-def format_totals(rows: Sequence[BoundaryRow]) -> str:
-    """Totals per boundary across calls: counts by outcome, total delta and total elapsed.
+def format_rss_table(rows: Sequence[BoundaryRow], *, observer: str, arrow: str = "→", width: int = TABLE_WIDTH) -> str:
+    """What a run without pinned memory can show: each boundary's status and the process RSS there.
+
+    ``observer`` is the action that observed the RSS at each boundary (its report's
+    ``data.rss_bytes``); its rows are folded into the rows of the other actions at the same call
+    and boundary. The change is against the previous boundary observed.
+
+    Examples:
+        >>> rows = [BoundaryRow(1, "before_vae", "host_cache_release", "noop", "disabled", "off"),
+        ...         BoundaryRow(1, "before_vae", "watch", "executed", None, "", rss_after=3 << 20),
+        ...         BoundaryRow(1, "after_call", "host_cache_release", "noop", "disabled", "off"),
+        ...         BoundaryRow(1, "after_call", "watch", "executed", None, "", rss_after=2 << 20)]
+        >>> print(format_rss_table(rows, observer="watch"))  # doctest: +NORMALIZE_WHITESPACE
+        call  boundary    status           RSS at the boundary  change since the previous boundary  elapsed
+        ----  ----------  ---------------  -------------------  ----------------------------------  -------
+        1     before_vae  no-op: disabled  3.0 MiB              -                                   -
+        1     after_call  no-op: disabled  2.0 MiB              -1.0 MiB                            -
+        <BLANKLINE>
+        no-op disabled: off
+    """
+    seen = {(row.call, row.boundary): row.rss_after for row in rows if row.action == observer}
+    shown = [row for row in rows if row.action != observer]
+    columns = [
+        Column("call"),
+        Column("boundary", wrap=1, cut=1, floor=_BOUNDARY_WIDTH),
+        Column("status", wrap=2, cut=2, floor=len("refused: ")),
+        Column(("RSS at ", "the boundary")),
+        Column(("change since the ", "previous boundary")),
+        Column("elapsed"),
+    ]
+    body: list[list[Cell]] = []
+    previous: int | None = None
+    last_key: tuple[int, str] | None = None
+    for row in shown:
+        key = (row.call, row.boundary)
+        rss = seen.get(key)
+        change = "-"
+        if rss is not None and previous is not None and key != last_key:
+            change = ("+" if rss > previous else "") + format_size(rss - previous)
+        body.append([str(row.call), _label(row), _status(row), _size(rss), change, _ms(row.elapsed_seconds)])
+        if rss is not None and key != last_key:
+            previous, last_key = rss, key
+    lines = render_table(columns, body, width=width) if shown else ["(no reports)"]
+    return "\n".join(lines + _notes(shown, width))
+
+
+def format_totals(rows: Sequence[BoundaryRow], *, width: int = TABLE_WIDTH) -> str:
+    """Totals per boundary across calls: counts by outcome, bytes released and total elapsed.
+
+    ``calls`` counts the distinct calls (of every run given); ``refused`` includes the boundaries
+    a call did not reach (``not_reached``); ``released`` is the sum of the positive
+    ``allocator_bytes_delta`` values (the bytes the allocator gave back).
+
+    Args:
+        rows: The rows to total (see :func:`boundary_rows`).
+        width: The widest a line may be.
 
     Examples:
         >>> import dataclasses
         >>> row = BoundaryRow(1, "after_call", "host_cache_release", "executed", None, "", delta=2048,
         ...                   elapsed_seconds=0.001)
-        >>> print(format_totals([row, dataclasses.replace(row, call=2)]))  # doctest: +NORMALIZE_WHITESPACE
-        boundary    calls  executed  no-op  refused  total delta  total elapsed
-        ----------  -----  --------  -----  -------  -----------  -------------
-        after_call  2      2         0      0        4.0 KiB      2.00 ms
+        >>> print(format_totals([row, dataclasses.replace(row, call=2, delta=-1024)]))  # doctest: +NORMALIZE_WHITESPACE
+        boundary    calls  executed  no-op  refused  released  elapsed
+        ----------  -----  --------  -----  -------  --------  -------
+        after_call  2      2         0      0        2.0 KiB   2.00 ms
     """
-    groups: dict[str, list[BoundaryRow]] = {}
-    for row in rows:
-        groups.setdefault(row.label, []).append(row)
-    header = ["boundary", "calls", "executed", "no-op", "refused", "total delta", "total elapsed"]
-    body = []
+    return total_rows([(0, row) for row in rows], width=width)
+
+
+def total_rows(rows: Sequence[tuple[object, BoundaryRow]], *, width: int = TABLE_WIDTH) -> str:
+    """:func:`format_totals` of rows from several runs: ``(run, row)`` pairs (a call is a run's call)."""
+    groups: dict[str, list[tuple[object, BoundaryRow]]] = {}
+    for run, row in rows:
+        groups.setdefault(row.label, []).append((run, row))
+    columns = [Column("boundary", wrap=1, cut=1, floor=_BOUNDARY_WIDTH)]
+    columns += map(Column, ("calls", "executed", "no-op", "refused"))
+    columns += [Column("released"), Column("elapsed")]
+    body: list[list[Cell]] = []
     for label, group in groups.items():
-        deltas = [row.delta for row in group if row.delta is not None]
-        elapsed = [row.elapsed_seconds for row in group if row.elapsed_seconds is not None]
-        counts = [sum(row.kind == kind for row in group) for kind in ("executed", "noop", "refused")]
+        deltas = [row.delta for _, row in group if row.delta is not None]
+        elapsed = [row.elapsed_seconds for _, row in group if row.elapsed_seconds is not None]
+        counts = [sum(row.kind == kind for _, row in group) for kind in ("executed", "noop", "refused")]
+        boundary, _, action = label.partition("/")
         body.append(
             [
-                label,
-                str(len({row.call for row in group})),
+                (f"{boundary}/", action) if action else boundary,
+                str(len({(run, row.call) for run, row in group})),
                 *map(str, counts),
-                _size(sum(deltas)) if deltas else "-",
+                _size(sum(d for d in deltas if d > 0)) if deltas else "-",
                 _ms(sum(elapsed)) if elapsed else "-",
             ]
         )
-    return "\n".join(_render(header, body)) if body else "(no reports)"
+    return "\n".join(render_table(columns, body, width=width)) if body else "(no reports)"

@@ -1,0 +1,273 @@
+"""``ddo-hooks plot FILE... -o run.png``: pinned bytes and process RSS at each boundary, drawn.
+
+From the ``host_cache_release`` reports of saved runs (grouped into runs as ``summarize`` does:
+:func:`~ddo_hooks.cli.summarize.collect_runs`), two panels share one x axis, the records in
+order, grouped and labelled by call and boundary:
+
+* the pinned bytes the allocator owned before and after each release
+  (``setup.host_cache_release.before.allocated_bytes`` and ``.after.allocated_bytes``), with the
+  bytes it gave back written where ``allocator_bytes_delta`` is positive;
+* the process RSS before and after (``.host_before.rss_bytes`` and ``.host_after.rss_bytes``).
+
+Each run (each worker or rank) is a series of its own colour; an open marker is a value before
+the boundary, a filled one after. Needs matplotlib (``pip install 'ddo-hooks[plot]'``), drawn
+with the Agg backend (no display needed).
+
+Examples:
+    >>> from ddo_hooks.cli.table import BoundaryRow
+    >>> row = BoundaryRow(2, "before_vae", "host_cache_release", "executed", None, "", owned_before=3 << 30,
+    ...                   owned_after=1 << 20, delta=(3 << 30) - (1 << 20))
+    >>> points = [Point(row.call, row.boundary, row)]
+    >>> positions([points]), format_bytes_tick(3 << 30)
+    ([(2, 'before_vae', 1)], '3.0 GiB')
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ddo_hooks.boundaries import BOUNDARIES, HOST_CACHE_RELEASE
+from ddo_hooks.cli.summarize import Run, collect_runs
+from ddo_hooks.cli.table import BoundaryRow
+from ddo_hooks.errors import DDOError, ReportError
+from ddo_hooks.reports.files import ReportFile
+from ddo_hooks.sizes import format_size
+
+__all__ = [
+    "PLOT_INSTALL",
+    "Point",
+    "byte_unit",
+    "draw_runs",
+    "format_bytes_tick",
+    "positions",
+    "release_points",
+    "series_label",
+]
+
+PLOT_INSTALL = "pip install 'ddo-hooks[plot]'"
+"""The command that installs what ``ddo-hooks plot`` needs."""
+
+_MINUS = "\N{MINUS SIGN}"
+_SHIFT = 0.18  # how far before and after values sit left and right of their boundary's position
+
+
+@dataclass(frozen=True)
+class Point:
+    """One release report of a run, where it sits on the x axis."""
+
+    call: int
+    boundary: str
+    row: BoundaryRow
+
+
+def release_points(run: Run) -> list[Point]:
+    """The run's ``host_cache_release`` reports that hold a reading (refusals and bare no-ops hold none)."""
+    found = []
+    for row in run.rows():
+        readings = (row.owned_before, row.owned_after, row.rss_before, row.rss_after)
+        if row.action == HOST_CACHE_RELEASE and row.kind != "refused" and any(v is not None for v in readings):
+            found.append(Point(row.call, row.boundary, row))
+    return found
+
+
+def _order(boundary: str) -> int:
+    return BOUNDARIES.index(boundary) if boundary in BOUNDARIES else len(BOUNDARIES)
+
+
+def positions(series: Sequence[Sequence[Point]]) -> list[tuple[int, str, int]]:
+    """The x axis: every ``(call, boundary, nth report there)`` of any series, in call and boundary order."""
+    keys: set[tuple[int, str, int]] = set()
+    for points in series:
+        seen: dict[tuple[int, str], int] = {}
+        for point in points:
+            n = seen[(point.call, point.boundary)] = seen.get((point.call, point.boundary), 0) + 1
+            keys.add((point.call, point.boundary, n))
+    return sorted(keys, key=lambda key: (key[0], _order(key[1]), key[1], key[2]))
+
+
+def format_bytes_tick(value: float, _position: object = None) -> str:
+    """A byte count for people (``3.0 GiB``)."""
+    return format_size(max(int(value), 0))
+
+
+def byte_unit(largest: float) -> tuple[str, int]:
+    """The binary unit an axis whose largest value is ``largest`` bytes is drawn in.
+
+    Examples:
+        >>> byte_unit(3.6 * 2**30), byte_unit(230 * 2**20), byte_unit(0)
+        (('GiB', 1073741824), ('MiB', 1048576), ('KiB', 1024))
+    """
+    for name, size in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20)):
+        if largest >= size:
+            return name, size
+    return "KiB", 1 << 10
+
+
+def series_label(run: Run, *, hosts: bool = True) -> str:
+    """How a run is named in the legend: its id (or file), its rank and, when asked, its host (cut to 24)."""
+    parts = [run.rank_text()] if run.ranks else []
+    host = ", ".join(run.hosts)
+    if hosts and host:
+        parts.append(host if len(host) <= 24 else host[:23] + "…")
+    name = run.name if run.run_id else Path(run.files[0]).name + " (no envelope)"
+    return f"{name} ({'; '.join(parts)})" if parts else name
+
+
+def _matplotlib() -> Any:
+    try:
+        import matplotlib
+    except ImportError as e:
+        raise DDOError(
+            f"ddo-hooks plot needs matplotlib, which is not installed here; install it with: {PLOT_INSTALL}"
+        ) from e
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def draw_runs(files: Sequence[ReportFile], out: str | os.PathLike[str], *, title: str | None = None) -> Path:
+    """Draw the pinned bytes and the RSS of the runs in ``files`` into a PNG.
+
+    Args:
+        files: The loaded report files.
+        out: The image to write (PNG; replaced if it exists).
+        title: The figure's title (default: says what is drawn and from how many runs).
+
+    Returns:
+        The path written.
+
+    Raises:
+        DDOError: matplotlib is not installed (the message says how to install it).
+        ReportError: No ``host_cache_release`` report holds a reading (a CPU-only torch's
+            releases are no-ops that observe nothing).
+    """
+    runs, _ = collect_runs(files)
+    series = [(run, release_points(run)) for run in runs]
+    series = [(run, points) for run, points in series if points]
+    if not series:
+        names = ", ".join(loaded.path for loaded in files)
+        raise ReportError(
+            f"{names}: no host_cache_release report holds a reading of pinned bytes or RSS, so there is nothing to "
+            "plot (on a CPU-only torch every release is a no-op that observes nothing); plot the reports of a run "
+            "on a CUDA machine"
+        )
+    plt = _matplotlib()
+    from matplotlib.lines import Line2D
+
+    axis = positions([points for _, points in series])
+    where = {key: x for x, key in enumerate(axis)}
+    width = min(max(9.0, 2.0 + 0.6 * len(axis)), 30.0)
+    fig, (pinned, rss) = plt.subplots(2, 1, sharex=True, figsize=(width, 8.5))
+    colours = plt.get_cmap("tab10").colors
+    rows_of = [[point.row for point in points] for _, points in series]
+    units = {
+        ax: byte_unit(max((v for rows in rows_of for r in rows for v in values(r) if v is not None), default=0))
+        for ax, values in (
+            (pinned, lambda r: (r.owned_before, r.owned_after)),
+            (rss, lambda r: (r.rss_before, r.rss_after)),
+        )
+    }
+    several_hosts = len({host for run, _ in series for host in run.hosts}) > 1
+    for index, (run, points) in enumerate(series):
+        colour = colours[index % len(colours)]
+        shift = (index - (len(series) - 1) / 2) * min(0.1, 0.3 / len(series))
+        seen: dict[tuple[int, str], int] = {}
+        xs: list[float] = []
+        for point in points:
+            n = seen[(point.call, point.boundary)] = seen.get((point.call, point.boundary), 0) + 1
+            xs.append(where[(point.call, point.boundary, n)] + shift)
+        rows = rows_of[index]
+        label = series_label(run, hosts=several_hosts)
+        unit = units[pinned][1]
+        _trace(pinned, xs, [(r.owned_before, r.owned_after) for r in rows], colour, label, unit)
+        _trace(rss, xs, [(r.rss_before, r.rss_after) for r in rows], colour, None, units[rss][1])
+        for x, row in zip(xs, rows, strict=True):
+            if row.delta is None or row.delta <= 0 or row.owned_before is None or row.owned_after is None:
+                continue
+            pinned.annotate(
+                "",
+                xy=(x + _SHIFT, row.owned_after / unit),
+                xytext=(x - _SHIFT, row.owned_before / unit),
+                arrowprops={"arrowstyle": "->", "color": colour, "lw": 1.2},
+            )
+            pinned.annotate(
+                f"{_MINUS}{format_size(row.delta)}",
+                xy=(x + _SHIFT, (row.owned_before + row.owned_after) / 2 / unit),
+                xytext=(5, -11 * index),
+                textcoords="offset points",
+                fontsize=8,
+                color=colour,
+                va="center",
+            )
+    for ax, what in (
+        (pinned, "Pinned host memory the allocator owned, before and after each release"),
+        (rss, "Process RSS (resident memory), before and after each release"),
+    ):
+        ax.set_title(what, fontsize=10, pad=18)
+        ax.set_ylabel(units[ax][0])
+        top = max((y for line in ax.get_lines() for y in line.get_ydata()), default=1.0)
+        ax.set_ylim(0, top * 1.12 or 1.0)
+        ax.grid(axis="y", alpha=0.3)
+    _label_calls(pinned, rss, axis)
+    markers = [
+        Line2D([], [], color="0.3", marker="o", mfc="none", ls="none", label="before the boundary"),
+        Line2D([], [], color="0.3", marker="o", ls="none", label="after the boundary"),
+        Line2D([], [], color="0.3", marker=r"$\searrow$", ls="none", ms=10, label=f"released ({_MINUS}bytes)"),
+    ]
+    handles = [*pinned.get_legend_handles_labels()[0], *markers]
+    columns = 2 if width < 14 else 3
+    fig.legend(handles=handles, loc="lower center", ncol=columns, fontsize=8, frameon=False)
+    count = f"{len(series)} run{'' if len(series) == 1 else 's'}"
+    fig.suptitle(title or f"Pinned host memory and process RSS at each boundary ({count})")
+    legend_rows = -(-len(handles) // columns)
+    fig.tight_layout(rect=(0, (0.25 + 0.2 * legend_rows) / 8.5, 1, 0.98))
+    target = Path(out)
+    fig.savefig(target, dpi=110, format="png")
+    plt.close(fig)
+    return target
+
+
+def _trace(
+    ax: Any,
+    xs: Sequence[float],
+    pairs: Sequence[tuple[int | None, int | None]],
+    colour: Any,
+    label: str | None,
+    unit: int,
+) -> None:
+    """One series: open markers before, filled after, a line through them in record order."""
+    line_x: list[float] = []
+    line_y: list[float] = []
+    for x, (before, after) in zip(xs, pairs, strict=True):
+        if before is not None:
+            line_x.append(x - _SHIFT)
+            line_y.append(before / unit)
+            ax.plot([x - _SHIFT], [before / unit], marker="o", mfc="white", color=colour, ls="none")
+        if after is not None:
+            line_x.append(x + _SHIFT)
+            line_y.append(after / unit)
+            ax.plot([x + _SHIFT], [after / unit], marker="o", color=colour, ls="none")
+    ax.plot(line_x, line_y, color=colour, lw=1.0, alpha=0.6, label=label)
+
+
+def _label_calls(top: Any, bottom: Any, axis: Sequence[tuple[int, str, int]]) -> None:
+    """Tick labels name the boundaries; each call is labelled above the top panel, calls split by lines."""
+    from matplotlib.transforms import blended_transform_factory
+
+    bottom.set_xticks(range(len(axis)))
+    bottom.set_xticklabels([boundary.replace("_", " ") for _, boundary, _ in axis], rotation=30, ha="right", fontsize=8)
+    bottom.set_xlim(-0.6, len(axis) - 0.4)
+    calls: dict[int, list[int]] = {}
+    for x, (call, _, _) in enumerate(axis):
+        calls.setdefault(call, []).append(x)
+    where = blended_transform_factory(top.transData, top.transAxes)
+    for n, (call, xs) in enumerate(calls.items()):
+        top.text(sum(xs) / len(xs), 1.01, f"call {call}", transform=where, ha="center", va="bottom", fontsize=9)
+        if n:
+            for ax in (top, bottom):
+                ax.axvline(xs[0] - 0.5, color="0.6", lw=0.8, ls="--")

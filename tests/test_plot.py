@@ -1,0 +1,111 @@
+"""`ddo-hooks plot FILE... -o run.png`: pinned bytes and RSS per call and boundary, drawn with matplotlib."""
+
+from __future__ import annotations
+
+import struct
+import sys
+from pathlib import Path
+
+import pytest
+from report_runs import gpu_run
+
+from ddo_hooks import MetricsTracker, release_pytorch_host_cache
+from ddo_hooks.cli import main
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def _png_size(path: Path) -> tuple[int, int]:
+    """(width, height) from the IHDR chunk, after checking the signature and the chunk's type."""
+    data = path.read_bytes()
+    assert data[:8] == PNG_SIGNATURE, f"{path} is not a PNG"
+    length, kind = struct.unpack(">I4s", data[8:16])
+    assert (length, kind) == (13, b"IHDR")
+    width, height = struct.unpack(">II", data[16:24])
+    assert data.endswith(b"\x00\x00\x00\x00IEND\xaeB`\x82"), f"{path} does not end with its IEND chunk"
+    return width, height
+
+
+@pytest.fixture
+def runs(tmp_path: Path) -> list[Path]:
+    rank0 = gpu_run("a1", rank=0, world=2)
+    rank1 = gpu_run("c3", rank=1, world=2, calls=(1, 2), host="gpu-node-2", pid=777)
+    return [rank0.write_jsonl(tmp_path / "rank0.jsonl"), rank1.write_jsonl(tmp_path / "rank1.jsonl")]
+
+
+def test_plot_draws_a_png_of_the_runs(tmp_path: Path, runs: list[Path], capsys: pytest.CaptureFixture[str]):
+    pytest.importorskip("matplotlib", reason="the plot extra is not installed (pip install -e '.[dev]' adds it)")
+    out = tmp_path / "run.png"
+    assert main(["plot", *map(str, runs), "-o", str(out)]) == 0
+    assert capsys.readouterr().out == f"wrote {out}\n"
+    width, height = _png_size(out)
+    assert 900 <= width <= 3500
+    assert 800 <= height <= 1200
+    assert out.stat().st_size > 20_000  # two panels of points, lines, labels and a legend, not an empty canvas
+
+
+def test_the_series_are_the_runs_and_the_axis_is_each_call_and_boundary(runs: list[Path]):
+    from ddo_hooks.cli.plot import positions, release_points, series_label
+    from ddo_hooks.cli.summarize import collect_runs
+    from ddo_hooks.reports.files import load_report_file
+
+    found, _ = collect_runs([load_report_file(path) for path in runs])
+    points = [release_points(run) for run in found]
+    assert [series_label(run) for run in found] == [
+        "run a1a1a1a1 (rank 0 of 2; gpu-node-1)",
+        "run c3c3c3c3 (rank 1 of 2; gpu-node-2)",
+    ]
+    # refusals hold no reading; the before_vae refusal does not add a position
+    assert positions(points) == [
+        (call, boundary, 1) for call in (1, 2) for boundary in ("before_transformer", "before_vae", "after_call")
+    ]
+    released = [p.row.delta for p in points[0] if p.row.delta and p.row.delta > 0]
+    assert len(released) == 4  # before_transformer and before_vae of both calls are annotated
+
+
+def test_without_matplotlib_plot_says_how_to_install_it(
+    tmp_path: Path, runs: list[Path], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # `import matplotlib` raises ImportError
+    out = tmp_path / "run.png"
+    assert main(["plot", str(runs[0]), "-o", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert err == (
+        "ddo-hooks plot needs matplotlib, which is not installed here; install it with: pip install 'ddo-hooks[plot]'\n"
+    )
+    assert not out.exists()
+
+
+def test_a_run_without_readings_has_nothing_to_plot(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    tracker = MetricsTracker()
+    tracker.record_ddo_metrics(release_pytorch_host_cache(phase="after_call"), component="host_cache_after_call")
+    cpu = tracker.write_jsonl(tmp_path / "cpu.jsonl")
+    assert main(["plot", str(cpu), "-o", str(tmp_path / "run.png")]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"{cpu}: no host_cache_release report holds a reading of pinned bytes or RSS")
+    assert "on a CPU-only torch every release is a no-op" in err
+
+
+@pytest.mark.parametrize(
+    ("output", "expected"),
+    [
+        ("run.svg", "the plot is a PNG image; give a name ending in .png"),
+        ("missing/run.png", "missing does not exist; create it first"),
+        (".", "is a directory; give a file path such as"),
+    ],
+)
+def test_the_output_is_checked_before_drawing(
+    tmp_path: Path, runs: list[Path], capsys: pytest.CaptureFixture[str], output: str, expected: str
+):
+    target = tmp_path / output
+    assert main(["plot", str(runs[0]), "-o", str(target)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"-o {target}: ")
+    assert expected in err
+
+
+def test_plot_needs_files_and_an_output(capsys: pytest.CaptureFixture[str]):
+    assert main(["plot", "-o", "run.png"]) == 2
+    assert "the following arguments are required: FILE" in capsys.readouterr().err
+    assert main(["plot", "run.jsonl"]) == 2
+    assert "the following arguments are required: -o/--output" in capsys.readouterr().err

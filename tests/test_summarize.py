@@ -1,0 +1,148 @@
+"""`ddo-hooks summarize FILE...`: one table per run from the envelopes, totals per run, rank and in total."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from report_runs import GiB, MiB, gpu_run
+
+from ddo_hooks import MetricsTracker, release_pytorch_host_cache
+from ddo_hooks.cli import main
+from ddo_hooks.cli.layout import TABLE_WIDTH
+from ddo_hooks.sizes import format_size
+
+RELEASED_BEFORE_TRANSFORMER = int(3.6 * GiB)  # each executed before_transformer release of gpu_run
+RELEASED_BEFORE_VAE = 272 * MiB
+
+
+def _summarize(capsys: pytest.CaptureFixture[str], *paths: Path) -> str:
+    status = main(["summarize", *map(str, paths)])
+    out, err = capsys.readouterr()
+    assert (status, err) == (0, "")
+    return out
+
+
+def _flat(text: str) -> str:
+    """The text with its line wrapping undone (file names are long: the notes wrap at 100 columns)."""
+    return " ".join(text.split())
+
+
+def _section(out: str, heading: str) -> str:
+    """The lines after ``heading`` up to the next blank line."""
+    return out.split(f"\n{heading}\n", 1)[1].split("\n\n", 1)[0]
+
+
+@pytest.fixture
+def ranks(tmp_path: Path) -> list[Path]:
+    """Two workers' files: rank 0 made two runs (one file), rank 1 one run on calls 5 and 7."""
+    rank0 = MetricsTracker.from_records(
+        [*gpu_run("a1", rank=0, world=2).entries(), *gpu_run("b2", rank=0, world=2, calls=(1,), start=50).entries()]
+    )
+    rank1 = gpu_run("c3", rank=1, world=2, calls=(5, 7), host="gpu-node-2", pid=777)
+    return [rank0.write_jsonl(tmp_path / "rank0.jsonl"), rank1.write_jsonl(tmp_path / "rank1.jsonl")]
+
+
+def test_one_table_per_run_headed_by_its_run_host_pid_and_rank(capsys, ranks):
+    out = _summarize(capsys, *ranks)
+    assert _flat(out).startswith(
+        f"{ranks[0]}: 18 reports (JSON Lines) from 2 runs {ranks[1]}: 12 reports (JSON Lines) from 1 run "
+    )
+    headings = re.findall(r"^run .*$", out, flags=re.MULTILINE)
+    assert headings == [
+        "run a1a1a1a1, host gpu-node-1, pid 4242, rank 0 of 2, 2 calls, 12 reports",
+        "run b2b2b2b2, host gpu-node-1, pid 4242, rank 0 of 2, 1 call, 6 reports",
+        "run c3c3c3c3, host gpu-node-2, pid 777, rank 1 of 2, 2 calls, 12 reports",
+    ]
+    table = _section(out, headings[2])
+    calls = re.findall(r"^(\d+) +before_transformer ", table, flags=re.MULTILINE)
+    assert calls == ["5", "7"]  # the envelope's call index, not calls inferred from the order
+    assert "inferred" not in out
+
+
+def test_totals_per_run_per_rank_and_in_total(capsys, ranks):
+    out = _summarize(capsys, *ranks)
+    headings = re.findall(r"^totals .*$", out, flags=re.MULTILINE)
+    assert headings == [
+        "totals per boundary across calls, run a1a1a1a1 (rank 0 of 2):",
+        "totals per boundary across calls, run b2b2b2b2 (rank 0 of 2):",
+        "totals per boundary across calls, run c3c3c3c3 (rank 1 of 2):",
+        "totals per boundary across calls, rank 0 (2 runs):",  # rank 1's would repeat run c3c3c3c3's
+        "totals per boundary across calls, all 3 runs:",
+    ]
+    rank0, everything = _section(out, headings[3]), _section(out, headings[4])
+    assert re.search(
+        rf"^before_transformer +3 +3 +0 +0 +{re.escape(format_size(3 * RELEASED_BEFORE_TRANSFORMER))} ",
+        rank0,
+        re.MULTILINE,
+    )
+    # executed 5, refused 5 (inference_in_progress); released counts only the positive deltas
+    assert re.search(
+        rf"^before_vae +5 +5 +0 +5 +{re.escape(format_size(5 * RELEASED_BEFORE_VAE))} ", everything, re.MULTILINE
+    )
+    # no-op below_threshold 5 and refused not_reached 5: nothing released
+    assert re.search(r"^after_call +5 +0 +5 +5 +- ", everything, re.MULTILINE)
+    assert re.search(r"^after_call/my_pkg\.log_memory_in_detail +5 +5 +0 +0 +- +-$", everything, re.MULTILINE)
+
+
+def test_records_without_an_envelope_have_their_calls_inferred_and_the_output_says_so(capsys, tmp_path, ranks):
+    report = release_pytorch_host_cache(phase="after_call")
+    line = json.dumps({"component": "host_cache_after_call", "report": report.model_dump(mode="json")})
+    old = tmp_path / "old.jsonl"
+    old.write_text(f"{line}\n{line}\n", encoding="utf-8")
+    out = _summarize(capsys, old, ranks[1])
+    assert _flat(out).startswith(
+        f"{old}: 2 reports (JSON Lines); 2 without an envelope (written before envelopes existed): calls "
+        "inferred from the boundary order "
+    )
+    heading = (
+        f"{old}: records without an envelope (no run id, host, pid or rank), 2 calls, 2 reports; calls inferred "
+        "from the boundary order"
+    )
+    assert _flat(out).count(heading) == 1
+    assert re.findall(r"^(\d) +after_call +no-op: disabled ", out, flags=re.MULTILINE) == ["1", "2"]
+    assert f"totals per boundary across calls, {old} (no envelope):" in out
+    assert "totals per boundary across calls, all 2 runs:" in out
+
+
+def test_a_record_in_two_files_is_counted_once(capsys, tmp_path, ranks):
+    copy = tmp_path / "sink-copy.jsonl"
+    copy.write_text(ranks[1].read_text(encoding="utf-8"), encoding="utf-8")
+    out = _summarize(capsys, ranks[1], copy)
+    assert "left out 12 records seen twice" in out
+    assert re.findall(r"^run .*$", out, flags=re.MULTILINE) == [
+        "run c3c3c3c3, host gpu-node-2, pid 777, rank 1 of 2, 2 calls, 12 reports"
+    ]
+
+
+def test_every_line_fits_100_columns(capsys, tmp_path):
+    """A realistic GPU run (releases of GiBs, no-ops, long refusal reasons, a user action, a long host name)."""
+    host = "gpu-node-17.a-rather-long-cluster-domain.example.org"
+    tracker = gpu_run("d4", rank=3, world=8, calls=(1, 2, 3), host=host, pid=1234567)
+    out = _summarize(capsys, tracker.write_jsonl(tmp_path / "rank3.jsonl"))
+    widths = [len(line) for line in out.splitlines()]
+    assert max(widths) <= TABLE_WIDTH, "\n".join(line for line in out.splitlines() if len(line) > TABLE_WIDTH)
+    assert "refused:" in out
+    assert "inference_in_progress" in out  # wrapped, never cut
+    heading = next(line for line in out.splitlines() if line.startswith("run "))
+    assert re.fullmatch(r"run d4d4d4d4, host gpu-node-17\.a-rather-long-\S*…, pid 1234567, rank 3 of 8, .*", heading)
+    assert "rank 3 of 8, 3 calls, 18 reports" in out
+
+
+def test_a_table_too_wide_wraps_its_cells_and_keeps_the_boundary_names():
+    from ddo_hooks.cli.table import boundary_rows, format_table
+
+    entries = gpu_run("e5", calls=(1,)).entries()
+    rows = boundary_rows([(e.component, e.report) for e in entries], [e.envelope.call_index for e in entries])
+    text = format_table(rows)
+    assert max(len(line) for line in text.splitlines()) <= TABLE_WIDTH
+    assert re.search(r"^ +my_pkg\.log_memory_\w*…$", text, re.MULTILINE)  # a user action's name is cut, last
+    for boundary in ("before_transformer", "before_vae", "after_call"):
+        assert re.search(rf"^1 +{boundary} ", text, re.MULTILINE)
+
+
+def test_summarize_needs_at_least_one_file(capsys):
+    assert main(["summarize"]) == 2
+    assert "the following arguments are required: FILE" in capsys.readouterr().err
