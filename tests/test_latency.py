@@ -134,9 +134,12 @@ def test_a_deferred_release_is_refused_beside_another_pipelines_call(fake):
     assert outcome(attachment.reports[2]) == "after_call:inference_in_progress"
 
 
-def test_drop_frees_a_component_at_once_and_the_next_boundary_needs_no_full_collection(fake):
+@pytest.mark.parametrize(
+    "offload", [{"offload_type": "leaf_level"}, {"offload_type": "block_level", "num_blocks_per_group": 1}]
+)
+def test_drop_frees_a_component_at_once_and_the_next_boundary_needs_no_full_collection(fake, offload):
     pipe = build_pipeline("flux")
-    pipe.enable_group_offload(torch.device("cpu"), offload_type="leaf_level")
+    pipe.enable_group_offload(torch.device("cpu"), **offload)
     embeds = embed_prompt(pipe, "flux")
     with attach(pipe) as attachment:
         encoder = weakref.ref(pipe.text_encoder_2)

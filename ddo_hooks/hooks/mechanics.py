@@ -129,24 +129,46 @@ def wrap_attribute(owner: Any, name: str, make: Callable[[Callable[..., Any]], C
 
 
 def remove_every_hook(module: torch.nn.Module) -> int:
-    """Remove every diffusers and accelerate hook from ``module`` and its submodules.
+    """Remove every diffusers and accelerate hook from ``module`` and its submodules, leaving no cycles.
 
-    For a component leaving its pipeline: group offloading's hook registry and the module hold
-    each other in a reference cycle, which only a full garbage collection frees; without its
-    hooks the module is freed by reference counting as soon as nobody else holds it.
+    For a component leaving its pipeline. Removed hooks still sit in reference cycles that reach the
+    module (a diffusers hook and its ``HookFunctionReference`` point at each other, and group
+    offloading's hook holds its ``ModuleGroup``, which holds the modules), and ``remove_hook``
+    leaves the module's own bound ``forward`` as an instance attribute, a cycle through the module
+    itself. Only a full garbage collection would free those; so the removed hooks' state is
+    cleared and the leftover ``forward`` deleted, and the module is freed by reference counting
+    as soon as nobody else holds it.
 
     Returns:
         How many hooks were removed.
+
+    Examples:
+        >>> import gc, weakref
+        >>> from diffusers.hooks import apply_group_offloading
+        >>> model = torch.nn.Sequential(torch.nn.ModuleList([torch.nn.Linear(2, 2)]), torch.nn.Linear(2, 2))
+        >>> apply_group_offloading(model, torch.device("cpu"), offload_type="block_level", num_blocks_per_group=1)
+        >>> alive, _ = weakref.ref(model), gc.disable()
+        >>> remove_every_hook(model) > 0
+        True
+        >>> del model
+        >>> alive() is None
+        True
+        >>> gc.enable()
     """
     removed = 0
     for sub in module.modules():
         registry = diffusers_compat.registry_of(sub)
         if registry is not None:
             for name in list(registry.hooks):
+                hook = registry.hooks[name]
                 registry.remove_hook(name, recurse=False)
+                vars(hook).clear()  # its fn_ref points back at it; its ModuleGroup holds the modules
                 removed += 1
             diffusers_compat.drop_registry(sub)
         if accelerate_compat.has_hook(sub):
             accelerate_compat.remove(sub)
             removed += 1
+        forward = vars(sub).get("forward")
+        if getattr(forward, "__func__", None) is type(sub).forward and getattr(forward, "__self__", None) is sub:
+            del sub.forward  # the plain bound method, left as an instance attribute: a cycle through sub
     return removed
