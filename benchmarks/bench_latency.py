@@ -92,11 +92,13 @@ class Runner:
         (self.args.out / RESULT).write_text(json.dumps(self.doc))
         return data
 
-    def arm(self, arm: str, rep: int, env: dict[str, str] | None = None, **extra: Any) -> dict[str, Any] | None:
+    def arm(
+        self, arm: str, rep: int, env: dict[str, str] | None = None, label: str | None = None, **extra: Any
+    ) -> dict[str, Any] | None:
         spec = {"arm": arm, "rep": rep, "weights_dir": str(self.weights), "size": self.args.size, "workflow": "b"}
         spec.update(mode="group_lcmu_true", steps=self.steps, height=self.resolution, width=self.resolution)
         spec.update(calls=self.args.calls, idle_s=self.args.idle_s, sample_ms=5.0, save_reports=rep == 1, **extra)
-        return self.child(["arm", "--spec", json.dumps(spec)], f"{arm}-rep{rep}", env)
+        return self.child(["arm", "--spec", json.dumps(spec)], label or f"{arm}-rep{rep}", env)
 
 
 def arm_figures(runs: list[dict[str, Any]]) -> dict[str, list[float]]:
@@ -205,6 +207,8 @@ def report(doc: dict[str, Any]) -> dict[str, Any]:
 
 
 def extras(runner: Runner) -> None:
+    for rep in (1, 2):  # the encoders' pinned copies live until dropped: what the first boundary gives back
+        runner.arm("lowest-peak", rep, label=f"drop-lcmu-false-rep{rep}", mode="group_lcmu_false", calls=1, idle_s=0)
     for threads in (None, 4, 8, 16):
         conf = "" if threads is None else REGISTER.format(threads)
         label = "repin-default" if threads is None else f"repin-register{threads}"
@@ -254,6 +258,26 @@ def extras_report(doc: dict[str, Any]) -> dict[str, Any]:
                         f"  {label:16} {release['phase']:20} delta {release['delta'] / 2**20:9.1f} MiB  "
                         f"RSS drop {drop / 2**20:9.1f} MiB  x {drop / release['delta']:.3f}"
                     )
+    print("\nlow_cpu_mem_usage=False: the first boundary after drop() against the encoders' pinned copies")
+    found["drop"] = []
+    for label, r in results.items():
+        if label.startswith("drop-lcmu-false"):
+            first = next((b for b in r["boundaries"] if b.get("phase") == "before_transformer"), None)
+            encoders = (r["encoders_pinned"] or {}).get("rounded_bytes")
+            if first is not None and first.get("release") is not None and encoders:
+                row = {
+                    "label": label,
+                    "beyond_release_ms": (first["elapsed"] - first["release"]) * 1e3,
+                    "delta": first["delta"],
+                    "encoders_rounded_bytes": encoders,
+                    "full": first["full"],
+                }
+                found["drop"].append(row)
+                print(
+                    f"  {label:20} {row['beyond_release_ms']:8.2f} ms beyond the release; released "
+                    f"{row['delta'] / 2**20:9.1f} MiB of {encoders / 2**20:9.1f} MiB pinned "
+                    f"(x {row['delta'] / encoders:.4f}); full collection {row['full']}"
+                )
     print("\nmodel CPU offload, 10 calls: RSS after each call, GiB")
     for label in ("model-offload-10calls", "model-offload-trim-10calls"):
         if label in results:
