@@ -1,9 +1,17 @@
 #!/usr/bin/env bash
-# One call on the GPU machine (device tool): install the carried wheels, run the `gpu`-marked
-# tests, the CPU suite against the machine's older torch/accelerate (the tested lower bounds),
-# and the benchmarks; print a short summary last.
+# One call on the GPU machine (device tool): install the carried wheels, then run the named steps
+# and print a short summary last. Everything lands in $OUT, and $OUT/session.tgz holds it all
+# (the device tool brings back only a few files).
 #
-#   scripts/gpu_session.sh [gpu-tests] [cpu-suite] [bench]     (default: all three)
+#   scripts/gpu_session.sh [STEP...]     (default: gpu-tests cpu-suite bench)
+#
+#   gpu-tests    the `gpu`-marked tests but the structural ones (tests/gpu)
+#   structural   the 14 structural pipelines under group offloading with streams, three shards at
+#                once on the last GPU, in the background while the later steps run
+#   cpu-suite    the CPU suite against the machine's torch and accelerate
+#   probe-drop   what keeps a dropped text encoder alive (benchmarks/probe_drop.py, both lcmu values)
+#   latency      benchmarks/bench_latency.py --reps $REPS (1) --extras --budget-s $BUDGET_S (360)
+#   bench        every benchmarks/bench_*.py with its defaults
 #
 # Carried wheels live in .whl/ (ignored by git; see docs/development.md for the download line).
 set -u
@@ -25,10 +33,24 @@ for name in ("torch", "diffusers", "accelerate", "transformers", "pydantic", "py
 print()
 PY
 declare -A rc
+structural_pids=()
 for step in "${steps[@]}"; do
   echo "=== $step ==="
   case "$step" in
-    gpu-tests) python3 -m pytest tests/gpu -m gpu -p no:cacheprovider -s -q -rA 2>&1 | tee "$OUT/gpu-tests.log"; rc[$step]=${PIPESTATUS[0]} ;;
+    gpu-tests) python3 -m pytest tests/gpu -m gpu -p no:cacheprovider -s -q -rA --ignore tests/gpu/test_structural_gpu.py \
+                 2>&1 | tee "$OUT/gpu-tests.log"; rc[$step]=${PIPESTATUS[0]} ;;
+    structural) last=$(( $(nvidia-smi -L | wc -l) - 1 ))
+                names=$(python3 -c "from ddo_hooks.testing.structural import STRUCTURAL; print(*STRUCTURAL)")
+                for shard in 0 1 2; do
+                  k=$(python3 -c "import sys; n = sys.argv[2:]; print(' or '.join(n[int(sys.argv[1])::3]))" $shard $names)
+                  CUDA_VISIBLE_DEVICES=$last python3 -m pytest tests/gpu/test_structural_gpu.py -m gpu -p no:cacheprovider \
+                    -q -rA -k "$k" > "$OUT/structural-$shard.log" 2>&1 &
+                  structural_pids+=($!)
+                done ;;
+    probe-drop) { python3 benchmarks/probe_drop.py; python3 benchmarks/probe_drop.py --lcmu; } 2>&1 | tee "$OUT/probe-drop.log"
+                rc[$step]=${PIPESTATUS[0]} ;;
+    latency) python3 benchmarks/bench_latency.py --out "$OUT/latency" --reps "${REPS:-1}" --extras --budget-s "${BUDGET_S:-360}" \
+               2>&1 | tee "$OUT/latency.log"; rc[$step]=${PIPESTATUS[0]} ;;
     cpu-suite) python3 -m pytest -p no:cacheprovider -q -x 2>&1 | tail -n 40 | tee "$OUT/cpu-suite.log"; rc[$step]=${PIPESTATUS[0]} ;;
     bench) for b in benchmarks/bench_*.py; do
              [ -e "$b" ] || continue
@@ -37,6 +59,8 @@ for step in "${steps[@]}"; do
     *) echo "unknown step $step"; rc[$step]=2 ;;
   esac
 done
+for i in "${!structural_pids[@]}"; do wait "${structural_pids[$i]}"; rc["structural-$i"]=$?; done
+tar czf /tmp/session.tgz -C "$OUT" . && mv /tmp/session.tgz "$OUT/session.tgz"
 echo "=== summary ==="
 for k in "${!rc[@]}"; do echo "$k: exit ${rc[$k]}"; done
-grep -hE "passed|failed|error" "$OUT"/gpu-tests.log "$OUT"/cpu-suite.log 2>/dev/null | tail -n 4
+grep -hE "passed|failed|error" "$OUT"/gpu-tests.log "$OUT"/structural-*.log "$OUT"/cpu-suite.log 2>/dev/null | tail -n 6
