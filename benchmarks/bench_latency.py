@@ -97,7 +97,8 @@ class Runner:
     ) -> dict[str, Any] | None:
         spec = {"arm": arm, "rep": rep, "weights_dir": str(self.weights), "size": self.args.size, "workflow": "b"}
         spec.update(mode="group_lcmu_true", steps=self.steps, height=self.resolution, width=self.resolution)
-        spec.update(calls=self.args.calls, idle_s=self.args.idle_s, sample_ms=5.0, save_reports=rep == 1, **extra)
+        spec.update(calls=self.args.calls, idle_s=self.args.idle_s, sample_ms=5.0, save_reports=rep == 1)
+        spec.update(extra)
         return self.child(["arm", "--spec", json.dumps(spec)], label or f"{arm}-rep{rep}", env)
 
 

@@ -8,6 +8,8 @@ import weakref
 
 import pytest
 import torch
+from diffusers.hooks import HookRegistry
+from diffusers.hooks.group_offloading import LazyPrefetchGroupOffloadingHook
 from fakes import FakeHostAllocator, FakeScheduler, MiB
 
 from ddo_hooks import BoundaryRefusedError, HookPolicy, InvalidArgumentError, PolicyError, attach
@@ -153,6 +155,28 @@ def test_drop_frees_a_component_at_once_and_the_next_boundary_needs_no_full_coll
         pipe(**{**call_kwargs("flux"), "prompt": None, **embeds})
     collection = attachment.reports[0].release.collection
     assert (collection.strategy, collection.full_collection, collection.survivors) == ("auto", False, ())
+
+
+def test_drop_frees_a_component_whose_lazy_prefetch_hook_diffusers_removed_but_left_reachable(fake):
+    # Under streams diffusers adds a lazy-prefetch hook and, on each layer, an execution tracker whose
+    # callback closes over it; after the first forward it removes the hook and the trackers of the
+    # layers that ran. A layer that never ran (T5's `shared`) keeps its tracker. On the H200 that
+    # kept the T5 encoder alive after drop() until a full collection. Streams need CUDA: the same
+    # hooks are set up here as diffusers sets them up, and removed as diffusers removes them.
+    pipe = build_pipeline("flux")
+    pipe.enable_group_offload(torch.device("cpu"), offload_type="leaf_level")
+    registry = HookRegistry.check_if_exists_or_initialize(pipe.text_encoder_2)
+    registry.register_hook(LazyPrefetchGroupOffloadingHook(), "lazy_prefetch")
+    registry.remove_hook("lazy_prefetch", recurse=False)
+    del registry
+    with attach(pipe) as attachment:
+        encoder = weakref.ref(pipe.text_encoder_2)
+        gc.disable()
+        try:
+            attachment.drop("text_encoder_2")
+            assert encoder() is None
+        finally:
+            gc.enable()
 
 
 def test_a_dropped_component_held_elsewhere_is_named_as_a_survivor(fake):

@@ -135,9 +135,11 @@ def remove_every_hook(module: torch.nn.Module) -> int:
     module (a diffusers hook and its ``HookFunctionReference`` point at each other, and group
     offloading's hook holds its ``ModuleGroup``, which holds the modules), and ``remove_hook``
     leaves the module's own bound ``forward`` as an instance attribute, a cycle through the module
-    itself. Only a full garbage collection would free those; so the removed hooks' state is
-    cleared and the leftover ``forward`` deleted, and the module is freed by reference counting
-    as soon as nobody else holds it.
+    itself. Hooks diffusers removed earlier can still be reached: under streams, a layer that never
+    ran keeps its execution tracker, whose callback closes over the lazy-prefetch hook (holding the
+    execution order, that is the modules). Only a full garbage collection would free those; so the
+    removed hooks' state is cleared, and that of every hook they reach, and the leftover
+    ``forward`` deleted: the module is freed by reference counting as soon as nobody else holds it.
 
     Returns:
         How many hooks were removed.
@@ -162,7 +164,7 @@ def remove_every_hook(module: torch.nn.Module) -> int:
             for name in list(registry.hooks):
                 hook = registry.hooks[name]
                 registry.remove_hook(name, recurse=False)
-                vars(hook).clear()  # its fn_ref points back at it; its ModuleGroup holds the modules
+                _clear_state(hook)
                 removed += 1
             diffusers_compat.drop_registry(sub)
         if accelerate_compat.has_hook(sub):
@@ -172,3 +174,32 @@ def remove_every_hook(module: torch.nn.Module) -> int:
         if getattr(forward, "__func__", None) is type(sub).forward and getattr(forward, "__self__", None) is sub:
             del sub.forward  # the plain bound method, left as an instance attribute: a cycle through sub
     return removed
+
+
+def _clear_state(hook: ModelHook) -> None:
+    """Clear the state of a removed ``hook`` and of every hook it reaches, breaking their cycles."""
+    pending, seen = [hook], set()
+    while pending:
+        current = pending.pop()
+        if id(current) not in seen:
+            seen.add(id(current))
+            state = vars(current)
+            pending.extend(reached for value in state.values() for reached in _hooks_held_by(value))
+            state.clear()
+
+
+def _hooks_held_by(value: Any) -> list[ModelHook]:
+    """The hooks ``value`` holds directly: itself, a bound method's owner, a closure's cells."""
+    if isinstance(value, ModelHook):
+        return [value]
+    if isinstance(getattr(value, "__self__", None), ModelHook):
+        return [value.__self__]
+    held = []
+    for cell in getattr(value, "__closure__", None) or ():
+        try:
+            contents = cell.cell_contents
+        except ValueError:  # an empty cell
+            continue
+        if isinstance(contents, ModelHook):
+            held.append(contents)
+    return held

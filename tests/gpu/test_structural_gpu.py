@@ -2,8 +2,10 @@
 
 Each pipeline runs in a fresh process on cuda:0, leaf-level group offloading with
 ``use_stream=True`` and ``low_cpu_mem_usage=True`` (which pins at every onload), VQ models kept
-on the GPU (diffusers cannot group-offload them). Two calls give the same boundaries as on the
-CPU, every executed boundary releases, and the cache gives bytes back.
+on the GPU (diffusers cannot group-offload them), and PaintByExample's image encoder too (its
+``forward`` returns its ``uncond_vector`` parameter, which the pipeline uses after the hook
+offloaded it: on the H200 a device mismatch in its `_encode_image`). Two calls give the
+same boundaries as on the CPU, every executed boundary releases, and the cache gives bytes back.
 """
 
 import pytest
@@ -23,6 +25,7 @@ from ddo_hooks.testing.structural import build_structural, structural_call_kwarg
 name = {name!r}
 pipe = build_structural(name)
 kept = [n for n, c in pipe.components.items() if isinstance(c, VQModel)]
+kept += ["image_encoder"] if name == "paint_by_example" else []
 pipe.enable_group_offload(torch.device("cuda:0"), offload_device=torch.device("cpu"), offload_type="leaf_level",
                           use_stream=True, low_cpu_mem_usage=True, exclude_modules=kept or None)
 with attach(pipe, HookPolicy.from_mapping({{"version": 1, "device": "cuda:0"}})) as attachment:
