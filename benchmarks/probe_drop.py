@@ -1,26 +1,29 @@
 """Probe: after ``attachment.drop()``, is a text encoder under group offloading with streams freed at once?
 
-Builds the tiny Flux pipeline, offloads the text encoders at leaf level with ``use_stream=True`` (as the
-benchmark does), encodes a prompt, drops the encoders with the garbage collector disabled, and prints
-whether each is still alive and, if so, what refers to it (types, two levels up).
+Builds the tiny Flux pipeline (``--loaded``: saved and loaded back with ``from_pretrained``), offloads
+it as the latency benchmark does (``use_stream=True``, text encoders at leaf level), attaches, encodes a
+prompt, drops the encoders with the garbage collector disabled, and prints whether each is still
+alive and, if so, what refers to it (types, three levels up).
 
-Run on the GPU machine: ``python3 benchmarks/probe_drop.py [--lcmu]``.
+Run on the GPU machine: ``python3 benchmarks/probe_drop.py [--lcmu] [--loaded]``.
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import tempfile
 import weakref
 
+import pinned_workload as pw
 import torch
-from diffusers.hooks import apply_group_offloading
+from diffusers import FluxPipeline
 
 from ddo_hooks import attach
 from ddo_hooks.testing.tiny_pipelines import build_pipeline, embed_prompt
 
 
-def referrers(obj: object, depth: int = 2, indent: str = "    ") -> None:
+def referrers(obj: object, depth: int = 3, indent: str = "    ") -> None:
     if depth == 0:
         return
     for ref in gc.get_referrers(obj):
@@ -33,22 +36,16 @@ def referrers(obj: object, depth: int = 2, indent: str = "    ") -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lcmu", action="store_true", help="low_cpu_mem_usage=True")
+    parser.add_argument("--loaded", action="store_true", help="save the pipeline and load it back first")
     args = parser.parse_args()
-    cuda, cpu = torch.device("cuda:0"), torch.device("cpu")
     pipe = build_pipeline("flux", dtype=torch.bfloat16)
-    for name in ("text_encoder", "text_encoder_2"):
-        apply_group_offloading(
-            getattr(pipe, name),
-            onload_device=cuda,
-            offload_device=cpu,
-            use_stream=True,
-            offload_type="leaf_level",
-            low_cpu_mem_usage=args.lcmu,
-        )
-    pipe.transformer.to(cuda)
-    pipe.vae.to(cuda)
-    embed_prompt(pipe, "flux")
+    if args.loaded:
+        folder = tempfile.mkdtemp()
+        pipe.save_pretrained(folder)
+        pipe = FluxPipeline.from_pretrained(folder, dtype=torch.bfloat16)
+    pw._offload(pipe, "group_lcmu_true" if args.lcmu else "group_lcmu_false", torch.device("cuda:0"), "leaf")
     attachment = attach(pipe)
+    embed_prompt(pipe, "flux")
     refs = {name: weakref.ref(getattr(pipe, name)) for name in ("text_encoder", "text_encoder_2")}
     gc.collect()
     gc.disable()

@@ -9,7 +9,7 @@
 #   structural   the 14 structural pipelines under group offloading with streams, three shards at
 #                once on the last GPU, in the background while the later steps run
 #   cpu-suite    the CPU suite against the machine's torch and accelerate
-#   probe-drop   what keeps a dropped text encoder alive (benchmarks/probe_drop.py, both lcmu values)
+#   probe-drop   what keeps a dropped text encoder alive (benchmarks/probe_drop.py: as built, --lcmu, --loaded)
 #   latency      benchmarks/bench_latency.py --reps $REPS (1) --extras --budget-s $BUDGET_S (360)
 #   bench        every benchmarks/bench_*.py with its defaults
 #
@@ -48,7 +48,8 @@ for step in "${steps[@]}"; do
                     -q -rA -k "$k" > "$OUT/structural-$shard.log" 2>&1 &
                   structural_pids+=($!)
                 done ;;
-    probe-drop) { python3 benchmarks/probe_drop.py; python3 benchmarks/probe_drop.py --lcmu; } 2>&1 | tee "$OUT/probe-drop.log"
+    probe-drop) for flags in "" --lcmu --loaded; do echo "--- probe_drop.py $flags"; python3 benchmarks/probe_drop.py $flags; done \
+                  2>&1 | tee "$OUT/probe-drop.log"
                 rc[$step]=${PIPESTATUS[0]} ;;
     latency) python3 benchmarks/bench_latency.py --out "$OUT/latency" --reps "${REPS:-1}" --extras --budget-s "${BUDGET_S:-360}" \
                2>&1 | tee "$OUT/latency.log"; rc[$step]=${PIPESTATUS[0]} ;;
