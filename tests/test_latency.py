@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import re
 import threading
 import weakref
 
@@ -13,8 +14,10 @@ from diffusers.hooks.group_offloading import LazyPrefetchGroupOffloadingHook
 from fakes import FakeHostAllocator, FakeScheduler, MiB
 
 from ddo_hooks import BoundaryRefusedError, HookPolicy, InvalidArgumentError, PolicyError, attach
+from ddo_hooks.cli.summarize import format_summary
 from ddo_hooks.hooks.idle import use_scheduler
 from ddo_hooks.release.allocator import pinned_allocation, use_backend
+from ddo_hooks.reports.files import load_report_file
 from ddo_hooks.testing.tiny_pipelines import build_pipeline, call_kwargs, embed_prompt
 
 ORDER = ["before_transformer", "before_vae", "after_call"]
@@ -39,7 +42,7 @@ def fake():
 # -- the cost of a release, where the release is reported -----------------------------------------
 
 
-def test_each_boundary_reports_what_was_pinned_since_the_previous_one(fake):
+def test_each_boundary_reports_what_was_pinned_since_the_previous_one(fake, tmp_path):
     pipe = build_pipeline("sd")
 
     def onload(module, args):  # the UNet's onload after a release pins its blocks again
@@ -56,6 +59,10 @@ def test_each_boundary_reports_what_was_pinned_since_the_previous_one(fake):
     assert since.seconds == pytest.approx(0.003)
     assert after_call.pinned_since_previous.bytes == 0  # nothing pinned while decoding
     assert before_vae.before.pinned_bytes_total - first.after.pinned_bytes_total == 6 * MiB
+    # `ddo-hooks summarize` totals them per boundary: bytes re-pinned and the time it took
+    out = format_summary([load_report_file(attachment.tracker.write_jsonl(tmp_path / "run.jsonl"))])
+    assert re.search(r"^before_vae +1 +1 +0 +0 .* ms +6\.0 MiB +3\.00 ms$", out, re.MULTILINE), out
+    assert re.search(r"^before_transformer +1 +1 +0 +0 .* ms +- +-$", out, re.MULTILINE), out
 
 
 def test_counters_a_torch_does_not_report_are_null_never_zero(fake):

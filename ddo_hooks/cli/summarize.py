@@ -11,7 +11,9 @@ demo's file) is counted once.
 
 After the tables come the totals per boundary across calls: per run, per rank (when ranks are
 known) and in total (a group equal to one already shown is left out): counts by outcome, the
-bytes released (the sum of the positive ``allocator_bytes_delta``) and the total elapsed time.
+bytes released (the sum of the positive ``allocator_bytes_delta``), the total elapsed time, and
+the bytes pinned between each boundary and the previous one with the time that took
+(``pinned_since_previous``: what the releases cost in re-pinning).
 
 Examples:
     >>> from ddo_hooks import release_pytorch_host_cache
@@ -211,7 +213,9 @@ def format_summary(files: Sequence[ReportFile], *, arrow: str = "→", width: in
         "",
         wrap_text(
             "released: the sum of the positive allocator_bytes_delta (bytes the allocator gave back); "
-            "refused includes the boundaries a call did not reach (not_reached)",
+            "pinned since the previous: bytes pinned (the cost of a release: re-pinned) between the previous "
+            "boundary and this one, and the time pinning took; refused includes the boundaries a call did "
+            "not reach (not_reached)",
             width=width,
         ),
     ]

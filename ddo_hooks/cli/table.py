@@ -64,6 +64,8 @@ class BoundaryRow:
         rss_before: Process RSS before, when observed.
         rss_after: Process RSS after, when observed.
         elapsed_seconds: Time the boundary took; ``None`` for refusals and user actions.
+        repinned_bytes: Bytes pinned since the previous boundary (``pinned_since_previous``), when counted.
+        repin_seconds: Seconds spent pinning them, when counted.
     """
 
     call: int
@@ -78,6 +80,8 @@ class BoundaryRow:
     rss_before: int | None = None
     rss_after: int | None = None
     elapsed_seconds: float | None = None
+    repinned_bytes: int | None = None
+    repin_seconds: float | None = None
 
     @property
     def label(self) -> str:
@@ -185,6 +189,8 @@ def boundary_rows(records: Sequence[tuple[str | None, Any]], calls: Sequence[int
                 rss_before=_bytes(body.get("host_before"), "rss_bytes"),
                 rss_after=_first(_bytes(body.get("host_after"), "rss_bytes"), _observed_rss(route, body)),
                 elapsed_seconds=body.get("elapsed_seconds"),
+                repinned_bytes=_bytes(body.get("pinned_since_previous"), "bytes"),
+                repin_seconds=_bytes(body.get("pinned_since_previous"), "seconds"),
             )
         )
     return rows
@@ -331,11 +337,12 @@ def format_rss_table(rows: Sequence[BoundaryRow], *, observer: str, arrow: str =
 
 
 def format_totals(rows: Sequence[BoundaryRow], *, width: int = TABLE_WIDTH) -> str:
-    """Totals per boundary across calls: counts by outcome, bytes released and total elapsed.
+    """Totals per boundary across calls: counts by outcome, bytes released, elapsed, re-pinning.
 
     ``calls`` counts the distinct calls (of every run given); ``refused`` includes the boundaries
     a call did not reach (``not_reached``); ``released`` is the sum of the positive
-    ``allocator_bytes_delta`` values (the bytes the allocator gave back).
+    ``allocator_bytes_delta`` values (the bytes the allocator gave back); the last two columns
+    sum ``pinned_since_previous``: the bytes pinned since the previous boundary and the time it took.
 
     Args:
         rows: The rows to total (see :func:`boundary_rows`).
@@ -344,11 +351,12 @@ def format_totals(rows: Sequence[BoundaryRow], *, width: int = TABLE_WIDTH) -> s
     Examples:
         >>> import dataclasses
         >>> row = BoundaryRow(1, "after_call", "host_cache_release", "executed", None, "", delta=2048,
-        ...                   elapsed_seconds=0.001)
+        ...                   elapsed_seconds=0.001, repinned_bytes=4096, repin_seconds=0.25)
         >>> print(format_totals([row, dataclasses.replace(row, call=2, delta=-1024)]))  # doctest: +NORMALIZE_WHITESPACE
-        boundary    calls  executed  no-op  refused  released  elapsed
-        ----------  -----  --------  -----  -------  --------  -------
-        after_call  2      2         0      0        2.0 KiB   2.00 ms
+        boundary    calls  executed  no-op  refused  released  elapsed  pinned since  pinning
+                                                                        the previous  time
+        ----------  -----  --------  -----  -------  --------  -------  ------------  ---------
+        after_call  2      2         0      0        2.0 KiB   2.00 ms  8.0 KiB       500.00 ms
     """
     return total_rows([(0, row) for row in rows], width=width)
 
@@ -361,10 +369,13 @@ def total_rows(rows: Sequence[tuple[object, BoundaryRow]], *, width: int = TABLE
     columns = [Column("boundary", wrap=1, cut=1, floor=_BOUNDARY_WIDTH)]
     columns += map(Column, ("calls", "executed", "no-op", "refused"))
     columns += [Column("released"), Column("elapsed")]
+    columns += [Column(("pinned since ", "the previous")), Column(("pinning ", "time"))]
     body: list[list[Cell]] = []
     for label, group in groups.items():
         deltas = [row.delta for _, row in group if row.delta is not None]
         elapsed = [row.elapsed_seconds for _, row in group if row.elapsed_seconds is not None]
+        repinned = [row.repinned_bytes for _, row in group if row.repinned_bytes is not None]
+        repin_time = [row.repin_seconds for _, row in group if row.repin_seconds is not None]
         counts = [sum(row.kind == kind for _, row in group) for kind in ("executed", "noop", "refused")]
         boundary, _, action = label.partition("/")
         body.append(
@@ -374,6 +385,8 @@ def total_rows(rows: Sequence[tuple[object, BoundaryRow]], *, width: int = TABLE
                 *map(str, counts),
                 _size(sum(d for d in deltas if d > 0)) if deltas else "-",
                 _ms(sum(elapsed)) if elapsed else "-",
+                _size(sum(repinned)) if repinned else "-",
+                _ms(sum(repin_time)) if repin_time else "-",
             ]
         )
     return "\n".join(render_table(columns, body, width=width)) if body else "(no reports)"
