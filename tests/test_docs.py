@@ -43,7 +43,7 @@ INSTALL_AND_TEST = 'python3 -m venv .venv && . .venv/bin/activate && pip install
 # Blocks each page skips, by count. A new skip must be added here on purpose; the README skips
 # only its two install commands (CI runs the second one for real, through .ci/run).
 EXPECTED_SKIPS = {
-    "README.md": 2,
+    "README.md": 3,  # the two install commands, and the FLUX.1-dev recipe (downloads, needs CUDA)
     "docs/architecture.md": 1,  # the drawing of the layers
     "docs/cli.md": 1,  # installs the plot extra
     "docs/benchmarks.md": 3,  # the two benchmarks run on the GPU machine, and the start-up one
@@ -228,9 +228,12 @@ def test_skipped_blocks_are_counted_per_page():
     assert counted == EXPECTED_SKIPS, f"skipped blocks changed; update EXPECTED_SKIPS if that is meant:\n{reasons}"
 
 
-def test_the_readme_skips_only_its_two_install_commands():
-    skipped = [b.text.strip() for b in extract_blocks(README) if b.kind == "skip"]
-    assert skipped == [INSTALL_AND_DEMO, INSTALL_AND_TEST]
+def test_the_readme_skips_only_its_two_install_commands_and_the_gpu_recipe():
+    skipped = [b for b in extract_blocks(README) if b.kind == "skip"]
+    assert [b.text.strip() for b in skipped[:2]] == [INSTALL_AND_DEMO, INSTALL_AND_TEST]
+    assert len(skipped) == 3
+    assert skipped[2].skip == "downloads the FLUX.1-dev weights and needs a CUDA GPU"
+    assert "attach(pipe" in skipped[2].text
 
 
 @pytest.mark.parametrize(
@@ -616,3 +619,10 @@ def test_the_pipelines_matrix_names_tests_that_exist_and_every_id_of_them():
     functions = {node.split("[")[0] for node in listed}
     unlisted = sorted(node for node in collected if node.split("[")[0] in functions and node not in listed)
     assert not unlisted, "ids of the matrix's tests that the matrix does not list:\n" + "\n".join(unlisted)
+
+
+def test_the_policy_page_spells_out_the_packaged_default_as_it_is():
+    preset = (ROOT / "ddo_hooks" / "policy" / "presets" / "default.yaml").read_text(encoding="utf-8")
+    body = "".join(line for line in preset.splitlines(keepends=True) if not line.startswith("#"))
+    first = next(b for b in extract_blocks(DOCS / "policy.md") if b.kind == "policy")
+    assert first.text == body, "docs/policy.md's first block must be ddo_hooks/policy/presets/default.yaml"

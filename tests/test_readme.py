@@ -1,8 +1,10 @@
-"""The README says plainly how to install, and what a DDO report is where it first names one."""
+"""The README: how to install, what a DDO report is where it first names one, a GPU run as it was."""
 
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 README = Path(__file__).resolve().parent.parent / "README.md"
@@ -39,3 +41,17 @@ def test_a_ddo_report_is_spelled_out_where_the_readme_first_names_one():
     spelled = _flat(TEXT).find("DDO: diffusers dynamic offloader")
     assert 0 <= spelled - first < 200, "say what a DDO report is right where the README first names one"
     assert "validated report" in _paragraph_with("DDO report")
+
+
+def test_the_gpu_table_is_what_summarize_prints_for_the_saved_h200_reports():
+    # The README shows `ddo-hooks summarize` of reports saved on the H200; the output must be
+    # exactly what the command prints for that file today.
+    block = re.search(r"```console\n\$ ddo-hooks summarize (\S+)\n(.*?)```", TEXT, flags=re.DOTALL)
+    assert block is not None, "the GPU section shows `ddo-hooks summarize` of the saved H200 reports"
+    path, shown = block.group(1), block.group(2)
+    assert path.startswith("examples/reports/h200-")
+    proc = subprocess.run(
+        [sys.executable, "-m", "ddo_hooks", "summarize", path], cwd=README.parent, capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert shown == proc.stdout
