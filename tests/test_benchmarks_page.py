@@ -1,4 +1,4 @@
-"""docs/benchmarks.md reads well at the page's width: its figure, its tables and its headings."""
+"""docs/benchmarks.md reads well at the page's width, and its latency figures are those of the checked-in results."""
 
 from __future__ import annotations
 
@@ -112,3 +112,62 @@ def test_headings_mean_something_to_an_outsider():
             if re.search(r"\bissues? #?\d+|#\d+\b|^\([a-z]\) |\blcmu\b", heading, flags=re.IGNORECASE):
                 vague.append(f"{page.relative_to(ROOT)}: {heading}")
     assert not vague, "\n".join(vague)
+
+
+DASH, TIMES = "\u2013", "\u00d7"  # as the page writes a range and a ratio
+
+
+def _latency_module() -> Any:
+    sys.path.insert(0, str(ROOT / "benchmarks"))  # bench_latency imports its sibling bench_pinned_memory
+    try:
+        spec = importlib.util.spec_from_file_location("bench_latency", ROOT / "benchmarks" / "bench_latency.py")
+        assert spec is not None
+        assert spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    return module
+
+
+def _spread(figure: dict[str, float]) -> str:
+    return f"{figure['median']:.3f} ({figure['min']:.3f}{DASH}{figure['max']:.3f})"
+
+
+def test_the_latency_tables_show_what_the_checked_in_results_give(capsys):
+    bench = _latency_module()
+    results = ROOT / "benchmarks" / "results"
+    summary = bench.report(json.loads((results / "bench_latency-5reps.json").read_text(encoding="utf-8")))
+    extras = bench.extras_report(json.loads((results / "bench_latency-extras.json").read_text(encoding="utf-8")))
+    capsys.readouterr()
+    text = PAGE.read_text(encoding="utf-8")
+    for arm in ("nothing", "lowest-peak", "lowest-latency"):
+        figures = summary["arms"][arm]
+        rows = [figures] + ([figures["ratio"]] if "ratio" in figures else [])
+        for keys in (("first", "steady"), ("peak", "resting", "idle")):
+            for row, name in zip(rows, (arm, f"{TIMES} nothing"), strict=False):
+                line = f"| {name} | " + " | ".join(_spread(row[k]) for k in keys) + " |"
+                assert line in text, f"docs/benchmarks.md should show {line}"
+    verdicts = {t["target"]: t for t in summary["targets"]}
+    for name, shown, verdict in (
+        ("lowest-peak: peak RSS x nothing", "lowest-peak: peak RSS", "not met"),
+        ("lowest-peak: resting RSS x nothing", "lowest-peak: resting RSS", "met"),
+        ("lowest-latency: steady-state call time x nothing", "lowest-latency: steady call time", "met"),
+        ("lowest-latency: idle RSS x nothing", "lowest-latency: idle RSS", "met"),
+    ):
+        assert verdicts[name]["verdict"] == verdict
+        shown = f"{shown} {TIMES} nothing"
+        assert re.search(rf"^\| {re.escape(shown)} \| [^|]+ \| [^|]+ \| \*\*{verdict}\*\*", text, re.MULTILINE)
+    drops = [d["beyond_release_ms"] for d in summary["drops"]]
+    assert f"| {min(drops):.1f}{DASH}{max(drops):.1f} ({len(drops)}) | ≤ 10 | **not met** |" in text
+    assert all(d["delta"] == d["encoders_rounded_bytes"] for d in extras["drop"])
+    assert ", ".join(f"{d['beyond_release_ms']:.1f}" for d in extras["drop"]).replace(", ", " and ") in text
+    for row in extras["repin"]:
+        threads = row["conf"].rpartition(":")[2] if row["conf"] else "(default: cudaHostAlloc)"
+        line = (
+            f"| {threads} | {row['fresh_s_per_gib']:.3f} | {row['cached_s_per_gib']:.5f} | "
+            f"{row['release_s_per_gib']:.3f} | {row['repin_s_per_gib']:.3f} | {row['h2d_gb_per_s']:.1f} |"
+        )
+        assert line in text, f"docs/benchmarks.md should show {line}"
+    assert min(t["ratio"] for t in extras["trim"]) >= 0.95
+    assert len(extras["trim"]) == 14
