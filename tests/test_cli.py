@@ -342,6 +342,10 @@ def test_help_exits_0_on_every_command(runs: Runs, run: str):
         assert re.findall(r"^    (\S+)", result.stdout, re.MULTILINE) == [
             *("demo", "validate-policy", "validate-report", "schema", "summarize", "plot"),
         ]
+    if run == "help demo":  # the setting that makes re-pinning cheaper, which only the user can set
+        words = result.stdout.split()  # the value must stay whole, to be copied
+        assert "pinned_use_cuda_host_register:True,pinned_num_register_threads:8" in words
+        assert "PYTORCH_CUDA_ALLOC_CONF set to pinned_use_cuda_host_register" in " ".join(words)
 
 
 # -- schema and summarize ---------------------------------------------------------------------

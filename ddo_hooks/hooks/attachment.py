@@ -209,11 +209,14 @@ class Attachment:
         """Take components off the pipeline so that the next boundary frees them, at once and cheaply.
 
         Each named component is set to ``None`` on the pipeline and loses every diffusers and
-        accelerate hook (offloading hooks hold a component in a reference cycle, which only a full
-        garbage collection, 200-400 ms in a loaded process, would free). A component nobody else
-        holds is then freed at once, its pinned copies go back to the cache, and the next
-        boundary's release gives them back with a young collection; one still held elsewhere is
-        named as a survivor in that boundary's report.
+        accelerate hook, and the cycles removed hooks leave are broken (offloading hooks hold a
+        component in reference cycles, which only a full garbage collection, 200-400 ms in a
+        loaded process, would free). A component nobody else holds is then freed at once, its
+        pinned copies go back to the cache, and the next boundary's release gives them back with a
+        young collection. One still alive at that boundary costs a full collection there (on the
+        H200, a CLIP text encoder loaded with ``from_pretrained`` still did: see "Memory without
+        latency" in docs/benchmarks.md); one still held elsewhere is named as a survivor in that
+        boundary's report.
 
         Args:
             names: Component names, e.g. ``"text_encoder", "text_encoder_2"``.
