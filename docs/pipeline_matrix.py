@@ -59,6 +59,12 @@ GPU_VERIFIED: dict[str, dict[str, str]] = {
 for _name, _cls in CLASS_NAMES.items():
     GPU_VERIFIED.setdefault(_cls, {})[f"group-leaf-stream-lowmem ({_name})"] = f"{_STRUCTURAL_GPU}[{_name}]"
 
+OFFLOAD_LIMITS = {
+    "PaintByExamplePipeline": "group offloading: keep `image_encoder` on the GPU (`exclude_modules`); "
+    "the pipeline uses its `uncond_vector` after the hook offloaded it (a device mismatch on the H200)",
+}
+"""Limits found on the GPU machine that are diffusers' own, not the boundaries'."""
+
 _VAE_SHAPED = re.compile(r"^(vae|movq|vqvae|audio_vae|.*_vae)$")  # AutoencoderKL/VQModel-style: decoder submodule
 
 
@@ -91,7 +97,7 @@ def rows() -> list[dict[str, str]]:
     table = []
     for entry in census["pipelines"]:
         name = entry["class"]
-        found = limits(entry)
+        found = limits(entry) + ([OFFLOAD_LIMITS[name]] if name in OFFLOAD_LIMITS else [])
         if name in CPU_VERIFIED:
             boundaries = "verified"
         else:
