@@ -1,0 +1,230 @@
+"""Shared small components of the structural pipelines: configs and seeded random weights."""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from ddo_hooks.testing._components import (
+    CLIP_LEN,
+    HIDDEN,
+    VOCAB,
+    t5_config,
+    transformers_module,
+    word_tokenizer,
+)
+
+if TYPE_CHECKING:
+    pass
+
+
+def _clip_with_projection() -> tuple[Any, Any]:
+    """A CLIP text encoder with a projection head (``text_embeds``) of width ``HIDDEN``, and its tokenizer."""
+    transformers = transformers_module()
+    config = transformers.CLIPTextConfig(
+        vocab_size=len(VOCAB),
+        hidden_size=HIDDEN,
+        intermediate_size=37,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        max_position_embeddings=CLIP_LEN,
+        projection_dim=HIDDEN,
+        pad_token_id=VOCAB["<pad>"],
+        bos_token_id=VOCAB["<s>"],
+        eos_token_id=VOCAB["</s>"],
+    )
+    return transformers.CLIPTextModelWithProjection(config), word_tokenizer(bos=True, model_max_length=CLIP_LEN)
+
+
+def _typed_tokenizer(class_name: str, *, bos: bool, model_max_length: int) -> Any:
+    """The word-level tokenizer as an instance of transformers' ``class_name`` (pipelines that check the type)."""
+    base = word_tokenizer(bos=bos, model_max_length=model_max_length)
+    specials = {
+        "pad_token": "<pad>",
+        "eos_token": "</s>",
+        "unk_token": "<unk>",
+        **({"bos_token": "<s>"} if bos else {}),
+    }
+    tokenizer_cls = getattr(transformers_module(), class_name)
+    return tokenizer_cls(tokenizer_object=base.backend_tokenizer, model_max_length=model_max_length, **specials)
+
+
+def _clip_vision_config() -> Any:
+    """A two-layer CLIP vision tower over 32x32 images in 8x8 patches, projecting to ``HIDDEN``."""
+    return transformers_module().CLIPVisionConfig(
+        hidden_size=HIDDEN,
+        intermediate_size=37,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        image_size=32,
+        patch_size=8,
+        projection_dim=HIDDEN,
+    )
+
+
+def _clip_image_processor() -> Any:
+    """The PIL-backed CLIP image processor (no torchvision), resizing and cropping to 32x32."""
+    transformers = transformers_module()
+    return transformers.CLIPImageProcessorPil(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32})
+
+
+def _t5() -> Any:
+    transformers = transformers_module()
+    return transformers.T5EncoderModel(transformers.T5Config(**t5_config()))
+
+
+def _umt5() -> Any:
+    transformers = transformers_module()
+    return transformers.UMT5EncoderModel(transformers.UMT5Config(**t5_config()))
+
+
+def _sd_unet(**extra: Any) -> Any:
+    """A two-level SD-style UNet (8 and 16 channels) reading ``HIDDEN``-wide text states."""
+    from diffusers import UNet2DConditionModel
+
+    settings: dict[str, Any] = {
+        "sample_size": 4,
+        "in_channels": 4,
+        "out_channels": 4,
+        "down_block_types": ("CrossAttnDownBlock2D", "DownBlock2D"),
+        "up_block_types": ("UpBlock2D", "CrossAttnUpBlock2D"),
+        "block_out_channels": (8, 16),
+        "layers_per_block": 1,
+        "norm_num_groups": 4,
+        "cross_attention_dim": HIDDEN,
+        "attention_head_dim": 2,
+    }
+    return UNet2DConditionModel(**{**settings, **extra})
+
+
+def _ddim(**extra: Any) -> Any:
+    from diffusers import DDIMScheduler
+
+    settings: dict[str, Any] = {
+        "beta_start": 0.00085,
+        "beta_end": 0.012,
+        "beta_schedule": "scaled_linear",
+        "clip_sample": False,
+        "set_alpha_to_one": False,
+        "steps_offset": 1,
+    }
+    return DDIMScheduler(**{**settings, **extra})
+
+
+def _prior_transformer() -> Any:
+    """A one-layer unCLIP prior over ``HIDDEN``-wide CLIP embeddings (77 text tokens)."""
+    from diffusers import PriorTransformer
+
+    prior = PriorTransformer(num_attention_heads=2, attention_head_dim=12, embedding_dim=HIDDEN, num_layers=1)
+    with torch.no_grad():
+        prior.clip_std.fill_(1.0)  # initialised to zeros, which would make every image embedding zero
+    return prior
+
+
+def _movq() -> Any:
+    """A two-level MoVQ (VQModel with spatial norm; its GroupNorms need multiples of 32 channels)."""
+    from diffusers import VQModel
+
+    return VQModel(
+        in_channels=3,
+        out_channels=3,
+        down_block_types=("DownEncoderBlock2D", "AttnDownEncoderBlock2D"),
+        up_block_types=("AttnUpDecoderBlock2D", "UpDecoderBlock2D"),
+        block_out_channels=(32, 64),
+        layers_per_block=1,
+        latent_channels=4,
+        norm_num_groups=8,
+        norm_type="spatial",
+        num_vq_embeddings=12,
+        vq_embed_dim=4,
+    )
+
+
+def _wan_vae() -> Any:
+    from diffusers import AutoencoderKLWan
+
+    return AutoencoderKLWan(
+        base_dim=3, z_dim=16, dim_mult=[1, 1, 1, 1], num_res_blocks=1, temperal_downsample=[False, True, True]
+    )
+
+
+def _wan_transformer(model: str = "WanTransformer3DModel", **extra: Any) -> Any:
+    diffusers = importlib.import_module("diffusers")
+    settings: dict[str, Any] = {
+        "patch_size": (1, 2, 2),
+        "num_attention_heads": 2,
+        "attention_head_dim": 12,
+        "in_channels": 16,
+        "out_channels": 16,
+        "text_dim": HIDDEN,
+        "freq_dim": 32,
+        "ffn_dim": 32,
+        "num_layers": 2,
+        "cross_attn_norm": True,
+        "rope_max_seq_len": 32,
+    }
+    return getattr(diffusers, model)(**{**settings, **extra})
+
+
+def _clap() -> Any:
+    """A CLAP model with a two-layer text branch (width 16) and the smallest audio branch it accepts."""
+    transformers = transformers_module()
+    text = transformers.ClapTextConfig(
+        vocab_size=len(VOCAB),
+        hidden_size=16,
+        intermediate_size=37,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        max_position_embeddings=CLIP_LEN + 2,
+        pad_token_id=VOCAB["<pad>"],
+        bos_token_id=VOCAB["<s>"],
+        eos_token_id=VOCAB["</s>"],
+    )
+    audio = transformers.ClapAudioConfig(
+        spec_size=64,
+        window_size=4,
+        num_mel_bins=64,
+        intermediate_size=37,
+        depths=[1, 1],
+        num_attention_heads=[2, 2],
+        num_hidden_layers=2,
+        hidden_size=32,
+        patch_size=2,
+        patch_stride=2,
+        patch_embed_input_channels=4,
+    )
+    config = transformers.ClapConfig(text_config=text.to_dict(), audio_config=audio.to_dict(), projection_dim=16)
+    return transformers.ClapModel(config)
+
+
+def _audio_vae() -> Any:
+    from diffusers import AutoencoderKL
+
+    return AutoencoderKL(
+        in_channels=1,
+        out_channels=1,
+        down_block_types=("DownEncoderBlock2D",) * 2,
+        up_block_types=("UpDecoderBlock2D",) * 2,
+        block_out_channels=(8, 8),
+        layers_per_block=1,
+        latent_channels=4,
+        norm_num_groups=4,
+    )
+
+
+def _vocoder() -> Any:
+    """A HiFi-GAN vocoder from 8 mel bins, upsampling 4x."""
+    transformers = transformers_module()
+    config = transformers.SpeechT5HifiGanConfig(
+        model_in_dim=8,
+        sampling_rate=16000,
+        upsample_initial_channel=16,
+        upsample_rates=[2, 2],
+        upsample_kernel_sizes=[4, 4],
+        resblock_kernel_sizes=[3],
+        resblock_dilation_sizes=[[1, 3]],
+        normalize_before=False,
+    )
+    return transformers.SpeechT5HifiGan(config)
