@@ -50,6 +50,7 @@ EXPECTED_SKIPS = {
     "docs/development.md": 1,  # downloads the GPU machine's wheels
     "docs/index.md": 1,  # the quickstart's install command
     "docs/pipelines.md": 1,  # downloads FLUX.1-dev and needs a CUDA GPU
+    "docs/workers.md": 1,  # needs two CUDA GPUs and torchrun
 }
 
 PAGE_TIMEOUT_S = 900
