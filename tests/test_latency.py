@@ -10,11 +10,17 @@ import weakref
 import pytest
 import torch
 from diffusers.hooks import HookRegistry
-from diffusers.hooks.group_offloading import LazyPrefetchGroupOffloadingHook
+from diffusers.hooks.group_offloading import (
+    LazyPrefetchGroupOffloadingHook,
+    ModuleGroup,
+    _apply_lazy_group_offloading_hook,
+)
 from fakes import FakeHostAllocator, FakeScheduler, MiB
 
 from ddo_hooks import BoundaryRefusedError, HookPolicy, InvalidArgumentError, PolicyError, attach
+from ddo_hooks._compat import diffusers as diffusers_compat
 from ddo_hooks.cli.summarize import format_summary
+from ddo_hooks.cli.table import boundary_rows, format_table
 from ddo_hooks.hooks.idle import use_scheduler
 from ddo_hooks.release.allocator import pinned_allocation, use_backend
 from ddo_hooks.reports.files import load_report_file
@@ -186,6 +192,45 @@ def test_drop_frees_a_component_whose_lazy_prefetch_hook_diffusers_removed_but_l
             gc.enable()
 
 
+def test_drop_frees_every_layer_after_the_first_forward_removed_the_lazy_prefetch_hooks(fake):
+    # Under streams diffusers registers a lazy-prefetch hook on each component (and, through it, an
+    # execution tracker on each layer); the first forward removes the hook and the trackers of the
+    # layers that ran, which then sit in garbage cycles that hold those layers. On the H200 that kept
+    # the benchmark's CLIP encoder, and T5's layers, alive after drop() until a full collection
+    # (254 ms). Streams need CUDA: the hook is registered here as diffusers registers it under streams,
+    # and diffusers' own post_forward removes what it removes. No collection may run in between.
+    pipe = build_pipeline("flux")
+    pipe.enable_group_offload(torch.device("cpu"), offload_type="leaf_level")
+    for name in ("text_encoder", "text_encoder_2"):
+        encoder = getattr(pipe, name)
+        leaf = next(
+            m for m in encoder.modules() if diffusers_compat.has_hook(m, diffusers_compat.GROUP_OFFLOADING_HOOK)
+        )
+        config = diffusers_compat.registry_of(leaf).get_hook(diffusers_compat.GROUP_OFFLOADING_HOOK).config
+        group = ModuleGroup(
+            modules=[],
+            offload_device=config.offload_device,
+            onload_device=config.onload_device,
+            offload_leader=encoder,
+            onload_leader=encoder,
+            onload_self=True,
+            group_id="lazy_leaf",
+        )
+        _apply_lazy_group_offloading_hook(encoder, group, config=config)  # what diffusers does under streams
+    del encoder, group, leaf
+    with attach(pipe) as attachment:
+        layers = [weakref.ref(m) for name in ("text_encoder", "text_encoder_2") for m in getattr(pipe, name).modules()]
+        gc.disable()
+        try:
+            embed_prompt(pipe, "flux")  # the first forward: diffusers removes the hook and the trackers
+            assert not diffusers_compat.has_hook(pipe.text_encoder, diffusers_compat.LAZY_PREFETCH_HOOK)
+            attachment.drop("text_encoder", "text_encoder_2")
+            alive = [ref() for ref in layers if ref() is not None]
+            assert alive == [], f"{len(alive)} of {len(layers)} modules alive, e.g. {type(alive[0]).__name__}"
+        finally:
+            gc.enable()
+
+
 def test_a_dropped_component_held_elsewhere_is_named_as_a_survivor(fake):
     pipe = build_pipeline("flux")
     embeds = embed_prompt(pipe, "flux")
@@ -244,3 +289,11 @@ def test_malloc_trim_is_an_action_of_its_own_with_its_own_report():
     assert outcome(trim) == "after_call/malloc_trim:executed"
     assert set(trim.body.data) == {"returned", "rss_before", "rss_after", "seconds"}
     assert attachment.tracker.components()[-1] == "malloc_trim_after_call"
+    rows = boundary_rows(attachment.tracker.records())
+    assert [(r.label, r.rss_before, r.rss_after, r.elapsed_seconds) for r in rows[-1:]] == [
+        ("after_call/malloc_trim", trim.body.data["rss_before"], trim.body.data["rss_after"], trim.body.data["seconds"])
+    ]
+    lines = format_table(rows).splitlines()
+    after_call = next(i for i, line in enumerate(lines) if line.split()[1:2] == ["after_call"])
+    assert lines[after_call + 1].split()[:3] == ["1", "+", "malloc_trim"]  # under its boundary, at a glance
+    assert lines[after_call + 1].rstrip().endswith(" ms")

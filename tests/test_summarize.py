@@ -84,8 +84,8 @@ def test_totals_per_run_per_rank_and_in_total(capsys, ranks):
     )
     # no-op below_threshold 5 and refused not_reached 5: nothing released
     assert re.search(r"^after_call +5 +0 +5 +5 +- ", everything, re.MULTILINE)
-    # a long action name wraps in the boundary column (the per-call tables show it whole)
-    assert re.search(r"^after_call/ +5 +5 +0 +0 +- +- +- +-\nmy_pkg\.log_memory_in", everything, re.MULTILINE)
+    # an action after its boundary's row is "+ action"; a long name wraps in the boundary column
+    assert re.search(r"^\+ +5 +5 +0 +0 +- +- +- +-\nmy_pkg\.log_memory_in", everything, re.MULTILINE)
 
 
 def test_records_without_an_envelope_have_their_calls_inferred_and_the_output_says_so(capsys, tmp_path, ranks):

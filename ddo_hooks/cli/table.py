@@ -144,11 +144,21 @@ def _first(*values: int | None) -> int | None:
     return next((value for value in values if value is not None), None)
 
 
-def _observed_rss(route: str, body: dict[str, Any]) -> int | None:
-    """The RSS a user action observed at its boundary: an int ``rss_bytes`` in its report's ``data``."""
+def _action_data(route: str, body: dict[str, Any]) -> dict[str, Any]:
+    """A user action's ``data`` (empty for the other routes)."""
     data = body.get("data") if route == "boundary_action" else None
-    value = data.get("rss_bytes") if isinstance(data, dict) else None
+    return data if isinstance(data, dict) else {}
+
+
+def _count(value: Any) -> int | None:
+    """``value`` when it is an int >= 0 (bytes), else ``None``."""
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def _seconds(value: Any) -> float | None:
+    """``value`` when it is a number >= 0 (seconds), else ``None``."""
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and value >= 0
+    return float(value) if ok else None
 
 
 def boundary_rows(records: Sequence[tuple[str | None, Any]], calls: Sequence[int] | None = None) -> list[BoundaryRow]:
@@ -157,8 +167,9 @@ def boundary_rows(records: Sequence[tuple[str | None, Any]], calls: Sequence[int
     Works for every route: the fields are read from the report's ``setup`` section by name
     (``status``, ``noop_reason``/``refusal_reason``/``reason``, ``detail``, ``before``/``after``,
     ``allocator_bytes_delta``, ``host_before``/``host_after``, ``elapsed_seconds``). A user
-    action that observed the process RSS (an int ``rss_bytes`` in its ``data``, as the demo's
-    does on a CPU) gets it as ``rss_after``, with no ``rss_before``.
+    action's ``data`` may say what it observed: ``rss_before`` and ``rss_after`` (bytes, as
+    ``malloc_trim`` reports them), ``rss_bytes`` (one observation, shown as ``rss_after`` with no
+    ``rss_before``, as the demo's action does on a CPU) and ``seconds`` (its elapsed time).
 
     Args:
         records: ``MetricsTracker.records()`` or records loaded from a file.
@@ -175,6 +186,7 @@ def boundary_rows(records: Sequence[tuple[str | None, Any]], calls: Sequence[int
         route, body = _body(report)
         boundary, action = _where(component, route, body)
         kind = "refused" if route == "phase_boundary_refusal" else str(body.get("status", "?"))
+        data = _action_data(route, body)
         rows.append(
             BoundaryRow(
                 call,
@@ -186,9 +198,13 @@ def boundary_rows(records: Sequence[tuple[str | None, Any]], calls: Sequence[int
                 owned_before=_bytes(body.get("before"), "allocated_bytes"),
                 owned_after=_bytes(body.get("after"), "allocated_bytes"),
                 delta=body.get("allocator_bytes_delta"),
-                rss_before=_bytes(body.get("host_before"), "rss_bytes"),
-                rss_after=_first(_bytes(body.get("host_after"), "rss_bytes"), _observed_rss(route, body)),
-                elapsed_seconds=body.get("elapsed_seconds"),
+                rss_before=_first(_bytes(body.get("host_before"), "rss_bytes"), _count(data.get("rss_before"))),
+                rss_after=_first(
+                    _bytes(body.get("host_after"), "rss_bytes"),
+                    _count(data.get("rss_after")),
+                    _count(data.get("rss_bytes")),
+                ),
+                elapsed_seconds=_first(body.get("elapsed_seconds"), _seconds(data.get("seconds"))),
                 repinned_bytes=_bytes(body.get("pinned_since_previous"), "bytes"),
                 repin_seconds=_bytes(body.get("pinned_since_previous"), "seconds"),
             )
@@ -217,9 +233,21 @@ def _ms(seconds: float | None) -> str:
     return "-" if seconds is None else f"{seconds * 1000:.2f} ms"
 
 
-def _label(row: BoundaryRow) -> Cell:
-    boundary, _, action = row.label.partition("/")
+def _label(label: str, previous: str | None = None) -> Cell:
+    """A row's boundary cell; an action right after a row of its boundary shows as ``+ action``."""
+    boundary, _, action = label.partition("/")
+    if action and previous is not None and previous.partition("/")[0] == boundary:
+        return ("+ ", action)
     return (f"{boundary}/", action) if action else boundary
+
+
+def _labels(rows: Sequence[BoundaryRow]) -> list[Cell]:
+    """The boundary cells of ``rows``: an action right after its boundary's row in one call is ``+ action``."""
+    cells, previous = [], None
+    for row in rows:
+        cells.append(_label(row.label, previous[1] if previous and previous[0] == row.call else None))
+        previous = (row.call, row.label)
+    return cells
 
 
 def _status(row: BoundaryRow) -> Cell:
@@ -273,14 +301,14 @@ def format_table(rows: Sequence[BoundaryRow], *, arrow: str = "→", width: int 
     body: list[list[Cell]] = [
         [
             str(row.call),
-            _label(row),
+            label,
             _status(row),
             _pair(row.owned_before, row.owned_after, arrow),
             _size(row.delta),
             _pair(row.rss_before, row.rss_after, arrow),
             _ms(row.elapsed_seconds),
         ]
-        for row in rows
+        for row, label in zip(rows, _labels(rows), strict=True)
     ]
     lines = render_table(columns, body, width=width) if rows else ["(no reports)"]
     if any(row.delta is not None for row in rows):
@@ -323,13 +351,13 @@ def format_rss_table(rows: Sequence[BoundaryRow], *, observer: str, arrow: str =
     body: list[list[Cell]] = []
     previous: int | None = None
     last_key: tuple[int, str] | None = None
-    for row in shown:
+    for row, label in zip(shown, _labels(shown), strict=True):
         key = (row.call, row.boundary)
         rss = seen.get(key)
         change = "-"
         if rss is not None and previous is not None and key != last_key:
             change = ("+" if rss > previous else "") + format_size(rss - previous)
-        body.append([str(row.call), _label(row), _status(row), _size(rss), change, _ms(row.elapsed_seconds)])
+        body.append([str(row.call), label, _status(row), _size(rss), change, _ms(row.elapsed_seconds)])
         if rss is not None and key != last_key:
             previous, last_key = rss, key
     lines = render_table(columns, body, width=width) if shown else ["(no reports)"]
@@ -371,16 +399,16 @@ def total_rows(rows: Sequence[tuple[object, BoundaryRow]], *, width: int = TABLE
     columns += [Column("released"), Column("elapsed")]
     columns += [Column(("pinned since ", "the previous")), Column(("pinning ", "time"))]
     body: list[list[Cell]] = []
+    previous = None
     for label, group in groups.items():
         deltas = [row.delta for _, row in group if row.delta is not None]
         elapsed = [row.elapsed_seconds for _, row in group if row.elapsed_seconds is not None]
         repinned = [row.repinned_bytes for _, row in group if row.repinned_bytes is not None]
         repin_time = [row.repin_seconds for _, row in group if row.repin_seconds is not None]
         counts = [sum(row.kind == kind for _, row in group) for kind in ("executed", "noop", "refused")]
-        boundary, _, action = label.partition("/")
         body.append(
             [
-                (f"{boundary}/", action) if action else boundary,
+                _label(label, previous),
                 str(len({(run, row.call) for run, row in group})),
                 *map(str, counts),
                 _size(sum(d for d in deltas if d > 0)) if deltas else "-",
@@ -389,4 +417,5 @@ def total_rows(rows: Sequence[tuple[object, BoundaryRow]], *, width: int = TABLE
                 _ms(sum(repin_time)) if repin_time else "-",
             ]
         )
+        previous = label
     return "\n".join(render_table(columns, body, width=width)) if body else "(no reports)"

@@ -213,10 +213,11 @@ class Attachment:
         component in reference cycles, which only a full garbage collection, 200-400 ms in a
         loaded process, would free). A component nobody else holds is then freed at once, its
         pinned copies go back to the cache, and the next boundary's release gives them back with a
-        young collection. One still alive at that boundary costs a full collection there (on the
-        H200, a CLIP text encoder loaded with ``from_pretrained`` still did: see "Memory without
-        latency" in docs/benchmarks.md); one still held elsewhere is named as a survivor in that
-        boundary's report.
+        young collection. Hooks diffusers removed on its own before the drop (under streams, the
+        first forward removes the lazy-prefetch hook and the layers' execution trackers) are cleared
+        too when the component was already offloaded at :func:`attach`; one still alive at that
+        boundary costs a full collection there, and one still held elsewhere is named as a
+        survivor in that boundary's report.
 
         Args:
             names: Component names, e.g. ``"text_encoder", "text_encoder_2"``.

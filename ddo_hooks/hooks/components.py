@@ -4,7 +4,10 @@ A boundary offers its actions the components that left the pipeline since the pr
 (:meth:`Components.left`) and those of them still alive (:meth:`Components.dropped`, weak
 references: the built-in release collects garbage fully only while one of them lives).
 :meth:`Components.drop` takes components off the pipeline and removes the offloading hooks that
-would keep them alive in a reference cycle until a full collection.
+would keep them alive in a reference cycle until a full collection, and clears those diffusers
+removed on its own since the component was first noted (weakly recorded then: under streams, the
+lazy-prefetch hook and the execution trackers, removed by the first forward, still in cycles
+that reach the component's layers).
 
 Examples:
     >>> from ddo_hooks.testing.tiny_pipelines import build_pipeline
@@ -39,6 +42,7 @@ class Components:
         self._known: dict[str, weakref.ref] = {}
         self._dropped: dict[str, weakref.ref] = {}
         self._left: set[str] = set()
+        self._hooks: dict[str, list[weakref.ref]] = {}  # per component: its hooks when first noted
         self.note(pipeline)
         self._left.clear()
 
@@ -62,6 +66,9 @@ class Components:
                 for name, module in current.items():
                     if name not in self._known or self._known[name]() is not module:
                         self._known[name] = weakref.ref(module)
+                        self._hooks[name] = _hook_refs(module)
+                for name in self._hooks.keys() - current.keys():
+                    del self._hooks[name]
             self._dropped = {k: r for k, r in self._dropped.items() if r() is not None}
             return dict(self._dropped)
 
@@ -85,8 +92,23 @@ class Components:
         for name in names:
             module = components.pop(name)
             setattr(pipeline, name, None)
+            with self._lock:
+                noted = self._known.get(name)
+                earlier = self._hooks.pop(name, []) if noted is not None and noted() is module else []
             if isinstance(module, torch.nn.Module):
-                remove_every_hook(module)
+                remove_every_hook(module, earlier=[hook for ref in earlier if (hook := ref()) is not None])
             del module
         with self._lock:
             self._left.update(names)
+
+
+def _hook_refs(module: torch.nn.Module) -> list[weakref.ref]:
+    """Weak references to the diffusers hooks ``module`` and its submodules carry now."""
+    from ddo_hooks._compat import diffusers as diffusers_compat
+
+    refs = []
+    for sub in module.modules():
+        registry = diffusers_compat.registry_of(sub)
+        if registry is not None:
+            refs.extend(weakref.ref(hook) for hook in registry.hooks.values())
+    return refs

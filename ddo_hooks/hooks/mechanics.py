@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import functools
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -128,7 +128,7 @@ def wrap_attribute(owner: Any, name: str, make: Callable[[Callable[..., Any]], C
     return WrappedAttribute(weakref.ref(owner), name, weakref.ref(wrapper))
 
 
-def remove_every_hook(module: torch.nn.Module) -> int:
+def remove_every_hook(module: torch.nn.Module, earlier: Iterable[ModelHook] = ()) -> int:
     """Remove every diffusers and accelerate hook from ``module`` and its submodules, leaving no cycles.
 
     For a component leaving its pipeline. Removed hooks still sit in reference cycles that reach the
@@ -140,6 +140,13 @@ def remove_every_hook(module: torch.nn.Module) -> int:
     execution order, that is the modules). Only a full garbage collection would free those; so the
     removed hooks' state is cleared, and that of every hook they reach, and the leftover
     ``forward`` deleted: the module is freed by reference counting as soon as nobody else holds it.
+    Hooks that diffusers removed on its own and nothing reaches any more (under streams, the first
+    forward removes the lazy-prefetch hook and the trackers of the layers that ran: garbage cycles
+    still holding those layers) can only be cleared when passed as ``earlier``.
+
+    Args:
+        module: The component leaving its pipeline.
+        earlier: Hooks ``module`` carried before, installed or not now; their state is cleared too.
 
     Returns:
         How many hooks were removed.
@@ -173,6 +180,8 @@ def remove_every_hook(module: torch.nn.Module) -> int:
         forward = vars(sub).get("forward")
         if getattr(forward, "__func__", None) is type(sub).forward and getattr(forward, "__self__", None) is sub:
             del sub.forward  # the plain bound method, left as an instance attribute: a cycle through sub
+    for hook in earlier:
+        _clear_state(hook)
     return removed
 
 

@@ -95,3 +95,37 @@ def test_dropped_text_encoders_pinned_copies_are_freed_before_the_transformer(ru
     assert second_call_start["phase"] == "before_transformer"
     assert second_call_start["delta"] > 0
     assert rows[0]["delta"] == 0  # while the encoders live, their pinned copies are not releasable
+
+
+DROP = """
+import gc, json, torch, weakref
+from ddo_hooks import attach
+from ddo_hooks.testing.tiny_pipelines import build_pipeline, call_kwargs, embed_prompt
+
+pipe = build_pipeline("flux", dtype=torch.bfloat16)
+pipe.enable_group_offload(torch.device("cuda:0"), offload_type="leaf_level", use_stream=True,
+                          low_cpu_mem_usage={lcmu!r})
+names = ("text_encoder", "text_encoder_2")
+with attach(pipe) as attachment:
+    gc.disable()  # nothing but reference counting until the drop: garbage from the first forward stays
+    embeds = embed_prompt(pipe, "flux")  # the first forward: diffusers removes its lazy-prefetch hooks
+    modules = [weakref.ref(m) for name in names for m in getattr(pipe, name).modules()]
+    attachment.drop(*names, "tokenizer", "tokenizer_2")
+    alive = sum(ref() is not None for ref in modules)
+    gc.enable()
+    pipe(**{{**call_kwargs("flux"), "prompt": None, **embeds}})
+    first = attachment.reports[0].release
+print(json.dumps({{"modules": len(modules), "alive": alive, "phase": first.phase, "delta": first.allocator_bytes_delta,
+                  "full": first.collection.full_collection, "survivors": list(first.collection.survivors)}}))
+"""
+
+
+@pytest.mark.parametrize("lcmu", [False, True], ids=["lcmu-false", "lcmu-true"])
+def test_drop_frees_the_encoders_at_once_under_streams_and_the_next_boundary_collects_young(run_fresh, lcmu):
+    # Under streams the first forward leaves diffusers' lazy-prefetch hook and execution trackers in
+    # garbage cycles that hold the encoders' layers; drop() clears them (the CPU test stands in for it).
+    result = run_fresh(DROP.format(lcmu=lcmu))
+    assert result["modules"] > 0
+    assert result["alive"] == 0, result
+    assert (result["phase"], result["full"], result["survivors"]) == ("before_transformer", False, []), result
+    assert result["delta"] > 0, result  # the encoders' pinned copies went back to the OS
