@@ -33,7 +33,9 @@ from bench_pinned_memory import run_child
 HERE = Path(__file__).resolve().parent
 RESULT = "bench_latency.json"
 ARMS = ("nothing", "lowest-peak", "lowest-latency")
+MORE_ARMS = ("default", "lowest-peak-trim")  # --arms may add: the default preset; lowest-peak with malloc_trim
 GIB = 2**30
+EXTRAS = ("drop", "repin", "trim", "model-offload")
 REGISTER = "pinned_use_cuda_host_register:True,pinned_num_register_threads:{}"
 
 
@@ -44,11 +46,23 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--steps", type=int, default=None, help="default: 20 (full), 2 (tiny)")
     p.add_argument("--resolution", type=int, default=None, help="default: 1024 (full), 64 (tiny)")
+    p.add_argument("--arms", default=",".join(ARMS), help=f"comma-separated, of {', '.join(ARMS + MORE_ARMS)}")
     p.add_argument("--calls", type=int, default=3)
     p.add_argument("--idle-s", type=float, default=2.5)
-    p.add_argument("--extras", action="store_true")
+    p.add_argument(
+        "--extras",
+        nargs="?",
+        const=",".join(EXTRAS),
+        default="",
+        help=f"after the arms, these extras (comma-separated, default all): {', '.join(EXTRAS)}",
+    )
     p.add_argument("--budget-s", type=float, default=560.0, help="skip runs that would start after this")
-    return p.parse_args()
+    args = p.parse_args()
+    for option, allowed in (("extras", EXTRAS), ("arms", ARMS + MORE_ARMS)):
+        unknown = set(filter(None, getattr(args, option).split(","))) - set(allowed)
+        if unknown:
+            p.error(f"--{option}: unknown {', '.join(sorted(unknown))}; choose from {', '.join(allowed)}")
+    return args
 
 
 def ratio_text(ratio: dict[str, float] | None) -> str:
@@ -98,8 +112,8 @@ class Runner:
         spec = {"arm": arm, "rep": rep, "weights_dir": str(self.weights), "size": self.args.size, "workflow": "b"}
         spec.update(mode="group_lcmu_true", steps=self.steps, height=self.resolution, width=self.resolution)
         spec.update(calls=self.args.calls, idle_s=self.args.idle_s, sample_ms=5.0, save_reports=rep == 1)
-        spec.update(extra)
-        return self.child(["arm", "--spec", json.dumps(spec)], label or f"{arm}-rep{rep}", env)
+        spec.update(extra, label=label or f"{arm}-rep{rep}")
+        return self.child(["arm", "--spec", json.dumps(spec)], spec["label"], env)
 
 
 def arm_figures(runs: list[dict[str, Any]]) -> dict[str, list[float]]:
@@ -116,9 +130,10 @@ def arm_figures(runs: list[dict[str, Any]]) -> dict[str, list[float]]:
 
 
 def report(doc: dict[str, Any]) -> dict[str, Any]:
+    arms = doc.get("arms", ARMS)
     by_arm: dict[str, dict[int, dict[str, Any]]] = {}
     for run in doc["runs"]:
-        if "result" in run and run["label"].split("-rep")[0] in ARMS:
+        if "result" in run and run["label"].split("-rep")[0] in arms:
             spec = run["result"]["spec"]
             by_arm.setdefault(spec["arm"], {})[spec["rep"]] = run["result"]
     figures = {arm: arm_figures(list(reps.values())) for arm, reps in by_arm.items()}
@@ -127,7 +142,7 @@ def report(doc: dict[str, Any]) -> dict[str, Any]:
     header = f"{'arm':16}{'first call s':>24}{'steady call s':>24}{'peak GiB':>24}{'resting GiB':>24}{'idle GiB':>24}"
     print(header)
     summary: dict[str, Any] = {}
-    for arm in ARMS:
+    for arm in arms:
         if arm not in figures:
             continue
         f = figures[arm]
@@ -151,6 +166,16 @@ def report(doc: dict[str, Any]) -> dict[str, Any]:
                     for k in ("first", "steady", "peak", "resting", "idle")
                 )
             )
+    print("\nwhere the sampled peak fell (5 ms samples): the phase it fell in and how far into it")
+    for arm in arms:
+        places = [
+            f"rep {rep}: {r['sampled_peak']['rss'] / GIB:.2f} GiB in {r['sampled_peak']['during']} "
+            f"+{r['sampled_peak']['seconds_in']:.2f} s"
+            for rep, r in sorted(by_arm.get(arm, {}).items())
+            if r.get("sampled_peak")
+        ]
+        if places:
+            print(f"  {arm:16} " + "; ".join(places))
     drops = []
     for arm in ("lowest-peak", "lowest-latency"):
         for result in by_arm.get(arm, {}).values():
@@ -207,16 +232,16 @@ def report(doc: dict[str, Any]) -> dict[str, Any]:
     return {"arms": summary, "drops": drops, "targets": targets}
 
 
-def extras(runner: Runner) -> None:
-    for rep in (1, 2):  # the encoders' pinned copies live until dropped: what the first boundary gives back
+def extras(runner: Runner, chosen: set[str]) -> None:
+    for rep in (1, 2) if "drop" in chosen else ():  # the encoders' pinned copies: what the first boundary gives back
         runner.arm("lowest-peak", rep, label=f"drop-lcmu-false-rep{rep}", mode="group_lcmu_false", calls=1, idle_s=0)
-    for threads in (None, 4, 8, 16):
+    for threads in (None, 4, 8, 16) if "repin" in chosen else ():
         conf = "" if threads is None else REGISTER.format(threads)
         label = "repin-default" if threads is None else f"repin-register{threads}"
         runner.child(["repin"], label, {"PYTORCH_CUDA_ALLOC_CONF": conf})
-    for rep in (1, 2):
+    for rep in (1, 2) if "trim" in chosen else ():
         runner.arm("peak-trim", rep, env={"PYTORCH_CUDA_ALLOC_CONF": REGISTER.format(8)})
-    for arm in ("nothing", "model-offload-trim"):
+    for arm in ("nothing", "model-offload-trim") if "model-offload" in chosen else ():
         label_arm = "model-offload" if arm == "nothing" else arm
         spec_extra = {"mode": "model_offload", "workflow": "a", "calls": 10, "idle_s": 0.0}
         spec = {"arm": arm, "rep": 1, "weights_dir": str(runner.weights), "size": runner.args.size}
@@ -298,12 +323,13 @@ def main() -> int:
     )
     if rc != 0:
         return rc
+    runner.doc["arms"] = args.arms.split(",")
     for rep in range(1, args.reps + 1):
-        for arm in ARMS:
+        for arm in runner.doc["arms"]:
             runner.arm(arm, rep)
     runner.doc["summary"] = report(runner.doc)
     if args.extras:
-        extras(runner)
+        extras(runner, set(args.extras.split(",")))
         runner.doc["extras"] = extras_report(runner.doc)
     (args.out / RESULT).write_text(json.dumps(runner.doc))
     print(f"\nwrote {args.out / RESULT}")

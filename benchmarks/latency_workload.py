@@ -27,7 +27,7 @@ def _policy(arm: str) -> Any:
 
     if arm in ("lowest-peak", "lowest-latency", "default"):
         return HookPolicy.preset(arm)
-    if arm in ("peak-trim", "model-offload-trim"):  # the lowest-peak boundaries, each followed by malloc_trim
+    if arm in ("peak-trim", "lowest-peak-trim", "model-offload-trim"):  # every boundary: release, then malloc_trim
         actions = {"actions": ["host_cache_release", "malloc_trim"]}
         return HookPolicy.from_mapping({"version": 1, "boundaries": dict.fromkeys(pw_boundaries(), actions)})
     return None
@@ -49,6 +49,7 @@ def _boundary_rows(attachment: Any) -> list[dict[str, Any]]:
             row.update(phase=r.phase, status=r.status, noop_reason=r.noop_reason, delta=r.allocator_bytes_delta)
             row.update(elapsed=r.elapsed_seconds, release=r.timings.release_seconds, collect=r.timings.collect_seconds)
             row.update(full=r.collection.full_collection if r.collection else None)
+            row.update(survivors=list(r.collection.survivors) if r.collection else None)
             row.update(rss_before=r.host_before.rss_bytes if r.host_before else None)
             row.update(rss_after=r.host_after.rss_bytes if r.host_after else None)
             since = r.pinned_since_previous
@@ -77,6 +78,7 @@ def run_arm(spec: dict[str, Any], result_dir: Path) -> dict[str, Any]:
     kwargs = {**cfg, "num_inference_steps": spec["steps"], "output_type": "pil", "prompt": pw.PROMPT}
     encoders_pinned = None
     start = sampler.now()
+    marks = [(start, "encode")]
     if spec["workflow"] == "b":
         with torch.no_grad():
             embeds, pooled, _ = pipe.encode_prompt(
@@ -88,27 +90,33 @@ def run_arm(spec: dict[str, Any], result_dir: Path) -> dict[str, Any]:
         else:
             pipe.text_encoder = pipe.text_encoder_2 = pipe.tokenizer = pipe.tokenizer_2 = None
         kwargs.update(prompt=None, prompt_embeds=embeds, pooled_prompt_embeds=pooled)
+        marks.append((sampler.now(), "encoders dropped"))
     calls = []
     for index in range(1, spec["calls"] + 1):
+        marks.append((sampler.now(), f"call {index}"))
         t = time.perf_counter()
         pipe(**kwargs, generator=torch.Generator("cpu").manual_seed(index))
         calls.append(
             {"seconds": time.perf_counter() - t, "rss_after": pw.rss_bytes(), "owned_after": pw.owned_pinned()}
         )
         print(f"  call {index}: {calls[-1]['seconds']:.2f} s, RSS {calls[-1]['rss_after'] / 2**30:.2f} GiB", flush=True)
+    marks.append((sampler.now(), "idle"))
     time.sleep(spec["idle_s"])  # an idle service: the deferred after_call (lowest-latency) runs in here
     idle = {"rss": pw.rss_bytes(), "owned": pw.owned_pinned()}
     series = sampler.stop()
     t_ms, rss_kib = series["t_ms"], series["rss_kib"]
     window = [(t / 1e3, kib * 1024) for t, kib in zip(t_ms, rss_kib, strict=True) if t / 1e3 >= start]
     rss_seconds = sum((b[0] - a[0]) * a[1] for a, b in itertools.pairwise(window)) / 2**30
+    top = max(window, key=lambda sample: sample[1])  # where the sampled peak fell: after which mark, how far in
+    mark = max((m for m in marks if m[0] <= top[0]), key=lambda m: m[0])
+    sampled_peak = {"rss": top[1], "during": mark[1], "seconds_in": round(top[0] - mark[0], 3)}
     result: dict[str, Any] = {"spec": spec, "device": str(device), "offload": offload, "timings": timings}
     result.update(calls=calls, idle=idle, peak_rss=pw.kernel_peak_rss(), gib_seconds=rss_seconds)
-    result.update(encoders_pinned=encoders_pinned, boundaries=[])
+    result.update(encoders_pinned=encoders_pinned, sampled_peak=sampled_peak, boundaries=[])
     if attachment is not None:
         result["boundaries"] = _boundary_rows(attachment)
         if spec.get("save_reports"):
-            path = result_dir / f"reports-{arm}-rep{spec['rep']}.jsonl"
+            path = result_dir / f"reports-{spec['label']}.jsonl"
             attachment.tracker.write_jsonl(path)
             result["reports_file"] = str(path)
         attachment.detach()

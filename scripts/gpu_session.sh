@@ -9,8 +9,9 @@
 #   structural   the 14 structural pipelines under group offloading with streams, three shards at
 #                once on the last GPU, in the background while the later steps run
 #   cpu-suite    the CPU suite against the machine's torch and accelerate
-#   probe-drop   what keeps a dropped text encoder alive (benchmarks/probe_drop.py: as built, --lcmu, --loaded)
-#   latency      benchmarks/bench_latency.py --reps $REPS (1) --extras --budget-s $BUDGET_S (360)
+#   probe-drop   what keeps a dropped text encoder alive (benchmarks/probe_drop.py: as built, --lcmu, --loaded,
+#                and the latency benchmark's own pipeline, tiny and full, low_cpu_mem_usage=True)
+#   latency      benchmarks/bench_latency.py --reps $REPS (1) --arms $ARMS (the three) --extras $EXTRAS (unset: all; empty: none) --budget-s $BUDGET_S (360)
 #   bench        every benchmarks/bench_*.py with its defaults
 #
 # Carried wheels live in .whl/ (ignored by git; see docs/development.md for the download line).
@@ -48,10 +49,10 @@ for step in "${steps[@]}"; do
                     -q -rA -k "$k" > "$OUT/structural-$shard.log" 2>&1 &
                   structural_pids+=($!)
                 done ;;
-    probe-drop) for flags in "" --lcmu --loaded; do echo "--- probe_drop.py $flags"; python3 benchmarks/probe_drop.py $flags; done \
+    probe-drop) for flags in "" --lcmu --loaded "--bench tiny --lcmu" "--bench full --lcmu"; do echo "--- probe_drop.py $flags"; python3 benchmarks/probe_drop.py $flags; done \
                   2>&1 | tee "$OUT/probe-drop.log"
                 rc[$step]=${PIPESTATUS[0]} ;;
-    latency) python3 benchmarks/bench_latency.py --out "$OUT/latency" --reps "${REPS:-1}" --extras --budget-s "${BUDGET_S:-360}" \
+    latency) python3 benchmarks/bench_latency.py --out "$OUT/latency" --reps "${REPS:-1}" --arms "${ARMS:-nothing,lowest-peak,lowest-latency}" --extras "${EXTRAS-drop,repin,trim,model-offload}" --budget-s "${BUDGET_S:-360}" \
                2>&1 | tee "$OUT/latency.log"; rc[$step]=${PIPESTATUS[0]} ;;
     cpu-suite) python3 -m pytest -p no:cacheprovider -q -x 2>&1 | tail -n 40 | tee "$OUT/cpu-suite.log"; rc[$step]=${PIPESTATUS[0]} ;;
     bench) for b in benchmarks/bench_*.py; do
