@@ -33,7 +33,8 @@ from bench_pinned_memory import run_child
 HERE = Path(__file__).resolve().parent
 RESULT = "bench_latency.json"
 ARMS = ("nothing", "lowest-peak", "lowest-latency")
-MORE_ARMS = ("default", "lowest-peak-trim")  # --arms may add: the default preset; lowest-peak with malloc_trim
+MORE_ARMS = ("default", "lowest-peak-trim", "lowest-peak-register8")
+"""--arms may add: the default preset; lowest-peak with malloc_trim; lowest-peak in host-register mode (8 threads)."""
 GIB = 2**30
 EXTRAS = ("drop", "repin", "trim", "model-offload")
 REGISTER = "pinned_use_cuda_host_register:True,pinned_num_register_threads:{}"
@@ -139,14 +140,14 @@ def report(doc: dict[str, Any]) -> dict[str, Any]:
     figures = {arm: arm_figures(list(reps.values())) for arm, reps in by_arm.items()}
     base = by_arm.get("nothing", {})
     print("\nper arm: median (min-max) over repetitions; ratio to nothing: median (min-max of per-repetition ratios)")
-    header = f"{'arm':16}{'first call s':>24}{'steady call s':>24}{'peak GiB':>24}{'resting GiB':>24}{'idle GiB':>24}"
+    header = f"{'arm':22}{'first call s':>24}{'steady call s':>24}{'peak GiB':>24}{'resting GiB':>24}{'idle GiB':>24}"
     print(header)
     summary: dict[str, Any] = {}
     for arm in arms:
         if arm not in figures:
             continue
         f = figures[arm]
-        print(f"{arm:16}" + "".join(f"{spread(f[k]):>24}" for k in ("first", "steady", "peak", "resting", "idle")))
+        print(f"{arm:22}" + "".join(f"{spread(f[k]):>24}" for k in ("first", "steady", "peak", "resting", "idle")))
         summary[arm] = {k: {"median": statistics.median(v), "min": min(v), "max": max(v)} for k, v in f.items() if v}
         if arm != "nothing" and base:
             ratios = {}
@@ -160,7 +161,7 @@ def report(doc: dict[str, Any]) -> dict[str, Any]:
                     ratios[key] = {"median": statistics.median(per), "min": min(per), "max": max(per)}
             summary[arm]["ratio"] = ratios
             print(
-                f"{'  x nothing':16}"
+                f"{'  x nothing':22}"
                 + "".join(
                     f"{spread([ratios[k]['median'], ratios[k]['min'], ratios[k]['max']]) if k in ratios else '-':>24}"
                     for k in ("first", "steady", "peak", "resting", "idle")
@@ -326,7 +327,8 @@ def main() -> int:
     runner.doc["arms"] = args.arms.split(",")
     for rep in range(1, args.reps + 1):
         for arm in runner.doc["arms"]:
-            runner.arm(arm, rep)
+            register = arm.endswith("-register8")
+            runner.arm(arm, rep, env={"PYTORCH_CUDA_ALLOC_CONF": REGISTER.format(8)} if register else None)
     runner.doc["summary"] = report(runner.doc)
     if args.extras:
         extras(runner, set(args.extras.split(",")))

@@ -175,6 +175,12 @@ def test_the_latency_tables_show_what_the_checked_in_results_give(capsys):
         assert line in text, f"docs/benchmarks.md should show {line}"
     assert min(t["ratio"] for t in extras["trim"]) >= 0.95
     assert len(extras["trim"]) == 14
+    register = bench.report(json.loads((results / "bench_latency-register.json").read_text(encoding="utf-8")))
+    capsys.readouterr()
+    for arm, name in (("lowest-peak", "lowest-peak"), ("lowest-peak-register8", "lowest-peak, host-register")):
+        figures = register["arms"][arm]
+        cells = [figures["steady"]] + [figures["ratio"][k] for k in ("steady", "peak", "resting")]
+        assert f"| {name} | " + " | ".join(map(_spread, cells)) + " |" in text
     presets = (ROOT / "docs" / "policy.md").read_text(encoding="utf-8")
     peak, latency = summary["arms"]["lowest-peak"]["ratio"], summary["arms"]["lowest-latency"]["ratio"]
     shown = f"peak RSS {peak['peak']['median']:.3f}{TIMES}, resting {peak['resting']['median']:.3f}{TIMES}, "

@@ -284,9 +284,9 @@ def build_parser() -> argparse.ArgumentParser:
         "run one call with the prompt, drop the text encoders, run the remaining calls with prompt embeddings, "
         "then print one row per boundary report and write the reports as JSON Lines. On CUDA the model "
         "components use group offloading, so pinned host memory exists; on the CPU the table shows why each "
-        "boundary was a no-op. Re-pinning after a release is about 3x cheaper when the process starts with "
+        "boundary was a no-op. Pinning alone is about 3x cheaper when the process starts with "
         "PYTORCH_CUDA_ALLOC_CONF set to pinned_use_cuda_host_register:True,pinned_num_register_threads:8 "
-        "(set it before CUDA starts; see docs/policy.md).",
+        "(set it before CUDA starts), though whole calls were not faster in the benchmark: see docs/policy.md.",
         file=False,
     )
     demo.add_argument("--policy", metavar="FILE", help="a YAML hook policy (default: the packaged default policy)")
