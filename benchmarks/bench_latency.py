@@ -33,8 +33,8 @@ from bench_pinned_memory import run_child
 HERE = Path(__file__).resolve().parent
 RESULT = "bench_latency.json"
 ARMS = ("nothing", "lowest-peak", "lowest-latency")
-MORE_ARMS = ("default", "lowest-peak-trim", "lowest-peak-register8")
-"""--arms may add: the default preset; lowest-peak with malloc_trim; lowest-peak in host-register mode (8 threads)."""
+MORE_ARMS = ("default", "lowest-peak-trim", "lowest-peak-register4", "lowest-peak-register8", "lowest-peak-register16")
+"""--arms may add: the default preset; lowest-peak with malloc_trim; lowest-peak in host-register mode (N threads)."""
 GIB = 2**30
 EXTRAS = ("drop", "repin", "trim", "model-offload")
 REGISTER = "pinned_use_cuda_host_register:True,pinned_num_register_threads:{}"
@@ -327,8 +327,8 @@ def main() -> int:
     runner.doc["arms"] = args.arms.split(",")
     for rep in range(1, args.reps + 1):
         for arm in runner.doc["arms"]:
-            register = arm.endswith("-register8")
-            runner.arm(arm, rep, env={"PYTORCH_CUDA_ALLOC_CONF": REGISTER.format(8)} if register else None)
+            threads = arm.partition("-register")[2]
+            runner.arm(arm, rep, env={"PYTORCH_CUDA_ALLOC_CONF": REGISTER.format(threads)} if threads else None)
     runner.doc["summary"] = report(runner.doc)
     if args.extras:
         extras(runner, set(args.extras.split(",")))

@@ -25,7 +25,7 @@ ENCODERS = ("text_encoder", "text_encoder_2", "tokenizer", "tokenizer_2")
 def _policy(arm: str) -> Any:
     from ddo_hooks import HookPolicy
 
-    arm = arm.removesuffix("-register8")  # the same preset; the mode is the process's PYTORCH_CUDA_ALLOC_CONF
+    arm = arm.partition("-register")[0]  # the same preset; the mode is the process's PYTORCH_CUDA_ALLOC_CONF
     if arm in ("lowest-peak", "lowest-latency", "default"):
         return HookPolicy.preset(arm)
     if arm in ("peak-trim", "lowest-peak-trim", "model-offload-trim"):  # every boundary: release, then malloc_trim

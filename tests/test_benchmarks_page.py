@@ -175,12 +175,24 @@ def test_the_latency_tables_show_what_the_checked_in_results_give(capsys):
         assert line in text, f"docs/benchmarks.md should show {line}"
     assert min(t["ratio"] for t in extras["trim"]) >= 0.95
     assert len(extras["trim"]) == 14
-    register = bench.report(json.loads((results / "bench_latency-register.json").read_text(encoding="utf-8")))
-    capsys.readouterr()
-    for arm, name in (("lowest-peak", "lowest-peak"), ("lowest-peak-register8", "lowest-peak, host-register")):
-        figures = register["arms"][arm]
-        cells = [figures["steady"]] + [figures["ratio"][k] for k in ("steady", "peak", "resting")]
-        assert f"| {name} | " + " | ".join(map(_spread, cells)) + " |" in text
+    for file, session, arms in (
+        ("bench_latency-register.json", "first", ("nothing", "lowest-peak", "lowest-peak-register8")),
+        ("bench_latency-register-4-16.json", "second", ("nothing", "lowest-peak-register4", "lowest-peak-register16")),
+    ):
+        doc = json.loads((results / file).read_text(encoding="utf-8"))
+        register = bench.report(doc)
+        capsys.readouterr()
+        for arm in arms:
+            figures = register["arms"][arm]
+            reps = sum(run["label"].startswith(f"{arm}-rep") and "result" in run for run in doc["runs"])
+            if arm == "nothing":
+                row = f"| nothing ({session} call) | {reps} | {_spread(figures['steady'])} | | |"
+            else:
+                cells = [figures["steady"], figures["ratio"]["steady"], figures["ratio"]["peak"]]
+                name = arm.replace("-register", ", register ")
+                row = f"| {name} | {reps} | " + " | ".join(map(_spread, cells)) + " |"
+                assert 0.699 <= figures["ratio"]["resting"]["min"] <= figures["ratio"]["resting"]["max"] <= 0.707
+            assert row in text, f"docs/benchmarks.md should show {row}"
     presets = (ROOT / "docs" / "policy.md").read_text(encoding="utf-8")
     peak, latency = summary["arms"]["lowest-peak"]["ratio"], summary["arms"]["lowest-latency"]["ratio"]
     shown = f"peak RSS {peak['peak']['median']:.3f}{TIMES}, resting {peak['resting']['median']:.3f}{TIMES}, "
