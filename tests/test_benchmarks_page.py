@@ -199,3 +199,25 @@ def test_the_latency_tables_show_what_the_checked_in_results_give(capsys):
     assert shown + f"steady call time {peak['steady']['median']:.3f}{TIMES} |" in presets
     shown = f"peak {latency['peak']['median']:.3f}{TIMES}, idle RSS {latency['idle']['median']:.3f}{TIMES}, "
     assert shown + f"steady call time {latency['steady']['median']:.3f}{TIMES} |" in presets
+
+
+def test_the_soak_table_shows_what_the_checked_in_soak_results_give():
+    text = PAGE.read_text(encoding="utf-8")
+    results = ROOT / "benchmarks" / "results"
+    for name, run in (
+        ("keep300", "300 reports kept"),
+        ("sink", "a sink, none kept"),
+        ("traced", "300 kept, traced"),
+    ):
+        doc = json.loads((results / f"bench_soak-{name}.json").read_text(encoding="utf-8"))
+        assert doc["calls"] == 10_000
+        assert doc["reports_kept"] == (0 if name == "sink" else 300)
+        rss = " / ".join(f"{doc['rss_bytes'][k] / 2**20:.1f}" for k in ("100", "1000", "10000"))
+        blocks, objects = (doc[key]["10000"] - doc[key]["100"] for key in ("allocated_blocks", "tracked_objects"))
+        row = f"| {run} | {rss} | {blocks:+} | {objects:+} |".replace("-", "\u2212")
+        assert row in text, f"docs/benchmarks.md should show {row}"
+        assert objects <= 0  # flat: no Python object kept per call
+    traced = json.loads((results / "bench_soak-traced.json").read_text(encoding="utf-8"))["traced_bytes"]
+    growth = (traced["10000"] - traced["100"]) / (10_000 - 100)
+    assert f"{traced['100'] / 2**20:.3f} MiB at call 100 and {traced['10000'] / 2**20:.3f} MiB at call 10,000" in text
+    assert f"(+{growth:.1f} bytes per\ncall)" in text
