@@ -7,10 +7,13 @@ then an idle wait. Arms: nothing, the ``lowest-peak`` and the ``lowest-latency``
 runs every arm once, in a fresh process, interleaved (rep 1: nothing, peak, latency; rep 2: ...). Printed:
 per arm the median and the min-max of first-call time, steady-state call time (calls 2 and 3), peak,
 resting and idle RSS and RSS*time, the ratio of each to nothing with the min-max of the per-repetition
-ratios, the time a boundary took beyond the raw release call right after ``drop()``, and the targets.
-Extras (``--extras``): re-pinning cost per ``PYTORCH_CUDA_ALLOC_CONF`` (default and host-register with 4, 8,
-16 threads), the lowest-peak boundaries with ``malloc_trim`` in host-register mode (RSS drop against the
-allocator delta), and model CPU offload over 10 calls with and without ``malloc_trim`` after each call.
+ratios, where each arm's sampled peak fell, the time a boundary took beyond the raw release call right
+after ``drop()``, and the targets. ``--arms`` picks other arms (the ``default`` preset, ``lowest-peak``
+in host-register mode with N threads). Extras (``--extras [drop,repin,trim,model-offload]``, all by
+default): the first boundary after ``drop()`` with ``low_cpu_mem_usage=False``; re-pinning cost per
+``PYTORCH_CUDA_ALLOC_CONF`` (default and host-register with 4, 8, 16 threads); the lowest-peak boundaries
+with ``malloc_trim`` in host-register mode (RSS drop against the allocator delta); model CPU offload over
+10 calls with and without ``malloc_trim`` at each boundary.
 
 GPU machine: ``python3 benchmarks/bench_latency.py --out $OUT --reps 5 --extras``.
 CPU, to try the flow: ``python benchmarks/bench_latency.py --size tiny --reps 2 --out /tmp/lat``.
