@@ -25,7 +25,7 @@ from ddo_hooks._compat import diffusers as diffusers_compat
 from ddo_hooks.errors import DDOError
 
 if TYPE_CHECKING:
-    from transformers import CLIPTextModel, PreTrainedTokenizerFast
+    from transformers import CLIPTextModel, CLIPTextModelWithProjection, PreTrainedTokenizerFast
 
 __all__ = [
     "CLIP_LEN",
@@ -98,8 +98,13 @@ def word_tokenizer(*, bos: bool, model_max_length: int) -> PreTrainedTokenizerFa
     )
 
 
-def clip_text() -> tuple[CLIPTextModel, PreTrainedTokenizerFast]:
-    """A two-layer CLIP text encoder of width ``HIDDEN`` over ``VOCAB``, and its word-level tokenizer."""
+def clip_text(
+    *, projection: bool = False
+) -> tuple[CLIPTextModel | CLIPTextModelWithProjection, PreTrainedTokenizerFast]:
+    """A two-layer CLIP text encoder of width ``HIDDEN`` over ``VOCAB``, and its word-level tokenizer.
+
+    ``projection=True`` gives ``CLIPTextModelWithProjection`` (a ``text_embeds`` head of width ``HIDDEN``).
+    """
     transformers = transformers_module()
     config = transformers.CLIPTextConfig(
         vocab_size=len(VOCAB),
@@ -113,7 +118,8 @@ def clip_text() -> tuple[CLIPTextModel, PreTrainedTokenizerFast]:
         bos_token_id=VOCAB["<s>"],
         eos_token_id=VOCAB["</s>"],
     )
-    return transformers.CLIPTextModel(config), word_tokenizer(bos=True, model_max_length=CLIP_LEN)
+    model = transformers.CLIPTextModelWithProjection if projection else transformers.CLIPTextModel
+    return model(config), word_tokenizer(bos=True, model_max_length=CLIP_LEN)
 
 
 def t5_config() -> dict[str, Any]:

@@ -19,11 +19,11 @@ if TYPE_CHECKING:
     pass
 
 from ddo_hooks.testing.structural._parts import (
+    TWO_LEVELS,
     _audio_vae,
     _clap,
     _clip_image_processor,
     _clip_vision_config,
-    _clip_with_projection,
     _ddim,
     _movq,
     _prior_transformer,
@@ -43,7 +43,7 @@ def _kandinsky22_prior_parts() -> dict[str, Any]:
     from diffusers import UnCLIPScheduler
 
     transformers = transformers_module()
-    text_encoder, tokenizer = _clip_with_projection()
+    text_encoder, tokenizer = clip_text(projection=True)
     return {
         "prior_prior": _prior_transformer(),
         "prior_image_encoder": transformers.CLIPVisionModelWithProjection(_clip_vision_config()),
@@ -157,7 +157,7 @@ def _stable_unclip() -> dict[str, Any]:
     from diffusers import DDPMScheduler
     from diffusers.pipelines.stable_diffusion.stable_unclip_image_normalizer import StableUnCLIPImageNormalizer
 
-    prior_text_encoder, prior_tokenizer = _clip_with_projection()
+    prior_text_encoder, prior_tokenizer = clip_text(projection=True)
     text_encoder, tokenizer = clip_text()
     return {
         "prior_tokenizer": prior_tokenizer,
@@ -321,12 +321,7 @@ def _ldm_text2img() -> dict[str, Any]:
     vqvae = VQModel(
         in_channels=3,
         out_channels=3,
-        down_block_types=("DownEncoderBlock2D",) * 2,
-        up_block_types=("UpDecoderBlock2D",) * 2,
-        block_out_channels=(8, 8),
-        layers_per_block=1,
-        latent_channels=4,
-        norm_num_groups=4,
+        **TWO_LEVELS,
         num_vq_embeddings=12,
         vq_embed_dim=4,
         sample_size=16,

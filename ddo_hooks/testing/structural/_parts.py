@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
@@ -15,27 +15,6 @@ from ddo_hooks.testing._components import (
     transformers_module,
     word_tokenizer,
 )
-
-if TYPE_CHECKING:
-    pass
-
-
-def _clip_with_projection() -> tuple[Any, Any]:
-    """A CLIP text encoder with a projection head (``text_embeds``) of width ``HIDDEN``, and its tokenizer."""
-    transformers = transformers_module()
-    config = transformers.CLIPTextConfig(
-        vocab_size=len(VOCAB),
-        hidden_size=HIDDEN,
-        intermediate_size=37,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        max_position_embeddings=CLIP_LEN,
-        projection_dim=HIDDEN,
-        pad_token_id=VOCAB["<pad>"],
-        bos_token_id=VOCAB["<s>"],
-        eos_token_id=VOCAB["</s>"],
-    )
-    return transformers.CLIPTextModelWithProjection(config), word_tokenizer(bos=True, model_max_length=CLIP_LEN)
 
 
 def _typed_tokenizer(class_name: str, *, bos: bool, model_max_length: int) -> Any:
@@ -199,19 +178,21 @@ def _clap() -> Any:
     return transformers.ClapModel(config)
 
 
+TWO_LEVELS: dict[str, Any] = {
+    "down_block_types": ("DownEncoderBlock2D",) * 2,
+    "up_block_types": ("UpDecoderBlock2D",) * 2,
+    "block_out_channels": (8, 8),
+    "layers_per_block": 1,
+    "latent_channels": 4,
+    "norm_num_groups": 4,
+}
+"""A two-level encoder and decoder, 8 channels per level: the audio VAE's and the LDM VQ-VAE's blocks."""
+
+
 def _audio_vae() -> Any:
     from diffusers import AutoencoderKL
 
-    return AutoencoderKL(
-        in_channels=1,
-        out_channels=1,
-        down_block_types=("DownEncoderBlock2D",) * 2,
-        up_block_types=("UpDecoderBlock2D",) * 2,
-        block_out_channels=(8, 8),
-        layers_per_block=1,
-        latent_channels=4,
-        norm_num_groups=4,
-    )
+    return AutoencoderKL(in_channels=1, out_channels=1, **TWO_LEVELS)
 
 
 def _vocoder() -> Any:
