@@ -8,7 +8,6 @@ seam (``fakes.FakeHostAllocator``).
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -18,6 +17,7 @@ from typing import Any
 
 import pytest
 from fakes import FakeHostAllocator, MiB
+from file_modules import load_file
 
 from ddo_hooks.release import allocator as _allocator
 
@@ -27,12 +27,7 @@ ARMS = ["1/b/group_lcmu_true", "4/b/group_lcmu_true"]
 
 
 def _module(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(f"bench_smoke_{name}", BENCH / f"{name}.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_file(BENCH / f"{name}.py", f"bench_smoke_{name}")
 
 
 @pytest.fixture(scope="module")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 import struct
@@ -12,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from file_modules import load_file
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = ROOT / "docs" / "benchmarks.md"
@@ -27,12 +27,7 @@ LONGEST_CODE_IN_A_TABLE = 16  # the theme breaks code anywhere (mid-word) when a
 
 
 def _plot_module() -> Any:
-    spec = importlib.util.spec_from_file_location("plot_rss", PLOT)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_file(PLOT, "plot_rss")
 
 
 def _png_size(path: Path) -> tuple[int, int]:
@@ -118,16 +113,7 @@ DASH, TIMES = "\u2013", "\u00d7"  # as the page writes a range and a ratio
 
 
 def _latency_module() -> Any:
-    sys.path.insert(0, str(ROOT / "benchmarks"))  # bench_latency imports its sibling bench_pinned_memory
-    try:
-        spec = importlib.util.spec_from_file_location("bench_latency", ROOT / "benchmarks" / "bench_latency.py")
-        assert spec is not None
-        assert spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
-    return module
+    return load_file(ROOT / "benchmarks" / "bench_latency.py", "bench_latency", beside=True)  # imports a sibling
 
 
 def _spread(figure: dict[str, float]) -> str:

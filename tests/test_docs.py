@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
@@ -26,6 +25,7 @@ from typing import Any
 
 import pytest
 import yaml
+from file_modules import load_file
 
 from ddo_hooks import HookPolicy, PolicyError
 
@@ -434,12 +434,7 @@ def test_the_code_blocks_of_a_page_run(page: Path, tmp_path: Path):
 
 
 def _load_docs_hooks() -> Any:
-    spec = importlib.util.spec_from_file_location("ddo_docs_hooks", DOCS / "hooks.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_file(DOCS / "hooks.py", "ddo_docs_hooks")
 
 
 def _sections(markdown: str) -> dict[str, str]:

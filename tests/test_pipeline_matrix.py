@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
+from file_modules import load_file
 from test_docs import _collected
 from test_structural_pipelines import EXPECTED
 
@@ -16,20 +15,12 @@ from ddo_hooks.testing.structural import CLASS_NAMES
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _load(name: str, path: Path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-matrix = _load("ddo_pipeline_matrix", ROOT / "docs" / "pipeline_matrix.py")
+matrix = load_file(ROOT / "docs" / "pipeline_matrix.py", "ddo_pipeline_matrix")
 
 
 @pytest.mark.filterwarnings("ignore")  # importing every pipeline module warns about deprecations and torchvision
 def test_every_pipeline_class_of_the_installed_diffusers_has_a_verdict():
-    census = _load("ddo_pipeline_census", ROOT / "scripts" / "pipeline_census.py")
+    census = load_file(ROOT / "scripts" / "pipeline_census.py", "ddo_pipeline_census")
     exported, skipped = census.exported_pipeline_classes()
     known = {row["class"] for row in matrix.rows()}
     missing = sorted({*exported, *(s["class"] for s in skipped)} - known)
