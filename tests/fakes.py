@@ -16,6 +16,9 @@ from ddo_hooks.release.allocator import EntryPoint
 
 MiB = 1 << 20
 
+HANG_SECONDS = 120
+"""How long a test waits for another thread before it calls it a hang (never a performance bound)."""
+
 ENTRY_POINT_NAME = "fake._host_emptyCache"
 ACCELERATOR_ENTRY_POINT_NAME = "fake._accelerator_emptyHostCache"
 
@@ -160,7 +163,7 @@ class FakeHostAllocator:
     def _release(self) -> None:
         self.calls.append("release")
         self.release_entered.set()
-        if self.release_gate is not None and not self.release_gate.wait(timeout=10):
+        if self.release_gate is not None and not self.release_gate.wait(timeout=HANG_SECONDS):
             raise TimeoutError("the test never opened the fake's release gate")
         if self.release_error is not None:
             raise self.release_error

@@ -1,7 +1,8 @@
-"""Fuzzing: bad input of any shape ends in the package's own errors, quickly, and no YAML tag runs code.
+"""Fuzzing: bad input of any shape ends in the package's own errors, and no YAML tag runs code.
 
 Each test tries a few hundred inputs by default; set ``DDO_FUZZ_EXAMPLES`` (e.g. 100000) for more.
-The long campaign is ``scripts/fuzz_campaign.py``. Targets: the policy loader
+The long campaign is ``scripts/fuzz_campaign.py``; it also prints the slowest input (the
+suite bounds hostile input by size and by counting work, never by the clock). Targets: the policy loader
 (``HookPolicy.from_yaml_text``), the report parser (``parse_report``, ``load_report_file``) and the
 file commands in process (``main(["validate-policy", path])``, ``validate-report``).
 """
@@ -15,7 +16,6 @@ import os
 import random
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -33,7 +33,6 @@ from ddo_hooks.errors import DDOError
 from ddo_hooks.reports.files import load_report_file
 
 EXAMPLES = int(os.environ.get("DDO_FUZZ_EXAMPLES", "150"))
-SLOWEST_S = 2.0
 fuzz = settings(
     max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
 )
@@ -41,18 +40,12 @@ BASES = base_reports()
 
 
 def only_own_errors(call: Callable[[], Any]) -> Any:
-    """Call; return the result or the DDOError. Any other exception, or more than 2 s, fails the test.
-
-    The time is this process's CPU time, so that a loaded machine does not fail the test.
-    """
-    start = time.process_time()
+    """Call; return the result or the DDOError. Any other exception fails the test."""
     try:
         result: Any = call()
     except DDOError as e:
         result = e
-    elapsed = time.process_time() - start
     assert not isinstance(result, DDOError) or str(result).strip(), "an error without a message"
-    assert elapsed < SLOWEST_S, f"one input took {elapsed:.2f} s"
     return result
 
 

@@ -6,14 +6,14 @@ import threading
 from collections.abc import Iterator
 
 import pytest
-from fakes import FakeHostAllocator
+from fakes import HANG_SECONDS, FakeHostAllocator
 
 from ddo_hooks import release_pytorch_host_cache
 from ddo_hooks.errors import BoundaryRefusedError, InvalidArgumentError
 from ddo_hooks.release import guard
 from ddo_hooks.release.allocator import use_backend
 
-WAIT = 10  # seconds; a test that waits this long has failed
+WAIT = HANG_SECONDS
 
 
 @pytest.fixture(autouse=True)

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import functools
 import gc
+import itertools
 import re
-import time
 import weakref
 from collections.abc import Iterator
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -20,6 +21,7 @@ from fakes import ACCELERATOR_ENTRY_POINT_NAME, ENTRY_POINT_NAME, FakeHostAlloca
 
 from ddo_hooks import HostCacheReleaseReport, parse_report, release_pytorch_host_cache
 from ddo_hooks.errors import HostCacheReleaseError, InvalidArgumentError
+from ddo_hooks.release import host_cache
 from ddo_hooks.release.allocator import EntryPoint, TorchHostAllocator, backend, use_backend
 
 FROM_GC = ("gc.collect(", "has_primary_context", "synchronize", "raw_host_stats", "release")
@@ -419,18 +421,22 @@ def test_a_torch_that_cannot_read_counters_gives_unavailable_snapshots(fake: Fak
 
 
 def test_elapsed_seconds_covers_every_step_of_the_breakdown(fake: FakeHostAllocator, monkeypatch):
+    # A clock that ticks one second per reading, and a release call that takes 100 of them.
+    ticks = itertools.count()
+    monkeypatch.setattr(host_cache, "time", SimpleNamespace(perf_counter=lambda: float(next(ticks))))
     real_release = fake._release
 
     def slow_release() -> None:
-        time.sleep(0.02)
+        for _ in range(100):
+            next(ticks)
         real_release()
 
     monkeypatch.setattr(fake, "_release", slow_release)
     r = release().release
     t = r.timings
-    assert t.release_seconds >= 0.02
-    assert min(t.collect_seconds, t.synchronize_seconds, t.snapshot_seconds) > 0
-    assert t.collect_seconds + t.synchronize_seconds + t.snapshot_seconds + t.release_seconds <= r.elapsed_seconds
+    assert t.release_seconds >= 100
+    assert min(t.collect_seconds, t.synchronize_seconds, t.snapshot_seconds) >= 1
+    assert t.collect_seconds + t.synchronize_seconds + t.snapshot_seconds + t.release_seconds < r.elapsed_seconds
 
 
 def test_an_executed_report_round_trips_as_a_public_report(fake: FakeHostAllocator):

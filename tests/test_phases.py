@@ -3,6 +3,7 @@
 import threading
 
 import pytest
+from fakes import HANG_SECONDS
 
 from ddo_hooks.hooks.phases import CallPhases, Phase
 from ddo_hooks.release import guard
@@ -218,12 +219,12 @@ def test_calls_in_two_threads_keep_their_own_phases(machine, events):
         call = machine.call_start()
         seen["concurrent"], seen["phase"] = call.concurrent, machine.phase
         started.set()
-        release.wait(10)
+        release.wait(HANG_SECONDS)
         machine.call_end(call)
 
     worker = threading.Thread(target=other_thread)
     worker.start()
-    assert started.wait(10)
+    assert started.wait(HANG_SECONDS)
     assert seen == {"concurrent": True, "phase": Phase.PREPARING}
     assert machine.phase is Phase.DENOISING  # this thread's call was not reset
     assert [c.index for c in machine.calls()] == [1, 2]

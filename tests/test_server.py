@@ -14,7 +14,7 @@ import weakref
 
 import pytest
 import torch
-from fakes import FakeHostAllocator, MiB
+from fakes import HANG_SECONDS, FakeHostAllocator, MiB
 
 from ddo_hooks import (
     BoundaryRefusedError,
@@ -35,7 +35,7 @@ from ddo_hooks.release.allocator import use_backend
 from ddo_hooks.testing.tiny_pipelines import build_pipeline, call_kwargs
 
 ORDER = ["before_transformer", "before_vae", "after_call"]
-WAIT = 30  # seconds any event may take before a test fails instead of hanging
+WAIT = HANG_SECONDS
 
 
 def outcome(report) -> tuple[int | None, str, str]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import sys
-import threading
 from pathlib import Path
 
 import pytest
@@ -22,42 +21,47 @@ READERS = [
 ]
 
 
-def finishes(function, *args, timeout: float = 5.0) -> BaseException | None:
-    """Run ``function(*args)`` in a thread; fail if it is still running after ``timeout`` seconds."""
-    outcome: list[BaseException | None] = []
+@pytest.fixture
+def never_opened(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Fail any attempt to open a FIFO or a device: a special file must be refused from its ``stat``.
 
-    def run() -> None:
-        try:
-            function(*args)
-            outcome.append(None)
-        except BaseException as e:  # handed to the test
-            outcome.append(e)
+    Opening a FIFO with no writer blocks, so a reader that opened it would hang; with this fixture
+    it fails at once instead, and the test needs no clock.
+    """
+    opened: list[str] = []
+    real_open = os.open
 
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    thread.join(timeout)
-    assert not thread.is_alive(), f"{function.__qualname__} still blocks after {timeout} s"
-    return outcome[0]
+    def guarded_open(path, flags, *args, **kwargs):
+        name = os.fsdecode(path)
+        if Path(name).name == "pipe" or name.startswith("/dev/"):
+            opened.append(name)
+            raise AssertionError(f"{name} was opened")
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", guarded_open)
+    return opened
 
 
 @posix_only
 @pytest.mark.parametrize(("read", "error", "kind"), READERS)
-def test_a_fifo_is_refused_at_once_instead_of_blocking(tmp_path: Path, read, error, kind):
+def test_a_fifo_is_refused_at_once_instead_of_blocking(tmp_path: Path, never_opened: list[str], read, error, kind):
     fifo = tmp_path / "pipe"
     os.mkfifo(fifo)
-    raised = finishes(read, fifo)
-    assert isinstance(raised, error)
-    assert str(raised) == (
+    with pytest.raises(error) as raised:
+        read(fifo)
+    assert never_opened == []
+    assert str(raised.value) == (
         f"{fifo}: is a FIFO (named pipe), not a regular file; save the {kind} to a file and pass that file's path"
     )
 
 
 @posix_only
 @pytest.mark.parametrize(("read", "error", "kind"), READERS)
-def test_a_device_is_refused_without_reading_it(read, error, kind):
-    raised = finishes(read, "/dev/zero")
-    assert isinstance(raised, error)
-    assert str(raised).startswith("/dev/zero: is a character device, not a regular file")
+def test_a_device_is_refused_without_reading_it(never_opened: list[str], read, error, kind):
+    with pytest.raises(error) as raised:
+        read("/dev/zero")
+    assert never_opened == []
+    assert str(raised.value).startswith("/dev/zero: is a character device, not a regular file")
 
 
 def test_a_report_file_larger_than_the_limit_is_refused_before_reading(tmp_path: Path):
@@ -76,13 +80,16 @@ def test_the_limits_are_documented_sizes():
 
 @posix_only
 @pytest.mark.parametrize("command", ["validate-policy", "validate-report", "summarize"])
-def test_the_file_commands_refuse_special_files(tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str):
+def test_the_file_commands_refuse_special_files(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], never_opened: list[str], command: str
+):
     fifo = tmp_path / "pipe"
     os.mkfifo(fifo)
-    assert finishes(main, [command, str(fifo)]) is None
+    assert main([command, str(fifo)]) == 1
     err = capsys.readouterr().err
     assert err.startswith(f"{fifo}: is a FIFO (named pipe), not a regular file")
     assert main([command, "/dev/zero"]) == 1
+    assert never_opened == []
 
 
 def test_a_path_with_a_nul_byte_is_a_clear_error():
