@@ -24,8 +24,9 @@ _EXPORTS: dict[str, str] = {
     "Attachment": "ddo_hooks.hooks.attachment",
     "HookPolicy": "ddo_hooks.policy.model",
     "attach": "ddo_hooks.hooks.attachment",
-    # the release core
+    # the release core, and pinned copies at their exact size
     "release_pytorch_host_cache": "ddo_hooks.release.host_cache",
+    "repack_pinned_copies": "ddo_hooks.release.repack",
     # pluggable boundary actions
     "BoundaryContext": "ddo_hooks.hooks.actions",
     "register_action": "ddo_hooks.hooks.actions",
@@ -37,6 +38,7 @@ _EXPORTS: dict[str, str] = {
     "DDOReport": "ddo_hooks.reports.parse",
     "HostCacheReleaseReport": "ddo_hooks.reports.release",
     "MetricsTracker": "ddo_hooks.reports.tracker",
+    "PinnedCopyRepackReport": "ddo_hooks.reports.repack",
     "parse_report": "ddo_hooks.reports.parse",
     # offload runtimes and bounded auxiliary CPU source detachment
     "DynamicOffloadApplyResult": "ddo_hooks.offload.apply",
@@ -64,8 +66,9 @@ __all__ = [
     "Attachment",
     "HookPolicy",
     "attach",
-    # the release core
+    # the release core, and pinned copies at their exact size
     "release_pytorch_host_cache",
+    "repack_pinned_copies",
     # pluggable boundary actions
     "BoundaryContext",
     "register_action",
@@ -77,6 +80,7 @@ __all__ = [
     "DDOReport",
     "HostCacheReleaseReport",
     "MetricsTracker",
+    "PinnedCopyRepackReport",
     "parse_report",
     # offload runtimes and bounded auxiliary CPU source detachment
     "DynamicOffloadApplyResult",
@@ -124,10 +128,12 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and IDEs
     )
     from ddo_hooks.policy.model import HookPolicy
     from ddo_hooks.release.host_cache import release_pytorch_host_cache
+    from ddo_hooks.release.repack import repack_pinned_copies
     from ddo_hooks.reports.auxiliary import AuxiliarySourceDetachReport
     from ddo_hooks.reports.boundary import ActionReport, BoundaryRefusalReport
     from ddo_hooks.reports.parse import DDOReport, parse_report
     from ddo_hooks.reports.release import HostCacheReleaseReport
+    from ddo_hooks.reports.repack import PinnedCopyRepackReport
     from ddo_hooks.reports.tracker import MetricsTracker
 
 

@@ -12,6 +12,8 @@
 #   probe-drop   what keeps a dropped text encoder alive (benchmarks/probe_drop.py: as built, --lcmu, --loaded,
 #                and the latency benchmark's own pipeline, tiny and full, low_cpu_mem_usage=True)
 #   latency      benchmarks/bench_latency.py --reps $REPS (1) --arms $ARMS (the three) --extras $EXTRAS (unset: all; empty: none) --budget-s $BUDGET_S (360)
+#   repack       the repack's GPU tests and the hooks' (tests/gpu/test_repack_gpu.py, test_hooks_gpu.py)
+#   floor        benchmarks/bench_pinned_floor.py $FLOOR_ARGS (e.g. "--families flux --reps 0")
 #   bench        every benchmarks/bench_*.py with its defaults
 #
 # Carried wheels live in .whl/ (ignored by git; see docs/development.md for the download line).
@@ -49,6 +51,10 @@ for step in "${steps[@]}"; do
                     -q -rA -k "$k" > "$OUT/structural-$shard.log" 2>&1 &
                   structural_pids+=($!)
                 done ;;
+    repack) python3 -m pytest tests/gpu/test_repack_gpu.py tests/gpu/test_hooks_gpu.py -m gpu -p no:cacheprovider -s -q -rA \
+              2>&1 | tee "$OUT/repack-tests.log"; rc[$step]=${PIPESTATUS[0]} ;;
+    floor) python3 benchmarks/bench_pinned_floor.py --out "$OUT/floor" ${FLOOR_ARGS:-} 2>&1 | tee "$OUT/floor.log"
+           rc[$step]=${PIPESTATUS[0]} ;;
     probe-drop) for flags in "" --lcmu --loaded "--bench tiny --lcmu" "--bench full --lcmu"; do echo "--- probe_drop.py $flags"; python3 benchmarks/probe_drop.py $flags; done \
                   2>&1 | tee "$OUT/probe-drop.log"
                 rc[$step]=${PIPESTATUS[0]} ;;
@@ -66,4 +72,4 @@ for i in "${!structural_pids[@]}"; do wait "${structural_pids[$i]}"; rc["structu
 tar czf /tmp/session.tgz -C "$OUT" . && mv /tmp/session.tgz "$OUT/session.tgz"
 echo "=== summary ==="
 for k in "${!rc[@]}"; do echo "$k: exit ${rc[$k]}"; done
-grep -hE "passed|failed|error" "$OUT"/gpu-tests.log "$OUT"/structural-*.log "$OUT"/cpu-suite.log 2>/dev/null | tail -n 6
+grep -hE "passed|failed|error" "$OUT"/gpu-tests.log "$OUT"/repack-tests.log "$OUT"/structural-*.log "$OUT"/cpu-suite.log 2>/dev/null | tail -n 6

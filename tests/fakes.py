@@ -4,13 +4,20 @@ A CPU machine has no CUDA host allocator, so the executed path of the release co
 through this fake. It records every call, in order, into ``calls`` (a list the test may share
 with other recorders, such as a wrapped ``gc.collect``), and its release call really moves the
 cached bytes out of its owned counter, so the before and after snapshots differ.
+
+It also pins, as the caching host allocator does: ``pinned_empty`` hands out ordinary CPU memory
+that it counts as pinned, owning the size rounded up to a power of two; the block is live while
+any tensor holds its storage and cached once none does, until a release.
 """
 
 from __future__ import annotations
 
 import threading
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, Literal
+
+import torch
 
 from ddo_hooks.release.allocator import EntryPoint
 
@@ -82,6 +89,8 @@ class FakeHostAllocator:
     pin_micros: int = 1000
     pin_counters: bool = True
     stats_reads: int = field(default=0, init=False)
+    pin_error: Exception | None = None
+    blocks: dict[int, int] = field(default_factory=dict, init=False)  # live pinned blocks: start -> bytes
 
     def pin(self, nbytes: int, micros: int, blocks: int = 1) -> None:
         """Pin ``nbytes`` more in ``blocks`` blocks, as an onload after a release does; they stay cached."""
@@ -160,6 +169,37 @@ class FakeHostAllocator:
         if self.synchronize_error is not None:
             raise self.synchronize_error
 
+    def is_pinned(self, tensor: torch.Tensor) -> bool:
+        self.calls.append("is_pinned")
+        start = tensor.untyped_storage().data_ptr()
+        return start in self.blocks and tensor.untyped_storage().nbytes() <= self.blocks[start]
+
+    def pinned_empty(self, nbytes: int) -> torch.Tensor:
+        """Pinned memory as the caching host allocator hands it out (owned: ``nbytes`` rounded up to a power of two)."""
+        self.calls.append(f"pinned_empty({nbytes})")
+        if self.pin_error is not None:
+            raise self.pin_error
+        block = _Block(max(nbytes, 1))
+        tensor = torch.frombuffer(block, dtype=torch.uint8, count=nbytes) if nbytes else torch.empty(0)
+        start, owned = tensor.untyped_storage().data_ptr(), 1 << max(nbytes - 1, 0).bit_length()
+        self.blocks[start] = nbytes
+        self.live_bytes += owned
+        self.pinned_total += owned
+        self.host_allocs += 1
+        weakref.finalize(block, self._freed, start, owned)
+        return tensor
+
+    def pin_copy(self, tensor: torch.Tensor) -> torch.Tensor:
+        """``tensor.pin_memory()``: a pinned copy of the same shape and values."""
+        storage = self.pinned_empty(tensor.numel() * tensor.element_size()).untyped_storage()
+        copy = torch.empty(0, dtype=tensor.dtype).set_(storage, 0, tensor.shape)  # its own storage, as pin_memory's
+        return copy.copy_(tensor)
+
+    def _freed(self, start: int, owned: int) -> None:
+        self.blocks.pop(start, None)
+        self.live_bytes -= owned
+        self.cached_bytes += owned
+
     def _release(self) -> None:
         self.calls.append("release")
         self.release_entered.set()
@@ -168,6 +208,34 @@ class FakeHostAllocator:
         if self.release_error is not None:
             raise self.release_error
         self.cached_bytes = 0
+
+
+def pin_like_streams(module: torch.nn.Module, fake: FakeHostAllocator, *, low_cpu_mem_usage: bool = False) -> None:
+    """Give ``module``'s offload groups the CPU copies group offloading makes with ``use_stream=True``.
+
+    Streams need CUDA, so ``apply_group_offloading`` on a CPU keeps no copies; here diffusers' own
+    ``ModuleGroup._init_cpu_param_dict`` makes them, pinning through ``fake`` (the one seam that
+    cannot exist here), and each weight is offloaded onto its copy as ``offload_()`` does with a
+    stream. The groups then onload on the CPU without a stream, so the weights stay on their copies.
+    """
+    from ddo_hooks._compat import diffusers as diffusers_compat
+
+    real_pin = torch.Tensor.pin_memory
+    torch.Tensor.pin_memory = lambda self, *args: fake.pin_copy(self)  # restored below, before any other test
+    try:
+        for group in diffusers_compat.offload_groups(module):
+            group.stream, group.low_cpu_mem_usage = object(), low_cpu_mem_usage
+            group.cpu_param_dict = group._init_cpu_param_dict()
+            group.stream = None
+            if not low_cpu_mem_usage:
+                for weight, copy in group.cpu_param_dict.items():
+                    weight.data = copy
+    finally:
+        torch.Tensor.pin_memory = real_pin
+
+
+class _Block(bytearray):
+    """The memory of one fake pinned block (a bytearray subclass, so that it can be watched weakly)."""
 
 
 CUDA_PROBES = ("current_device", "device_count", "has_primary_context", "synchronize")

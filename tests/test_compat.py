@@ -48,6 +48,8 @@ PRIVATE = {
     "_is_in_bad_fork",
     "_base",
     "_use_count",
+    "_storage_Use_Count",
+    "_cdata",
     "_execution_device",
     "_keep_in_fp32_modules",
     "_supports_group_offloading",

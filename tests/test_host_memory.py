@@ -1,4 +1,4 @@
-"""Host memory observations: RSS everywhere, the Windows commit picture through ctypes.
+"""Host memory observations: RSS everywhere, its Linux split and cgroup, the Windows commit picture through ctypes.
 
 There is no Windows machine here: the Windows path runs on Linux with an injected kernel32
 whose functions fill the ctypes structures through the `byref` argument, as Windows does.
@@ -7,6 +7,7 @@ whose functions fill the ctypes structures through the `byref` argument, as Wind
 from __future__ import annotations
 
 import ctypes
+from pathlib import Path
 
 import psutil
 import pytest
@@ -135,12 +136,104 @@ def test_kernel32_that_cannot_be_loaded_leaves_every_windows_field_null():
     assert obs.rss_bytes > 0
 
 
-def test_a_linux_observation_has_rss_and_no_windows_fields():
+def test_a_linux_observation_has_rss_its_split_and_no_windows_fields():
     obs = observe_host()
     assert obs.platform == "linux"
     assert obs.rss_bytes > 0
     assert (obs.private_bytes, obs.physical_available_bytes, obs.commit_available_bytes) == (None, None, None)
-    assert obs.unavailable == {}
+    split = (obs.rss_anon_bytes, obs.rss_file_bytes, obs.rss_shmem_bytes)
+    assert all(isinstance(part, int) for part in split)
+    assert sum(split) == pytest.approx(obs.rss_bytes, rel=0.05)  # read a moment apart
+    assert set(obs.unavailable) <= {"cgroup_memory_bytes", "cgroup_limit_bytes"}
+
+
+STATUS = "Name:\tpython\nVmRSS:\t  30720 kB\nRssAnon:\t  10240 kB\nRssFile:\t  19456 kB\nRssShmem:\t   1024 kB\n"
+
+
+def fake_proc(tmp_path: Path, status: str = STATUS, cgroup: str = "0::/\n") -> Path:
+    proc = tmp_path / "proc"
+    proc.mkdir()
+    (proc / "status").write_text(status)
+    (proc / "cgroup").write_text(cgroup)
+    return proc
+
+
+def write(folder: Path, **files: str) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, text in files.items():
+        (folder / name.replace("_", ".", 1)).write_text(text)
+
+
+def test_the_rss_split_comes_from_proc_status_in_bytes(tmp_path: Path):
+    obs = observe_host(platform="linux", proc=fake_proc(tmp_path), cgroups=tmp_path / "none")
+    assert (obs.rss_anon_bytes, obs.rss_file_bytes, obs.rss_shmem_bytes) == (10 << 20, 19 << 20, 1 << 20)
+
+
+@pytest.mark.parametrize("status", ["", "RssAnon: lots\n", "RssAnon:\t1 MB\n", "RssAnon:\t" + "9" * 40 + " kB\n"])
+def test_a_missing_or_unreadable_rss_line_is_null_and_says_why(tmp_path: Path, status: str):
+    obs = observe_host(platform="linux", proc=fake_proc(tmp_path, status), cgroups=tmp_path)
+    assert obs.rss_anon_bytes is None
+    assert obs.unavailable["rss_anon_bytes"] == f"{tmp_path / 'proc' / 'status'} has no RssAnon line"
+
+
+def test_an_unreadable_status_file_leaves_the_split_null(tmp_path: Path):
+    obs = observe_host(platform="linux", proc=tmp_path / "gone", cgroups=tmp_path)
+    assert {obs.unavailable[name] for name in ("rss_anon_bytes", "rss_file_bytes", "rss_shmem_bytes")} == {
+        f"{tmp_path / 'gone' / 'status'} could not be read"
+    }
+
+
+def test_cgroup_v2_gives_the_charged_memory_and_the_limit(tmp_path: Path):
+    write(tmp_path / "cg" / "user.slice" / "app", memory_current="4096\n", memory_max="8192\n")
+    obs = observe_host(
+        platform="linux", proc=fake_proc(tmp_path, cgroup="0::/user.slice/app\n"), cgroups=tmp_path / "cg"
+    )
+    assert (obs.cgroup_memory_bytes, obs.cgroup_limit_bytes) == (4096, 8192)
+
+
+def test_a_cgroup_without_a_limit_has_a_null_limit_that_is_not_unavailable(tmp_path: Path):
+    write(tmp_path / "cg" / "app", memory_current="4096\n", memory_max="max\n")
+    obs = observe_host(platform="linux", proc=fake_proc(tmp_path, cgroup="0::/app\n"), cgroups=tmp_path / "cg")
+    assert (obs.cgroup_memory_bytes, obs.cgroup_limit_bytes) == (4096, None)
+    assert "cgroup_limit_bytes" not in obs.unavailable
+
+
+def test_cgroup_v1_memory_controller_is_read_where_v2_has_none(tmp_path: Path):
+    write(
+        tmp_path / "cg" / "memory" / "box",
+        memory_usage_in_bytes="2048\n",
+        memory_limit_in_bytes="9223372036854771712\n",
+    )
+    cgroup = "4:memory:/box\n1:cpu:/\n0::/\n"
+    obs = observe_host(platform="linux", proc=fake_proc(tmp_path, cgroup=cgroup), cgroups=tmp_path / "cg")
+    assert (obs.cgroup_memory_bytes, obs.cgroup_limit_bytes) == (2048, None)  # 2**63 rounded down: no limit
+
+
+def test_a_cgroup_namespace_reads_its_own_cgroup_at_the_mount_root(tmp_path: Path):
+    write(tmp_path / "cg" / "memory", memory_usage_in_bytes="1024\n", memory_limit_in_bytes="65536\n")
+    cgroup = "4:memory:/process_api/abc\n0::/\n"
+    obs = observe_host(platform="linux", proc=fake_proc(tmp_path, cgroup=cgroup), cgroups=tmp_path / "cg")
+    assert (obs.cgroup_memory_bytes, obs.cgroup_limit_bytes) == (1024, 65536)
+
+
+def test_no_cgroup_memory_controller_leaves_both_fields_null_and_says_why(tmp_path: Path):
+    obs = observe_host(platform="linux", proc=fake_proc(tmp_path, cgroup="0::/\n"), cgroups=tmp_path / "cg")
+    assert (obs.cgroup_memory_bytes, obs.cgroup_limit_bytes) == (None, None)
+    assert obs.unavailable["cgroup_memory_bytes"].startswith("no cgroup memory controller for this process")
+
+
+def test_a_garbled_cgroup_file_is_unavailable_not_a_crash(tmp_path: Path):
+    write(tmp_path / "cg" / "app", memory_current="-1\n", memory_max="lots\n")
+    obs = observe_host(platform="linux", proc=fake_proc(tmp_path, cgroup="0::/app\n"), cgroups=tmp_path / "cg")
+    assert (obs.cgroup_memory_bytes, obs.cgroup_limit_bytes) == (None, None)
+    assert obs.unavailable["cgroup_limit_bytes"].endswith("memory.max could not be read as a number of bytes")
+
+
+def test_a_report_written_before_the_split_still_validates():
+    from ddo_hooks.reports.base import HostObservation
+
+    old = {"platform": "linux", "rss_bytes": 1, "private_bytes": None, "unavailable": {}}
+    assert HostObservation.model_validate(old).rss_anon_bytes is None
 
 
 def test_a_failing_rss_read_is_null_and_says_why(monkeypatch: pytest.MonkeyPatch):

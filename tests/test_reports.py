@@ -54,6 +54,11 @@ def host() -> dict[str, Any]:
         "private_bytes": None,
         "physical_available_bytes": None,
         "commit_available_bytes": None,
+        "rss_anon_bytes": 128 * MiB,
+        "rss_file_bytes": 320 * MiB,
+        "rss_shmem_bytes": 64 * MiB,
+        "cgroup_memory_bytes": 1024 * MiB,
+        "cgroup_limit_bytes": None,
         "unavailable": {},
     }
 
@@ -468,6 +473,7 @@ def test_the_json_schema_names_every_route():
         "phase_boundary_refusal",
         "boundary_action",
         "auxiliary_cpu_source_detach",
+        "pinned_copy_repack",
     }
 
 
@@ -528,7 +534,8 @@ def allocator_snapshots(draw: st.DrawFn) -> AllocatorSnapshot:
 def host_observations(draw: st.DrawFn) -> HostObservation:
     values: dict[str, int | None] = {}
     unavailable: dict[str, str] = {}
-    for name in ("rss_bytes", "private_bytes", "physical_available_bytes", "commit_available_bytes"):
+    for name in ("rss_bytes", "private_bytes", "physical_available_bytes", "commit_available_bytes", "rss_anon_bytes",
+                 "rss_file_bytes", "rss_shmem_bytes", "cgroup_memory_bytes", "cgroup_limit_bytes"):  # fmt: skip
         values[name] = draw(st.none() | BYTES)
         if values[name] is None and draw(st.booleans()):
             unavailable[name] = draw(NAMES)

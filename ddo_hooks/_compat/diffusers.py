@@ -31,7 +31,10 @@ __all__ = [
     "drop_registry",
     "execution_device",
     "keep_in_fp32_modules",
+    "offload_groups",
+    "set_group_cpu_source",
     "group_cpu_sources",
+    "group_disk_path",
     "group_offload_group",
     "has_hook",
     "invalidate_parents",
@@ -83,6 +86,26 @@ def group_cpu_sources(group: Any) -> dict[Any, Any]:
     return getattr(group, "cpu_param_dict", None) or {}
 
 
+def set_group_cpu_source(group: Any, key: Any, tensor: torch.Tensor) -> None:
+    """Make ``tensor`` the CPU copy the group onloads ``key`` (a parameter or buffer) from, and offloads it to."""
+    group.cpu_param_dict[key] = tensor
+
+
+def group_disk_path(group: Any) -> str | None:
+    """``group.offload_to_disk_path``: where the group keeps its tensors on disk, or ``None`` in memory."""
+    return getattr(group, "offload_to_disk_path", None)
+
+
+def offload_groups(module: torch.nn.Module) -> list[Any]:
+    """The distinct ``ModuleGroup`` objects group offloading attached to ``module`` and its submodules, in order."""
+    found: dict[int, Any] = {}
+    for submodule in module.modules():
+        group = group_offload_group(submodule)
+        if group is not None:
+            found.setdefault(id(group), group)
+    return list(found.values())
+
+
 def supports_group_offloading(module: torch.nn.Module) -> bool:
     """``ModelMixin._supports_group_offloading`` (``True`` for modules that do not say)."""
     return bool(getattr(module, "_supports_group_offloading", True))
@@ -124,7 +147,10 @@ def _group_probe() -> bool:
     module = torch.nn.Sequential(torch.nn.Linear(2, 2))
     apply_group_offloading(module, onload_device=torch.device("cpu"), offload_type="leaf_level")
     group = group_offload_group(module[0])
-    return group is not None and isinstance(getattr(group, "cpu_param_dict", None), dict)
+    if group is None or not isinstance(getattr(group, "cpu_param_dict", None), dict):
+        return False
+    in_memory = "offload_to_disk_path" in vars(group) and group_disk_path(group) is None
+    return in_memory and offload_groups(module) == [group]
 
 
 def _model_probe() -> bool:
@@ -161,8 +187,8 @@ TOUCHES: tuple[Touch, ...] = (
     ),
     Touch(
         "diffusers",
-        "ModuleGroup.cpu_param_dict (group offloading hook's .group)",
-        "observing the CPU copies group offloading keeps",
+        "ModuleGroup.cpu_param_dict and ModuleGroup.offload_to_disk_path (group offloading hook's .group)",
+        "observing and repacking the CPU copies group offloading keeps",
         _group_probe,
     ),
     Touch(

@@ -29,6 +29,7 @@ __all__ = [
     "host_memory_stats",
     "in_bad_fork",
     "is_cuda_build",
+    "storage_use_count",
     "tensor_base",
     "tensor_use_count",
 ]
@@ -84,6 +85,21 @@ def tensor_use_count(tensor: torch.Tensor) -> int:
     return int(tensor._use_count())
 
 
+def storage_use_count(tensor: torch.Tensor) -> int:
+    """``torch._C._storage_Use_Count``: how many tensors (and storage objects) share ``tensor``'s storage.
+
+    The storage object made to ask is not counted: a tensor alone in its storage gives 1.
+    """
+    return int(torch._C._storage_Use_Count(tensor.untyped_storage()._cdata)) - 1
+
+
+def _storage_probe() -> bool:
+    alone = torch.zeros(4)
+    shared = torch.zeros(4)
+    view = shared[1:]
+    return storage_use_count(alone) == 1 and storage_use_count(shared) == 2 and view is not None
+
+
 def _has(owner: Any, name: str) -> Callable[[], bool]:
     return lambda: callable(getattr(owner, name, None))
 
@@ -95,6 +111,12 @@ def _tensor_probe() -> bool:
 
 
 TOUCHES: tuple[Touch, ...] = (
+    Touch(
+        "torch",
+        "torch._C._storage_Use_Count and UntypedStorage._cdata",
+        "refusing to repack a pinned copy that another tensor also holds",
+        _storage_probe,
+    ),
     Touch(
         "torch",
         "torch._C._host_emptyCache",

@@ -11,7 +11,7 @@ embeddings. The validated reports are written as JSON Lines (``MetricsTracker.to
 
 On a CPU, where a release observes nothing, the demo measures what a CPU run can: its own
 action :data:`RSS_ACTION` runs last at every enabled boundary and records the process RSS there
-(a ``boundary_action`` report with ``data.rss_bytes``), and
+(a ``boundary_action`` report with ``data.rss_bytes`` and, on Linux, which memory it is), and
 :func:`~ddo_hooks.cli.demo_view.format_result` shows it per boundary, with what each component
 holds (its parameters and buffers).
 
@@ -227,9 +227,11 @@ def _observe_rss(ctx: BoundaryContext) -> Any:
     """The demo's action: the process RSS at this boundary, as a validated action report."""
     from ddo_hooks.release.host_memory import observe_host
 
-    rss = observe_host().rss_bytes
-    detail = "the process RSS at this boundary, seen by the demo"
-    return ctx.action_report("executed", detail=detail, data={"rss_bytes": rss})
+    seen = observe_host()
+    detail = "the process RSS at this boundary and which memory it is, seen by the demo"
+    fields = ("rss_bytes", "rss_anon_bytes", "rss_file_bytes", "rss_shmem_bytes", "cgroup_memory_bytes")
+    data = {name: getattr(seen, name) for name in fields if getattr(seen, name) is not None}
+    return ctx.action_report("executed", detail=detail, data=data)
 
 
 def _with_observer(policy: HookPolicy) -> HookPolicy:

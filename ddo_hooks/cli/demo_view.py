@@ -51,7 +51,7 @@ def format_result(result: DemoResult, *, arrow: str = "→", width: int = TABLE_
     Returns:
         The text, without a trailing newline.
     """
-    from ddo_hooks.cli.table import boundary_rows, format_rss_table, format_table
+    from ddo_hooks.cli.table import MEMORY_NOTE, boundary_rows, format_memory_table, format_rss_table, format_table
 
     rows = boundary_rows(result.tracker.records(), result.calls)
     lines = [*_components(result, width), ""]
@@ -59,6 +59,10 @@ def format_result(result: DemoResult, *, arrow: str = "→", width: int = TABLE_
         lines.append(format_table(rows, arrow=arrow, width=width))
     else:
         lines.append(format_rss_table(rows, observer=result.observer, arrow=arrow, width=width))
+    memory = format_memory_table(rows, width=width)
+    if memory is not None:
+        lines += ["", wrap_text(MEMORY_NOTE + ":", width=width), memory]
+    if result.observer is not None:
         lines += [
             "",
             wrap_text(

@@ -1,8 +1,9 @@
 """``ddo-hooks plot FILE... -o run.png``: pinned bytes and process RSS at each boundary, drawn.
 
-From the ``host_cache_release`` reports of saved runs (grouped into runs as ``summarize`` does:
-:func:`~ddo_hooks.cli.summarize.collect_runs`), two panels share one x axis, the records in
-order, grouped and labelled by call and boundary:
+From the ``host_cache_release`` reports of saved runs and their ``pinned_copy_repack`` report
+(grouped into runs as ``summarize`` does: :func:`~ddo_hooks.cli.summarize.collect_runs`), two
+panels share one x axis, the records in order, grouped and labelled by call and boundary (the
+repack at attach is ``call 0``, ``attach``):
 
 * the pinned bytes the allocator owned before and after each release
   (``setup.host_cache_release.before.allocated_bytes`` and ``.after.allocated_bytes``), with the
@@ -64,17 +65,23 @@ class Point:
     row: BoundaryRow
 
 
+_DRAWN = (HOST_CACHE_RELEASE, "pinned_copy_repack")
+"""The reports drawn: each release, and the repack of pinned copies (at attach, before the first call)."""
+
+
 def release_points(run: Run) -> list[Point]:
-    """The run's ``host_cache_release`` reports that hold a reading (refusals and bare no-ops hold none)."""
+    """The run's release and repack reports that hold a reading (refusals and bare no-ops hold none)."""
     found = []
     for row in run.rows():
         readings = (row.owned_before, row.owned_after, row.rss_before, row.rss_after)
-        if row.action == HOST_CACHE_RELEASE and row.kind != "refused" and any(v is not None for v in readings):
+        if row.action in _DRAWN and row.kind != "refused" and any(v is not None for v in readings):
             found.append(Point(row.call, row.boundary, row))
     return found
 
 
 def _order(boundary: str) -> int:
+    if boundary == "attach":  # the repack, before the first call's boundaries
+        return -1
     return BOUNDARIES.index(boundary) if boundary in BOUNDARIES else len(BOUNDARIES)
 
 
@@ -205,8 +212,8 @@ def draw_runs(files: Sequence[ReportFile], out: str | os.PathLike[str], *, title
                 va="center",
             )
     for ax, what in (
-        (pinned, "Pinned host memory the allocator owned, before and after each release"),
-        (rss, "Process RSS (resident memory), before and after each release"),
+        (pinned, "Pinned host memory the allocator owned, before and after each release (and repack)"),
+        (rss, "Process RSS (resident memory), before and after each release (and repack)"),
     ):
         ax.set_title(what, fontsize=10, pad=18)
         ax.set_ylabel(units[ax][0])

@@ -35,7 +35,15 @@ from datetime import datetime
 from typing import Any
 
 from ddo_hooks.cli.layout import TABLE_WIDTH, wrap_text
-from ddo_hooks.cli.table import BoundaryRow, boundary_rows, format_table, infer_calls, total_rows
+from ddo_hooks.cli.table import (
+    MEMORY_NOTE,
+    BoundaryRow,
+    boundary_rows,
+    format_memory_table,
+    format_table,
+    infer_calls,
+    total_rows,
+)
 from ddo_hooks.reports.files import ReportFile
 
 __all__ = ["Run", "collect_runs", "format_summary"]
@@ -206,6 +214,8 @@ def format_summary(files: Sequence[ReportFile], *, arrow: str = "→", width: in
     rows = {id(run): run.rows() for run in runs}
     for run in runs:
         lines += ["", run.heading(width), format_table(rows[id(run)], arrow=arrow, width=width)]
+        if (memory := format_memory_table(rows[id(run)], width=width)) is not None:
+            lines += ["", wrap_text(MEMORY_NOTE + ":", width=width), memory]
     for heading, group in _total_groups(runs):
         pairs = [(id(run), row) for run in group for row in rows[id(run)]]
         lines += ["", heading, total_rows(pairs, width=width)]

@@ -39,6 +39,8 @@ __all__ = [
     "BoundaryRow",
     "arrow_for",
     "boundary_rows",
+    "MEMORY_NOTE",
+    "format_memory_table",
     "format_rss_table",
     "format_table",
     "format_totals",
@@ -66,6 +68,8 @@ class BoundaryRow:
         elapsed_seconds: Time the boundary took; ``None`` for refusals and user actions.
         repinned_bytes: Bytes pinned since the previous boundary (``pinned_since_previous``), when counted.
         repin_seconds: Seconds spent pinning them, when counted.
+        memory_after: Which memory the process held after it (Linux): ``rss``, ``anon``, ``file``,
+            ``shmem`` (where pinned memory shows) and ``cgroup`` bytes, those observed.
     """
 
     call: int
@@ -82,6 +86,7 @@ class BoundaryRow:
     elapsed_seconds: float | None = None
     repinned_bytes: int | None = None
     repin_seconds: float | None = None
+    memory_after: dict[str, int] | None = None
 
     @property
     def label(self) -> str:
@@ -155,6 +160,23 @@ def _count(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
+_MEMORY_FIELDS = {
+    "rss": "rss_bytes",
+    "anon": "rss_anon_bytes",
+    "file": "rss_file_bytes",
+    "shmem": "rss_shmem_bytes",
+    "cgroup": "cgroup_memory_bytes",
+}
+
+
+def _memory(observation: Any) -> dict[str, int] | None:
+    """The split of RSS (and the cgroup's charge) an observation holds, or ``None`` when it holds no split."""
+    if not isinstance(observation, dict):
+        return None
+    found = {name: value for name, key in _MEMORY_FIELDS.items() if (value := _count(observation.get(key))) is not None}
+    return found if {"anon", "file", "shmem"} & set(found) else None
+
+
 def _seconds(value: Any) -> float | None:
     """``value`` when it is a number >= 0 (seconds), else ``None``."""
     ok = isinstance(value, int | float) and not isinstance(value, bool) and value >= 0
@@ -207,6 +229,7 @@ def boundary_rows(records: Sequence[tuple[str | None, Any]], calls: Sequence[int
                 elapsed_seconds=_first(body.get("elapsed_seconds"), _seconds(data.get("seconds"))),
                 repinned_bytes=_bytes(body.get("pinned_since_previous"), "bytes"),
                 repin_seconds=_bytes(body.get("pinned_since_previous"), "seconds"),
+                memory_after=_memory(body.get("host_after")) or _memory(data),
             )
         )
     return rows
@@ -362,6 +385,46 @@ def format_rss_table(rows: Sequence[BoundaryRow], *, observer: str, arrow: str =
             previous, last_key = rss, key
     lines = render_table(columns, body, width=width) if shown else ["(no reports)"]
     return "\n".join(lines + _notes(shown, width))
+
+
+def format_memory_table(rows: Sequence[BoundaryRow], *, width: int = TABLE_WIDTH) -> str | None:
+    """Which memory the process held after each boundary that observed it (Linux), or ``None`` when none did.
+
+    ``anon``, ``file`` and ``shmem`` split the RSS as ``/proc/self/status`` does (``RssAnon``,
+    ``RssFile``, ``RssShmem``): the heap and copies of weights; mmap'd file pages such as safetensors
+    weights, which the kernel can drop and read again; shared memory, where CUDA's pinned host memory
+    shows. ``pinned`` is what the pinned host allocator owned after it, ``cgroup`` what the process's
+    cgroup was charged (page cache included).
+
+    Examples:
+        >>> row = BoundaryRow(1, "after_call", "host_cache_release", "executed", None, "", owned_after=4 << 30,
+        ...                   memory_after={"rss": 8 << 30, "anon": 1 << 30, "file": 3 << 29, "shmem": 5 << 29})
+        >>> print(format_memory_table([row]))  # doctest: +NORMALIZE_WHITESPACE
+        call  boundary    RSS      anon     file     shmem    pinned owned  cgroup
+        ----  ----------  -------  -------  -------  -------  ------------  ------
+        1     after_call  8.0 GiB  1.0 GiB  1.5 GiB  2.5 GiB  4.0 GiB       -
+    """
+    shown = [(row, row.boundary) for row in rows if row.memory_after is not None]
+    if not shown:
+        return None
+    columns = [Column("call"), Column("boundary", wrap=1, cut=1, floor=_BOUNDARY_WIDTH)]
+    columns += [Column(name) for name in ("RSS", "anon", "file", "shmem", "pinned owned", "cgroup")]
+    body: list[list[Cell]] = [
+        [str(row.call), label]
+        + [_size(row.memory_after.get(name)) for name in ("rss", "anon", "file", "shmem")]  # type: ignore[union-attr]
+        + [_size(row.owned_after), _size(row.memory_after.get("cgroup"))]  # type: ignore[union-attr]
+        for row, label in shown
+    ]
+    return "\n".join(render_table(columns, body, width=width))
+
+
+MEMORY_NOTE = (
+    "which memory, after each boundary (Linux, /proc/self/status): anon = RssAnon (heap, copies of weights), "
+    "file = RssFile (mmap'd weight files the kernel can drop and read again), shmem = RssShmem (where pinned "
+    "host memory shows); pinned owned = the pinned host allocator's bytes; cgroup = the memory charged to the "
+    "process's cgroup"
+)
+"""The sentence that introduces :func:`format_memory_table`."""
 
 
 def format_totals(rows: Sequence[BoundaryRow], *, width: int = TABLE_WIDTH) -> str:

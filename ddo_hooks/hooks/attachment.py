@@ -48,6 +48,8 @@ from ddo_hooks.reports.tracker import MetricsTracker
 if TYPE_CHECKING:
     from diffusers import DiffusionPipeline
 
+    from ddo_hooks.reports.repack import PinnedCopyRepackReport
+
 __all__ = ["Attachment", "attach"]
 
 _ATTACHED: weakref.WeakKeyDictionary[Any, Attachment] = weakref.WeakKeyDictionary()
@@ -128,6 +130,11 @@ class Attachment:
 
         self._signals = PipelineSignals(pipeline, self.machine)
         self._signals.install()
+        self.repack_report: PinnedCopyRepackReport | None = None
+        """What the policy's ``pinned_copies.repack`` did at attach (``None`` when it is off); recorded with the
+        other reports when it repacked or refused a component."""
+        if policy.enabled and policy.pinned_copies.repack:
+            self.repack_report = self._repack(pipeline)
 
     # -- public ---------------------------------------------------------------------------
     @property
@@ -293,6 +300,19 @@ class Attachment:
                 for i, spec in enumerate(specs)
             ]
         return resolved
+
+    def _repack(self, pipeline: DiffusionPipeline) -> PinnedCopyRepackReport:
+        """Repack group offloading's pinned copies to their exact size, once, before the first call."""
+        from ddo_hooks.release.repack import repack_pinned_copies
+
+        try:
+            report = repack_pinned_copies(pipeline, device=self.policy.device, phase="attach")
+        except BaseException:
+            self.detach()
+            raise
+        if report.repack.status == "executed" or any(c.status == "refused" for c in report.repack.components):
+            self._record("pinned_copy_repack", report, None, 0)
+        return report
 
     def _prepare_sink(self) -> ReportSink | None:
         """Resolve the policy's report sink and write to it once now, so a bad path fails here, not mid-call."""

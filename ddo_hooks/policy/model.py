@@ -47,6 +47,7 @@ from ddo_hooks.policy.parts import (
     BoundariesPolicy,
     BoundaryPolicy,
     Model,
+    PinnedCopiesPolicy,
     ReleasePolicy,
     located_error,
     validate_device,
@@ -114,6 +115,8 @@ class HookPolicy(Model):
     ``options`` at one boundary override them there."""
     boundaries: BoundariesPolicy = Field(default_factory=BoundariesPolicy)
     """Each boundary: whether it is enabled and the ordered actions it runs."""
+    pinned_copies: PinnedCopiesPolicy = Field(default_factory=PinnedCopiesPolicy)
+    """Group offloading's pinned copies: repacked at attach to their exact size (on by default)."""
     auxiliary_sources: AuxiliarySourcesPolicy = Field(default_factory=AuxiliarySourcesPolicy)
     """The auxiliary-source diagnostic (disabled by default)."""
 

@@ -289,3 +289,12 @@ class AuxiliarySourcesPolicy(Model):
     """Whether the auxiliary-source diagnostic runs."""
     max_copy_bytes: ByteSize = 16 * 1024**2
     """The largest copy the diagnostic may make (an int or a size such as ``16MiB``)."""
+
+
+class PinnedCopiesPolicy(Model):
+    """What :func:`~ddo_hooks.attach` does with group offloading's pinned copies."""
+
+    repack: StrictBool = True
+    """Repack them at attach into power-of-two slabs, so that they own what they need instead of each being
+    rounded up to a power of two, then release the rounded blocks. Only components offloaded with
+    ``use_stream=True`` and ``low_cpu_mem_usage=False`` have such copies; the others are left as they are."""

@@ -94,6 +94,14 @@ class HostAllocatorBackend(Protocol):
         """Wait for all work on device ``index``; only called when it has a context."""
         ...
 
+    def is_pinned(self, tensor: torch.Tensor) -> bool:
+        """Whether ``tensor`` lives in pinned host memory (``False`` on a build without CUDA, never asking)."""
+        ...
+
+    def pinned_empty(self, nbytes: int) -> torch.Tensor:
+        """A new uint8 CPU tensor of ``nbytes`` in pinned memory from the caching host allocator."""
+        ...
+
 
 class TorchHostAllocator:
     """The real backend: the installed torch."""
@@ -146,6 +154,14 @@ class TorchHostAllocator:
     def synchronize(self, index: int) -> None:
         """``torch.cuda.synchronize(index)``."""
         torch.cuda.synchronize(index)
+
+    def is_pinned(self, tensor: torch.Tensor) -> bool:
+        """``tensor.is_pinned()`` on a CUDA build; ``False`` without asking on a CPU build (where it raises)."""
+        return torch_compat.is_cuda_build() and tensor.device.type == "cpu" and tensor.is_pinned()
+
+    def pinned_empty(self, nbytes: int) -> torch.Tensor:
+        """``torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)``."""
+        return torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
 
 
 def pinned_allocation(environ: Mapping[str, str] | None = None) -> Literal["cudaHostAlloc", "cudaHostRegister"]:

@@ -29,7 +29,7 @@ from typing import Any
 
 from ddo_hooks.reports.release import AllocatorSnapshot, PinningSince, validate_active_counter
 
-__all__ = ["pinning_between", "snapshot_from_raw", "unavailable_snapshot"]
+__all__ = ["pinning_between", "read_snapshot", "snapshot_from_raw", "unavailable_snapshot"]
 
 
 def unavailable_snapshot(reason: str) -> AllocatorSnapshot:
@@ -42,6 +42,14 @@ def unavailable_snapshot(reason: str) -> AllocatorSnapshot:
         active_bytes=None,
         active_counter_consistent=False,
     )
+
+
+def read_snapshot(read: Any) -> AllocatorSnapshot:
+    """A snapshot of what ``read()`` returns (a backend's ``raw_host_stats``); a failed read is unavailable."""
+    try:
+        return snapshot_from_raw(read())
+    except Exception as e:  # counters are observations: a failed read is unavailable, never zero
+        return unavailable_snapshot(f"reading the host allocator stats raised {type(e).__name__}: {e}")
 
 
 def _current(raw: Mapping[str, Any], key: str) -> Any:

@@ -33,7 +33,7 @@ from ddo_hooks.boundaries import PHASE_PATTERN
 from ddo_hooks.errors import BoundaryRefusedError, HostCacheReleaseError, InvalidArgumentError
 from ddo_hooks.release import allocator as _allocator
 from ddo_hooks.release import guard
-from ddo_hooks.release.counters import pinning_between, snapshot_from_raw, unavailable_snapshot
+from ddo_hooks.release.counters import pinning_between, read_snapshot, snapshot_from_raw
 from ddo_hooks.release.devices import DeviceLike, parse_cuda_device
 from ddo_hooks.release.host_memory import observe_host
 from ddo_hooks.reports.release import (
@@ -84,13 +84,6 @@ def _check_arguments(
                 )
     if isinstance(min_releasable_bytes, bool) or not isinstance(min_releasable_bytes, int) or min_releasable_bytes < 0:
         raise InvalidArgumentError(f"min_releasable_bytes={min_releasable_bytes!r} must be an int >= 0")
-
-
-def _read_snapshot(backend: _allocator.HostAllocatorBackend) -> AllocatorSnapshot:
-    try:
-        return snapshot_from_raw(backend.raw_host_stats())
-    except Exception as e:  # counters are observations: a failed read is unavailable, never zero
-        return unavailable_snapshot(f"reading the host allocator stats raised {type(e).__name__}: {e}")
 
 
 def _allocator_in_use(backend: _allocator.HostAllocatorBackend) -> bool:
@@ -329,7 +322,7 @@ def _execute(
             synchronize_seconds = time.perf_counter() - t
 
         t = time.perf_counter()
-        before = _read_snapshot(backend)
+        before = read_snapshot(backend.raw_host_stats)
         host_before = observe_host()
         snapshot_seconds = time.perf_counter() - t
 
@@ -346,7 +339,7 @@ def _execute(
             release_seconds = time.perf_counter() - t
 
             t = time.perf_counter()
-            after = _read_snapshot(backend)
+            after = read_snapshot(backend.raw_host_stats)
             host_after = observe_host()
             snapshot_seconds += time.perf_counter() - t
 

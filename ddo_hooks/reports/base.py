@@ -23,6 +23,7 @@ __all__ = [
     "PHASE_PATTERN",
     "SCHEMA_VERSION",
     "Bytes",
+    "Count",
     "HostObservation",
     "Names",
     "PhaseLabel",
@@ -38,6 +39,9 @@ SCHEMA_VERSION = 1
 
 Bytes = Annotated[StrictInt, Field(ge=0)]
 """A byte count: a non-negative integer."""
+
+Count = Annotated[StrictInt, Field(ge=0)]
+"""A count of things: a non-negative integer."""
 
 Seconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 """A duration in seconds: a finite, non-negative number (an integer such as ``0`` is one; ``true`` and
@@ -113,6 +117,19 @@ class HostObservation(ReportModel):
     """Windows: physical memory available (``GlobalMemoryStatusEx.ullAvailPhys``)."""
     commit_available_bytes: Bytes | None = None
     """Windows: commit the process can still use (``ullAvailPageFile``), not pagefile free disk space."""
+    rss_anon_bytes: Bytes | None = None
+    """Linux: anonymous resident memory (``RssAnon`` of ``/proc/self/status``): the heap, and copies of weights."""
+    rss_file_bytes: Bytes | None = None
+    """Linux: file-backed resident memory (``RssFile``): e.g. the mmap'd pages of safetensors files, which the
+    kernel can drop and read again while they are clean."""
+    rss_shmem_bytes: Bytes | None = None
+    """Linux: resident shared memory (``RssShmem``); CUDA's pinned host memory shows here. It cannot be swapped."""
+    cgroup_memory_bytes: Bytes | None = None
+    """Linux: the memory charged to the process's cgroup (v2 ``memory.current``, v1 ``memory.usage_in_bytes``),
+    page cache included; what a container's limit is measured against."""
+    cgroup_limit_bytes: Bytes | None = None
+    """Linux: that cgroup's limit (``memory.max``, ``memory.limit_in_bytes``); null when it sets none, or when
+    not observed (then listed in ``unavailable``)."""
     unavailable: dict[str, str] = Field(default_factory=dict)
     """Fields that could not be observed, each with the reason; those fields are null."""
 

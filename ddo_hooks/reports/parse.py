@@ -22,16 +22,27 @@ from ddo_hooks.reports.auxiliary import AuxiliarySourceDetachReport
 from ddo_hooks.reports.base import describe_errors
 from ddo_hooks.reports.boundary import ActionReport, BoundaryRefusalReport
 from ddo_hooks.reports.release import HostCacheReleaseReport
+from ddo_hooks.reports.repack import PinnedCopyRepackReport
 
 __all__ = ["REPORT_ADAPTER", "REPORT_TYPES", "ROUTES", "DDOReport", "parse_report", "report_json_schema"]
 
 DDOReport: TypeAlias = Annotated[
-    HostCacheReleaseReport | BoundaryRefusalReport | ActionReport | AuxiliarySourceDetachReport,
+    HostCacheReleaseReport
+    | BoundaryRefusalReport
+    | ActionReport
+    | AuxiliarySourceDetachReport
+    | PinnedCopyRepackReport,
     Field(discriminator="route"),
 ]
 """Any DDO report of schema version 1, told apart by ``route``."""
 
-REPORT_TYPES = (HostCacheReleaseReport, BoundaryRefusalReport, ActionReport, AuxiliarySourceDetachReport)
+REPORT_TYPES = (
+    HostCacheReleaseReport,
+    BoundaryRefusalReport,
+    ActionReport,
+    AuxiliarySourceDetachReport,
+    PinnedCopyRepackReport,
+)
 """Every report model, one per route."""
 
 ROUTES: tuple[str, ...] = tuple(cls.model_fields["route"].default for cls in REPORT_TYPES)
@@ -43,7 +54,9 @@ REPORT_ADAPTER: TypeAdapter[Any] = TypeAdapter(DDOReport)
 
 def parse_report(
     data: Any,
-) -> HostCacheReleaseReport | BoundaryRefusalReport | ActionReport | AuxiliarySourceDetachReport:
+) -> (
+    HostCacheReleaseReport | BoundaryRefusalReport | ActionReport | AuxiliarySourceDetachReport | PinnedCopyRepackReport
+):
     """Validate a mapping or a JSON string as a DDO report.
 
     Args:
