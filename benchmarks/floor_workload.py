@@ -123,7 +123,7 @@ def copies(pipe: Any) -> dict[str, dict[str, int]]:
         if not isinstance(module, torch.nn.Module):
             continue
         groups = [list(diffusers_compat.group_cpu_sources(g).values()) for g in diffusers_compat.offload_groups(module)]
-        tensors = [t for group in groups for t in group]
+        tensors = list({t.data_ptr(): t for group in groups for t in group}.values())  # a tied weight's copy once
         storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in tensors}
         found[name] = {
             "tensors": len(tensors),
@@ -251,9 +251,39 @@ def run_twins(spec: dict[str, Any]) -> dict[str, Any]:
             seconds, output = timed_call(pipes[name], call_kwargs(spec, rep))
             result["calls"][name].append({"rep": rep, "seconds": seconds, "digest": output})
     result["copies"] = {name: copies(pipe) for name, pipe in pipes.items()}
+    if torch.cuda.is_available():
+        result["h2d"] = h2d_rounds(pipes, spec.get("h2d_rounds", 10))
     for attachment in attachments.values():
         attachment.detach()
     return result
+
+
+def h2d_rounds(pipes: dict[str, Any], rounds: int) -> dict[str, list[float]]:
+    """Seconds to copy the denoiser's pinned copies to the GPU, non-blocking on a side stream (CUDA events), for
+    each pipeline, the pipelines alternating round by round: the transfers a call makes, without the compute."""
+    from ddo_hooks._compat import diffusers as diffusers_compat
+
+    def sources(pipe: Any) -> list[torch.Tensor]:
+        denoiser = getattr(pipe, "transformer", None) or pipe.unet
+        found = {t.data_ptr(): t for g in diffusers_compat.offload_groups(denoiser)
+                 for t in diffusers_compat.group_cpu_sources(g).values()}  # fmt: skip
+        return list(found.values())
+
+    stream, seconds = torch.cuda.Stream(), {name: [] for name in pipes}
+    for index in range(rounds):
+        for name in sorted(pipes, reverse=index % 2 == 1):
+            copies_ = sources(pipes[name])
+            targets = [torch.empty_like(t, device="cuda") for t in copies_]
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            with torch.cuda.stream(stream):
+                start.record()
+                for target, source in zip(targets, copies_, strict=True):
+                    target.copy_(source, non_blocking=True)
+                end.record()
+            end.synchronize()
+            seconds[name].append(start.elapsed_time(end) / 1e3)
+            del targets
+    return seconds
 
 
 def main() -> None:

@@ -12,8 +12,10 @@
 #   probe-drop   what keeps a dropped text encoder alive (benchmarks/probe_drop.py: as built, --lcmu, --loaded,
 #                and the latency benchmark's own pipeline, tiny and full, low_cpu_mem_usage=True)
 #   latency      benchmarks/bench_latency.py --reps $REPS (1) --arms $ARMS (the three) --extras $EXTRAS (unset: all; empty: none) --budget-s $BUDGET_S (360)
-#   repack       the repack's GPU tests and the hooks' (tests/gpu/test_repack_gpu.py, test_hooks_gpu.py)
+#   repack       the repack's GPU tests and the hooks' (tests/gpu/test_repack_gpu.py, test_hooks_gpu.py;
+#                REPACK_ONLY: a -k expression)
 #   floor        benchmarks/bench_pinned_floor.py $FLOOR_ARGS (e.g. "--families flux --reps 0")
+#   forward      benchmarks/bench_repack_forward.py: the denoiser's forward, repacked against not
 #   bench        every benchmarks/bench_*.py with its defaults
 #
 # Carried wheels live in .whl/ (ignored by git; see docs/development.md for the download line).
@@ -52,7 +54,8 @@ for step in "${steps[@]}"; do
                   structural_pids+=($!)
                 done ;;
     repack) python3 -m pytest tests/gpu/test_repack_gpu.py tests/gpu/test_hooks_gpu.py -m gpu -p no:cacheprovider -s -q -rA \
-              2>&1 | tee "$OUT/repack-tests.log"; rc[$step]=${PIPESTATUS[0]} ;;
+              -k "${REPACK_ONLY:-repack or hooks}" 2>&1 | tee "$OUT/repack-tests.log"; rc[$step]=${PIPESTATUS[0]} ;;
+    forward) python3 benchmarks/bench_repack_forward.py --out "$OUT" 2>&1 | tee "$OUT/forward.log"; rc[$step]=${PIPESTATUS[0]} ;;
     floor) python3 benchmarks/bench_pinned_floor.py --out "$OUT/floor" ${FLOOR_ARGS:-} 2>&1 | tee "$OUT/floor.log"
            rc[$step]=${PIPESTATUS[0]} ;;
     probe-drop) for flags in "" --lcmu --loaded "--bench tiny --lcmu" "--bench full --lcmu"; do echo "--- probe_drop.py $flags"; python3 benchmarks/probe_drop.py $flags; done \

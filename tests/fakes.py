@@ -190,7 +190,9 @@ class FakeHostAllocator:
         return tensor
 
     def pin_copy(self, tensor: torch.Tensor) -> torch.Tensor:
-        """``tensor.pin_memory()``: a pinned copy of the same shape and values."""
+        """``tensor.pin_memory()``: a pinned copy of the same shape and values; a pinned tensor is returned as it is."""
+        if self.is_pinned(tensor):
+            return tensor
         storage = self.pinned_empty(tensor.numel() * tensor.element_size()).untyped_storage()
         copy = torch.empty(0, dtype=tensor.dtype).set_(storage, 0, tensor.shape)  # its own storage, as pin_memory's
         return copy.copy_(tensor)

@@ -207,3 +207,38 @@ def test_the_soak_table_shows_what_the_checked_in_soak_results_give():
     growth = (traced["10000"] - traced["100"]) / (10_000 - 100)
     assert f"{traced['100'] / 2**20:.3f} MiB at call 100 and {traced['10000'] / 2**20:.3f} MiB at call 10,000" in text
     assert f"(+{growth:.1f} bytes per\ncall)" in text
+
+
+def test_the_pinned_floor_tables_are_those_of_the_checked_in_results():
+    floor = load_file(ROOT / "benchmarks" / "bench_pinned_floor.py", "bench_pinned_floor")
+    forward = load_file(ROOT / "benchmarks" / "bench_repack_forward.py", "bench_repack_forward", beside=True)
+    results = ROOT / "benchmarks" / "results"
+    flux, first, sd = (
+        json.loads((results / f"bench_pinned_floor-{name}.json").read_text(encoding="utf-8"))
+        for name in ("flux", "flux-first", "sd")
+    )
+    timing = json.loads((results / "bench_repack_forward.json").read_text(encoding="utf-8"))
+    rows = [
+        *floor.memory_rows(flux, lcmu=False),
+        *floor.memory_rows(first, lcmu=True),
+        *floor.memory_rows(sd, lcmu=False),
+    ]
+    rows += floor.repack_rows(flux, "flux/lcmu=false/lowest-peak+repack")
+    rows += floor.repack_rows(sd, "sd/lcmu=false/lowest-peak+repack")
+    rows += [
+        floor.twins_row("Flux-shaped, second run", flux["twins"]["flux"]),
+        floor.twins_row("Flux-shaped, first run", first["twins"]["flux"]),
+        floor.twins_row("SD 1.5-shaped, first run", first["twins"]["sd"]),
+    ]
+    rows += [forward.markdown_row(timing, what) for what in timing["measures"]]
+    text = PAGE.read_text(encoding="utf-8")
+    missing = [row for row in rows if row not in text]
+    assert not missing, "docs/benchmarks.md lacks these rows of benchmarks/results/:\n" + "\n".join(missing)
+    # The headline the README and the home page repeat (the default policy): pinned 6.35 -> 4.01 GiB,
+    # RSS 8.30 -> 5.90 GiB.
+    nothing, repacked = (
+        flux["arms"][f"flux/lcmu=false/{arm}"]["calls"][-1]["rest"] for arm in ("nothing", "default+repack")
+    )
+    assert [f"{rest[key] / 2**30:.2f}" for rest in (nothing, repacked) for key in ("pinned_owned", "rss")] == [
+        "6.35", "8.30", "4.01", "5.90"
+    ]  # fmt: skip

@@ -46,7 +46,7 @@ EXPECTED_SKIPS = {
     "README.md": 3,  # the two install commands, and the FLUX.1-dev recipe (downloads, needs CUDA)
     "docs/architecture.md": 1,  # the drawing of the layers
     "docs/cli.md": 1,  # installs the plot extra
-    "docs/benchmarks.md": 3,  # the two benchmarks run on the GPU machine, and the start-up one
+    "docs/benchmarks.md": 4,  # the three benchmarks run on the GPU machine, and the start-up one
     "docs/development.md": 1,  # downloads the GPU machine's wheels
     "docs/index.md": 1,  # the quickstart's install command
     "docs/pipelines.md": 1,  # downloads FLUX.1-dev and needs a CUDA GPU
@@ -233,7 +233,7 @@ def test_the_readme_skips_only_its_two_install_commands_and_the_gpu_recipe():
     skipped = [b for b in extract_blocks(README) if b.kind == "skip"]
     assert [b.text.strip() for b in skipped[:2]] == [INSTALL_AND_DEMO, INSTALL_AND_TEST]
     assert len(skipped) == 3
-    assert skipped[2].skip == "downloads the FLUX.1-dev weights and needs a CUDA GPU"
+    assert skipped[2].skip == "downloads the gated FLUX.1-dev weights and needs a CUDA GPU"
     assert "attach(pipe" in skipped[2].text
 
 

@@ -110,6 +110,27 @@ def test_while_repacking_the_peak_is_at_most_one_components_rounded_copies_above
     assert max(owned) - start <= largest
 
 
+def test_a_weight_tied_across_groups_keeps_one_copy_in_one_place(fake: FakeHostAllocator):
+    # T5's shared embedding at leaf level: the same weight in two groups, pinned once (pin_memory() of a
+    # pinned tensor is that tensor), so two copies share one storage.
+    embedding, head = torch.nn.Embedding(48, 32), torch.nn.Linear(32, 48, bias=False)
+    head.weight = embedding.weight
+    module = torch.nn.Sequential(embedding, head, torch.nn.Linear(48, 16))
+    tokens = torch.arange(8)
+    expected = module(tokens)
+    apply_group_offloading(module, onload_device=CPU, offload_type="leaf_level")
+    pin_like_streams(module, fake)
+    tied = [t for t in copies(module) if t.shape == (48, 32)]
+    assert len(tied) == 2
+    assert tied[0].untyped_storage().data_ptr() == tied[1].untyped_storage().data_ptr()
+    (result,) = repack_pinned_copies(module).repack.components
+    assert (result.status, result.tensors, result.tensor_bytes) == ("repacked", 3, (48 * 32 + 48 * 16 + 16) * 4)
+    moved = [t for t in copies(module) if t.shape == (48, 32)]
+    assert moved[0] is moved[1]
+    assert embedding.weight.data_ptr() == moved[0].data_ptr() != tied[0].data_ptr()
+    assert torch.equal(module(tokens), expected)
+
+
 def test_a_second_repack_finds_the_copies_packed_already(fake: FakeHostAllocator):
     pipe = offloaded("sd", fake)
     repack_pinned_copies(pipe)
@@ -298,3 +319,25 @@ def test_a_report_repacked_to_more_than_its_slabs_or_without_a_reason_is_refused
         with pytest.raises(ValueError, match=message):
             ComponentRepack.model_validate({**good, **change})
     assert rounded_size(3000) == 4096
+
+
+def test_summarize_and_plot_show_the_repack_and_which_memory(fake: FakeHostAllocator, tmp_path, capsys):
+    from ddo_hooks.cli import main
+    from ddo_hooks.cli.plot import release_points
+    from ddo_hooks.cli.summarize import collect_runs
+    from ddo_hooks.reports.files import load_report_file
+
+    pipe = offloaded("sd", fake)
+    with attach(pipe, HookPolicy.preset("lowest-peak")) as attachment:
+        pipe(**call_kwargs("sd"))
+    saved = attachment.tracker.write_jsonl(tmp_path / "run.jsonl")
+    assert main(["summarize", str(saved)]) == 0
+    out = capsys.readouterr().out
+    repack = attachment.repack_report.repack
+    row = next(line for line in out.splitlines() if line.startswith("0     attach/repack       executed"))
+    assert f"{repack.allocator_bytes_delta / 1024:.1f} KiB" in row  # the bytes the repack gave back
+    assert "which memory, after each boundary" in out
+    assert "call  boundary            RSS" in out
+    (run,) = collect_runs([load_report_file(saved)])[0]
+    points = release_points(run)
+    assert (points[0].call, points[0].boundary, points[0].row.delta) == (0, "attach", repack.allocator_bytes_delta)

@@ -65,7 +65,7 @@ class Point:
     row: BoundaryRow
 
 
-_DRAWN = (HOST_CACHE_RELEASE, "pinned_copy_repack")
+_DRAWN = (HOST_CACHE_RELEASE, "repack")
 """The reports drawn: each release, and the repack of pinned copies (at attach, before the first call)."""
 
 

@@ -109,10 +109,14 @@ def _body(report: Any) -> tuple[str, dict[str, Any]]:
     return data["route"], sections[0] if len(sections) == 1 and isinstance(sections[0], dict) else {}
 
 
+_ROUTE_ACTIONS = {"pytorch_host_cache_release": HOST_CACHE_RELEASE, "pinned_copy_repack": "repack"}
+"""What a route's rows call their action (a user action's report names its own)."""
+
+
 def _where(component: str | None, route: str, body: dict[str, Any]) -> tuple[str, str]:
     """The boundary (or phase) a report belongs to, and the action that produced it."""
     boundary = body.get("boundary") or body.get("phase") or component or route
-    action = body.get("action") or (HOST_CACHE_RELEASE if route == "pytorch_host_cache_release" else route)
+    action = body.get("action") or _ROUTE_ACTIONS.get(route, route)
     return str(boundary), str(action)
 
 

@@ -69,13 +69,37 @@ class _Copy:
 
 
 @dataclass
+class _Stored:
+    """One pinned storage, the copies that are it and the weights offloaded onto it.
+
+    A weight tied across groups (T5's shared embedding, at leaf level) has a copy in each group, and
+    diffusers pins it once: ``pin_memory()`` of a pinned tensor is the same storage.
+    """
+
+    tensor: torch.Tensor
+    copies: list[_Copy] = field(default_factory=list)
+    weights: list[torch.Tensor] = field(default_factory=list)
+
+    @property
+    def nbytes(self) -> int:
+        return self.tensor.numel() * self.tensor.element_size()
+
+
+def _stored(copies: list[_Copy]) -> dict[int, _Stored]:
+    """The copies by storage (its address), in order."""
+    found: dict[int, _Stored] = {}
+    for copy in copies:
+        found.setdefault(copy.tensor.data_ptr(), _Stored(copy.tensor)).copies.append(copy)
+    return found
+
+
+@dataclass
 class _Component:
     """A component whose copies passed every check: what the repack needs to switch it over."""
 
     name: str
     groups: list[Any]
-    copies: list[_Copy]
-    pointing: dict[int, list[torch.Tensor]] = field(default_factory=dict)  # copy index: weights on that copy
+    stored: list[_Stored]
 
 
 class _Left(Exception):
@@ -127,15 +151,14 @@ def _inspect(name: str, module: torch.nn.Module) -> _Component:
         if isinstance(tensor, torch.Tensor) and tensor.numel() > 0
     ]
     try:
-        return _check(name, _Component(name, groups, copies))
+        return _check(name, groups, copies)
     except _Left as left:
         raise left.found(groups, copies) from None
 
 
-def _check(name: str, component: _Component) -> _Component:
+def _check(name: str, groups: list[Any], copies: list[_Copy]) -> _Component:
     from ddo_hooks._compat import diffusers as diffusers_compat
 
-    groups, copies = component.groups, component.copies
     if any(diffusers_compat.group_disk_path(group) is not None for group in groups):
         raise _refuse(
             "disk_offload", f"{name} is offloaded to disk (offload_to_disk_path): it keeps no copies in memory"
@@ -155,35 +178,38 @@ def _check(name: str, component: _Component) -> _Component:
             "from a cache the boundaries' releases give back"
         )
         raise _skip("not_pinned", detail)
-    by_pointer = {copy.tensor.data_ptr(): i for i, copy in enumerate(copies)}
-    if len(by_pointer) != len(copies):
-        raise _refuse("shared_storage", f"two pinned copies in {name} share one storage")
+    stored = _stored(copies)
+    for entry in stored.values():
+        layouts = {(c.tensor.dtype, c.tensor.shape, c.tensor.stride()) for c in entry.copies}
+        if len(layouts) > 1:
+            raise _refuse("shared_storage", f"pinned copies in {name} share one storage as different tensors")
     for weight in {id(copy.key): copy.key for copy in copies}.values():
-        index = by_pointer.get(weight.data_ptr())
-        if index is None:
+        entry = stored.get(weight.data_ptr())
+        if entry is None:
             where = f"a weight of {name} is not on its pinned copy (it is on {weight.device}): a call is in progress"
             raise _refuse("onloaded", f"{where}; repack before the first call, or between calls")
-        component.pointing.setdefault(index, []).append(weight)
-    for index, copy in enumerate(copies):
-        others = torch_compat.storage_use_count(copy.tensor) - 1 - len(component.pointing.get(index, ()))
+        entry.weights.append(weight)
+    for entry in stored.values():
+        own = len({id(c.tensor) for c in entry.copies}) + len(entry.weights)
+        others = torch_compat.storage_use_count(entry.tensor) - own
         if others > 0:
             raise _refuse(
                 "shared_storage",
                 f"{others} other tensor(s) hold the storage of a pinned copy in {name} (another component, or a "
                 "reference the caller keeps): a repack could not free it",
             )
-    return component
+    return _Component(name, groups, list(stored.values()))
 
 
-def _pin_slabs(plan: SlabPlan, copies: list[_Copy]) -> list[torch.Tensor]:
-    """Pin the slabs and put each copy's bytes in its place; return each copy's new tensor, in order."""
+def _pin_slabs(plan: SlabPlan, stored: list[_Stored]) -> list[torch.Tensor]:
+    """Pin the slabs and put each storage's bytes in its place; return each one's new tensor, in order."""
     backend = _allocator.backend()
     slabs = [backend.pinned_empty(slab.size) for slab in plan.slabs]
     where = plan.placement()
     moved = []
-    for index, copy in enumerate(copies):
+    for index, entry in enumerate(stored):
         number, offset = where[index]
-        source = copy.tensor
+        source = entry.tensor
         target = torch.empty(0, dtype=source.dtype)
         target.set_(slabs[number].untyped_storage(), offset // source.element_size(), source.size(), source.stride())
         target.copy_(source)
@@ -195,23 +221,25 @@ def _switch(component: _Component, moved: list[torch.Tensor]) -> None:
     """Point each group and each offloaded weight at its copy's place in a slab (cannot fail halfway)."""
     from ddo_hooks._compat import diffusers as diffusers_compat
 
-    for index, (copy, target) in enumerate(zip(component.copies, moved, strict=True)):
-        diffusers_compat.set_group_cpu_source(copy.group, copy.key, target)
-        for weight in component.pointing.get(index, ()):
+    for entry, target in zip(component.stored, moved, strict=True):
+        for copy in entry.copies:
+            diffusers_compat.set_group_cpu_source(copy.group, copy.key, target)
+        for weight in entry.weights:
             weight.data = target
     _REPACKED.update(component.groups)
 
 
 def _left_as_it_was(name: str, left: _Left, started: float) -> ComponentRepack:
-    owned = sum(rounded_size(copy.nbytes) for copy in left.copies)
+    stored = _stored(left.copies).values()
+    owned = sum(rounded_size(entry.nbytes) for entry in stored)
     return ComponentRepack(
         component=name,
         status=left.status,  # type: ignore[arg-type]
         reason=left.reason,
         detail=left.detail,
         groups=len(left.groups),
-        tensors=len(left.copies),
-        tensor_bytes=sum(copy.nbytes for copy in left.copies),
+        tensors=len(stored),
+        tensor_bytes=sum(entry.nbytes for entry in stored),
         pinned_bytes_before=owned,
         pinned_bytes_after=owned,
         slabs=(),
@@ -223,15 +251,16 @@ def _repack_one(name: str, module: torch.nn.Module) -> ComponentRepack:
     started = time.perf_counter()
     try:
         component = _inspect(name, module)
-        plan = plan_slabs([copy.nbytes for copy in component.copies])
+        copies = [copy for entry in component.stored for copy in entry.copies]
+        plan = plan_slabs([entry.nbytes for entry in component.stored])
         if plan.capacity >= plan.rounded:
             what = f"slabs for {name}'s copies would own {plan.capacity:,} bytes, no less than now ({plan.rounded:,})"
-            raise _skip("no_gain", what).found(component.groups, component.copies)
+            raise _skip("no_gain", what).found(component.groups, copies)
         try:
-            moved = _pin_slabs(plan, component.copies)
+            moved = _pin_slabs(plan, component.stored)
         except RuntimeError as e:  # out of pinned memory: nothing has changed
             what = f"pinning {len(plan.slabs)} slabs ({plan.capacity:,} bytes) for {name} failed: {e}"
-            raise _refuse("pin_failed", what.splitlines()[0]).found(component.groups, component.copies) from e
+            raise _refuse("pin_failed", what.splitlines()[0]).found(component.groups, copies) from e
     except _Left as left:
         return _left_as_it_was(name, left, started)
     _switch(component, moved)
@@ -239,9 +268,9 @@ def _repack_one(name: str, module: torch.nn.Module) -> ComponentRepack:
         component=name,
         status="repacked",
         reason=None,
-        detail=f"{len(component.copies)} pinned copies of {name} moved into {len(plan.slabs)} slabs",
+        detail=f"{len(component.stored)} pinned copies of {name} moved into {len(plan.slabs)} slabs",
         groups=len(component.groups),
-        tensors=len(component.copies),
+        tensors=len(component.stored),
         tensor_bytes=plan.needed,
         pinned_bytes_before=plan.rounded,
         pinned_bytes_after=plan.capacity,

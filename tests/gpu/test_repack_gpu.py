@@ -10,7 +10,7 @@ import pytest
 pytestmark = pytest.mark.gpu
 
 TWINS = """
-import json, torch
+import gc, json, torch
 from ddo_hooks import HookPolicy, attach
 from ddo_hooks.testing.tiny_pipelines import build_pipeline, call_kwargs
 
@@ -29,6 +29,7 @@ for level in LEVELS:
     for record_stream in (False, True):
         plain = offloaded(level, record_stream)
         kept = attach(plain, HookPolicy.from_mapping({{"version": 1, "pinned_copies": {{"repack": False}}}}))
+        gc.collect()  # the previous variant's pipelines, in hook cycles
         torch._C._host_emptyCache()
         start = owned()
         repacked = offloaded(level, record_stream)
@@ -108,14 +109,18 @@ def test_the_flux_shaped_workloads_copies_own_at_most_2_percent_above_their_byte
     # Components are repacked one after the other: before the first, the allocator owns the
     # transformer's rounded copies; the peak is at most one component's copies above that.
     figures = run_fresh(FULL_SIZE.format(level=level), timeout=900)
+    transformer, t5 = figures["transformer"], figures["text_encoder_2"]
+    if level == "block_level":  # diffusers makes T5 one group without a stream at block level: nothing pinned
+        assert t5["status"] == "skipped", figures
+        del figures["text_encoder_2"]
     for name, f in figures.items():
         assert f["status"] == "repacked", (name, f)
         assert f["rounded"] / f["tensor_bytes"] > 1.5, (name, f)
         assert f["owned_after"] - (f["owned_before"] - f["rounded"]) == f["slabs"], (name, f)
         assert f["slabs"] <= 1.02 * f["tensor_bytes"], (name, f)
-    transformer, t5 = figures["transformer"], figures["text_encoder_2"]
     assert transformer["peak"] <= transformer["owned_before"] + transformer["rounded"], figures
-    assert t5["owned_after"] <= 1.02 * (transformer["tensor_bytes"] + t5["tensor_bytes"]), figures
+    owned = sum(f["tensor_bytes"] for f in figures.values())
+    assert figures[list(figures)[-1]]["owned_after"] <= 1.02 * owned, figures
 
 
 DROP_AND_DETACH = """
