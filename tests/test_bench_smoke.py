@@ -143,3 +143,25 @@ def test_arms_2_and_3_in_workflow_a(run: dict[str, Any], monkeypatch: pytest.Mon
     assert len(result["skipped"]) == (1 if arm == "gc_empty_cache" else 2)  # empty_cache; or sync and release
     assert (result["offload"]["applied"] is None) == (mode == "model_offload")
     assert bench.figures(result)["mean_step_s"] > 0
+
+
+def test_the_floor_benchmarks_arms_and_twins_run_on_the_tiny_weights(run: dict[str, Any]) -> None:
+    # bench_pinned_floor.py's worker, in-process on the weights saved above (the GPU figures are in
+    # benchmarks/results/): which memory each call left, each component's copies, bitwise-equal twins.
+    sys.path.insert(0, str(BENCH))
+    try:
+        floor = load_file(BENCH / "floor_workload.py", "bench_smoke_floor_workload")
+    finally:
+        sys.path.remove(str(BENCH))
+    spec = {"family": "flux", "lcmu": False, "calls": 2, "steps": 1, "height": 64, "width": 64, "seed": 0,
+            "rest_s": 0.0, "weights_dir": str(run["weights"]), "max_sequence_length": 16}  # fmt: skip
+    arm = floor.run_arm({**spec, "arm": "preset:lowest-peak", "repack": True})
+    assert set(arm["calls"][-1]["rest"]) == {"rss", "anon", "file", "shmem", "cgroup", "pinned_owned"}
+    assert arm["repack"]["noop_reason"] == "unsupported_build"  # a CPU build pins nothing
+    assert set(arm["copies_end"]) == {"transformer", "text_encoder", "text_encoder_2", "vae"}
+    deleted = floor.run_arm({**spec, "arm": "delete", "repack": False})
+    # Calling with the embeddings after deleting the encoders computes what the prompt did.
+    assert [call["digest"] for call in deleted["calls"]] == [call["digest"] for call in arm["calls"]]
+    twins = floor.run_twins({**spec, "preset": "default", "reps": 2})
+    plain, repacked = twins["calls"]["plain"], twins["calls"]["repacked"]
+    assert [c["digest"] for c in plain] == [c["digest"] for c in repacked]
