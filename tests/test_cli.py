@@ -434,7 +434,7 @@ def test_an_invalid_record_in_tracker_json_is_located_at_its_line(tmp_path: Path
             ":1:1: record: expected an object with 'component', 'report' and (optionally) 'envelope'",
         ),
         ("[1, 2]", ":1:1: a JSON list is not a report file"),
-        ('{"schema_version": 1, "route": "nope", "setup": {}}', ":1:23: route: Input tag 'nope'"),
+        ('{"schema_version": 1, "route": "nope", "setup": {}}', ":1:23: route: 'nope' is not a route of a DDO report"),
         ("{\n", ":2:1: not JSON: a key in double quotes is expected here (Expecting property name"),
         ("[" * 100_000 + "]" * 100_000, ": cannot be read as JSON (maximum recursion depth exceeded"),
     ],

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -135,3 +136,70 @@ def test_head_sees_the_first_line_and_the_command_exits_0():
     done = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=600)
     assert done.stdout == "{\nstatus=0\n"
     assert done.stderr == ""
+
+
+def test_validate_policy_refuses_a_near_miss_of_a_built_in_action_as_attach_does(tmp_path, capsys):
+    path = tmp_path / "typo.yaml"
+    path.write_text("version: 1\nboundaries:\n  after_call: {actions: [host_cache_relase]}\n", encoding="utf-8")
+    assert main(["validate-policy", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"{path}:3:26: unknown action 'host_cache_relase'; did you mean 'host_cache_release'?")
+
+
+def test_validate_policy_still_allows_an_action_the_host_will_register(tmp_path, capsys):
+    path = tmp_path / "custom.yaml"
+    path.write_text("version: 1\nboundaries:\n  after_call: {actions: [my_plugin.log]}\n", encoding="utf-8")
+    assert main(["validate-policy", str(path)]) == 0
+    assert "note: not registered here, so attach() will refuse them: my_plugin.log" in capsys.readouterr().err
+
+
+def test_demo_takes_a_preset_name_and_names_the_presets_when_neither_a_file_nor_a_preset_matches(capsys):
+    from ddo_hooks import HookPolicy
+    from ddo_hooks.cli.main import _policy_or_preset
+
+    assert _policy_or_preset("lowest-peak") == HookPolicy.preset("lowest-peak")
+    assert main(["demo", "--policy", "lowest-peek"]) == 1
+    assert capsys.readouterr().err == (
+        "lowest-peek: no such policy file, and no preset of that name; did you mean 'lowest-peak'? give a YAML "
+        "policy's path or a preset: default, lowest-peak, lowest-latency\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        (
+            '{"component": "x", "report": {"schema_version": 1, "setup": {}}}\n',
+            "report.route: missing: every DDO report",
+        ),
+        ('{"schema_version": 1, "route": "nope", "setup": {}}', "route: 'nope' is not a route of a DDO report"),
+        ('{"$schema": "https://json-schema.org/draft/2020-12/schema", "title": "DDOReport"}', "is a JSON Schema"),
+    ],
+    ids=["no-route", "unknown-route", "schema-file"],
+)
+@pytest.mark.parametrize("command", ["summarize", "validate-report"])
+def test_report_file_messages_say_what_is_wrong_without_pydantic_internals(tmp_path, capsys, command, text, said):
+    path = tmp_path / "reports.jsonl"
+    path.write_text(text, encoding="utf-8")
+    assert main([command, str(path)]) == 1
+    err = capsys.readouterr().err
+    assert said in err
+    assert not any(word in err for word in ("discriminator", "Unable to extract", "Input tag", "pydantic"))
+
+
+def test_summarize_and_plot_read_the_records_before_a_last_line_cut_by_a_crash(tmp_path, capsys):
+    from report_runs import gpu_run
+
+    path = gpu_run("a1", rank=0, world=1).write_jsonl(tmp_path / "crashed.jsonl")
+    lines = path.read_text(encoding="utf-8").splitlines()
+    path.write_text("\n".join([*lines[:-1], lines[-1][:40]]), encoding="utf-8")  # no newline: cut mid-record
+    assert main(["summarize", str(path)]) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith(f"{path}: {len(lines) - 1} reports (JSON Lines)")
+    assert err == f"warning: {path}:{len(lines)}: the last line is cut off (not complete JSON: its writer stopped " \
+        "mid-line, e.g. in a crash); its record is left out\n"  # fmt: skip
+    if importlib.util.find_spec("matplotlib") is not None:
+        assert main(["plot", str(path), "-o", str(tmp_path / "run.png")]) == 0
+        assert capsys.readouterr().err == err
+    assert main(["validate-report", str(path)]) == 1  # checking a file stays strict: the cut line is an error
+    assert f"{path}:{len(lines)}:" in capsys.readouterr().err

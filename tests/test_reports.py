@@ -297,7 +297,7 @@ def test_another_schema_version_is_refused(version: object):
 def test_an_unknown_route_is_refused():
     data = executed()
     data["route"] = "somewhere_else"
-    refused(data, r"^not a valid DDO report: <root>: Input tag 'somewhere_else' found using 'route'")
+    refused(data, r"^not a valid DDO report: <root>: 'somewhere_else' is not a route of a DDO report; the routes: ")
 
 
 def test_an_unavailable_snapshot_with_counters_is_refused():

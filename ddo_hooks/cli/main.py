@@ -42,9 +42,47 @@ __all__ = ["build_parser", "main"]
 
 
 def _load_policy(path: str) -> Any:
+    """The policy file at ``path``; a name of the built-in actions that is nearly right is refused here already."""
     from ddo_hooks.policy.model import HookPolicy
 
-    return HookPolicy.from_yaml(path)
+    policy = HookPolicy.from_yaml(path)
+    _refuse_near_misses(policy)
+    return policy
+
+
+def _policy_or_preset(name: str) -> Any:
+    """``--policy``: a policy file, or when no such file exists, a preset's name (``lowest-peak``)."""
+    from ddo_hooks.errors import PolicyError
+    from ddo_hooks.policy.model import PRESETS, HookPolicy
+
+    if name in PRESETS and not os.path.exists(name):
+        return HookPolicy.preset(name)
+    if not os.path.lexists(name):
+        from ddo_hooks._diagnostics import did_you_mean
+
+        guess = did_you_mean(name, PRESETS)
+        hint = f"did you mean {guess!r}? " if guess else ""
+        raise PolicyError(
+            f"{name}: no such policy file, and no preset of that name; {hint}give a YAML policy's path or a "
+            f"preset: {', '.join(PRESETS)}"
+        )
+    return _load_policy(name)
+
+
+def _refuse_near_misses(policy: Any) -> None:
+    """Refuse an action name that no action has but is close to one (``host_cache_relase``), as ``attach`` would.
+
+    A name close to none stays allowed here: it may be an action the host registers before attaching.
+    """
+    import difflib
+
+    from ddo_hooks.hooks.actions import available_actions, resolve_action
+
+    known = available_actions()
+    for boundary in policy.enabled_boundaries():
+        for index, name in enumerate(policy.boundary(boundary).action_names()):
+            if name not in known and difflib.get_close_matches(name, known, n=1):
+                resolve_action(name, where=policy.locate(("boundaries", boundary, "actions", index)))
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -52,7 +90,7 @@ def _demo(args: argparse.Namespace) -> int:
     from ddo_hooks.cli.demo_view import format_result
     from ddo_hooks.cli.table import arrow_for
 
-    policy = _load_policy(args.policy) if args.policy else None
+    policy = _policy_or_preset(args.policy) if args.policy else None
     result = demo.run_demo(
         family=args.family, policy=policy, device=args.device, steps=args.steps, calls=args.calls, report=args.report
     )
@@ -199,9 +237,11 @@ def _load_reports(paths: Sequence[str]) -> list[Any]:
     loaded = []
     for path in paths:
         try:
-            loaded.append(load_report_file(path))
+            loaded.append(load_report_file(path, cut_last_line=True))
         except DDOError as e:
             raise _other_kind(e, path, "policy", "validate-policy") from e
+        for warning in loaded[-1].warnings:
+            print(f"warning: {warning}", file=sys.stderr)
     return loaded
 
 
@@ -289,7 +329,11 @@ def build_parser() -> argparse.ArgumentParser:
         "(set it before CUDA starts), though whole calls were not faster in the benchmark: see docs/policy.md.",
         file=False,
     )
-    demo.add_argument("--policy", metavar="FILE", help="a YAML hook policy (default: the packaged default policy)")
+    demo.add_argument(
+        "--policy",
+        metavar="FILE|PRESET",
+        help="a YAML hook policy, or a preset: default, lowest-peak, lowest-latency (default: default)",
+    )
     demo.add_argument(
         "--device", type=_device, metavar="DEV", help="cpu, cuda or cuda:N (default: cuda when available, else cpu)"
     )

@@ -158,8 +158,10 @@ def explain_error(item: Any) -> str:
             return f"{message}, got {show_value(item['input'])}"
         return f"{show_value(item['input'])} is not one of {', '.join(choices)}"
     if kind == "union_tag_invalid":
-        tag, expected = show_value(ctx.get("tag")), ctx["expected_tags"]
-        return f"Input tag {tag} found using {ctx['discriminator']} does not match any of the expected tags: {expected}"
+        tag, expected = show_value(ctx.get("tag")), ctx["expected_tags"].replace("'", "")
+        return f"{tag} is not a route of a DDO report; the routes: {expected}"
+    if kind == "union_tag_not_found":
+        return "missing: every DDO report names its route (ddo-hooks schema report lists them)"
     if kind.endswith("_type") and "input" in item:
         return f"{message}, got {show_value(item['input'])}"
     return cut(message, 300)

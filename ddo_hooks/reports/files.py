@@ -7,7 +7,7 @@ validate, :func:`diagnose_report_file` names the place as ``file:line:col: key.p
 
 Examples:
     >>> diagnose_report_file("r.jsonl", '{"component": "x", "report": {"schema_version": 2}}', "JSON Lines")
-    "r.jsonl:1:20: report.route: Unable to extract tag using discriminator 'route'"
+    'r.jsonl:1:20: report.route: missing: every DDO report names its route (ddo-hooks schema report lists them)'
 """
 
 from __future__ import annotations
@@ -64,11 +64,13 @@ class ReportFile:
         form: ``"JSON Lines"``, ``"tracker JSON"`` or ``"report JSON"``.
         entries: Each record's component (``None`` for a bare report), report and envelope
             (``None`` for files written before envelopes existed, and for a bare report).
+        warnings: What was left out and why (a last line cut off, when that was allowed).
     """
 
     path: str
     form: str
     entries: list[Entry]
+    warnings: tuple[str, ...] = ()
 
     @property
     def records(self) -> list[tuple[str | None, Any]]:
@@ -110,14 +112,40 @@ def _detect(source: str, text: str) -> tuple[str, Any]:
         raise ReportError(
             f"{source}:1:1: a JSON {type(data).__name__} is not a report file; expected {REPORT_FILE_FORMS}"
         )
+    if "$schema" in data:
+        raise ReportError(
+            f"{source}: this is a JSON Schema, not a report file; a schema validates reports (e.g. with "
+            f"check-jsonschema), and expected here is {REPORT_FILE_FORMS}"
+        )
     return "report JSON", data
 
 
-def load_report_file(path: str | os.PathLike[str]) -> ReportFile:
+def _cut_last_line(source: str, text: str) -> tuple[str, str] | None:
+    """``(the text without its last line, a warning)`` when JSON Lines end in a line cut off mid-record."""
+    if text.endswith("\n"):
+        return None
+    head, _, last = text.rpartition("\n")
+    if not head.strip() or not last.strip():
+        return None
+    try:
+        json.loads(last)
+    except json.JSONDecodeError:
+        number = head.count("\n") + 2
+        warning = (
+            f"{source}:{number}: the last line is cut off (not complete JSON: its writer stopped mid-line, e.g. "
+            "in a crash); its record is left out"
+        )
+        return head + "\n", warning
+    return None
+
+
+def load_report_file(path: str | os.PathLike[str], *, cut_last_line: bool = False) -> ReportFile:
     """Read and validate a report file: JSON Lines, a tracker JSON document or one bare report.
 
     Args:
         path: The file.
+        cut_last_line: Read the other records of JSON Lines whose last line was cut off (a crash
+            while writing), and say so in ``warnings``; otherwise that line is an error.
 
     Returns:
         The :class:`ReportFile`.
@@ -129,6 +157,9 @@ def load_report_file(path: str | os.PathLike[str]) -> ReportFile:
     """
     source = os.fspath(path)
     text = _read_text(source)
+    cut = _cut_last_line(source, text) if cut_last_line else None
+    if cut is not None:
+        text = cut[0]
     try:
         form, data = _detect(source, text)
         try:
@@ -146,7 +177,7 @@ def load_report_file(path: str | os.PathLike[str]) -> ReportFile:
         raise ReportError(f"{source}: cannot be read as JSON ({e}); expected {REPORT_FILE_FORMS}") from e
     if not entries:
         raise ReportError(f"{source}: holds no reports; expected {REPORT_FILE_FORMS}")
-    return ReportFile(source, form, entries)
+    return ReportFile(source, form, entries, () if cut is None else (cut[1],))
 
 
 def json_positions(text: str) -> Positions:
