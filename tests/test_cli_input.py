@@ -203,3 +203,13 @@ def test_summarize_and_plot_read_the_records_before_a_last_line_cut_by_a_crash(t
         assert capsys.readouterr().err == err
     assert main(["validate-report", str(path)]) == 1  # checking a file stays strict: the cut line is an error
     assert f"{path}:{len(lines)}:" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", [[], ["demo"], ["validate-policy"], ["validate-report"], ["schema"],
+                                     ["summarize"], ["plot"]])  # fmt: skip
+def test_the_help_points_to_no_file_that_only_a_checkout_has(capsys, command):
+    # An installed wheel has no README, docs/ or examples/: the help names the docs or installed things.
+    assert main([*command, "--help"]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("usage: ddo-hooks")
+    assert not [word for word in ("README", "docs/", "examples/", ".md") if word in text]

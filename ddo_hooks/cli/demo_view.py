@@ -15,7 +15,7 @@ Examples:
 
 from __future__ import annotations
 
-from ddo_hooks.cli.demo import _ENCODER_PREFIXES, GPU_SECTION, DemoResult
+from ddo_hooks.cli.demo import _ENCODER_PREFIXES, H200_FIGURES, DemoResult
 from ddo_hooks.cli.layout import TABLE_WIDTH, Column, render_table, wrap_text
 from ddo_hooks.sizes import format_size
 
@@ -67,8 +67,7 @@ def format_result(result: DemoResult, *, arrow: str = "→", width: int = TABLE_
             "",
             wrap_text(
                 "On a CUDA machine the table also shows, at each boundary, the pinned bytes the allocator owned "
-                f"before {arrow} after the release and the bytes it released: see the table captured on the GPU "
-                f"machine in the README, section 'On a GPU' ({GPU_SECTION}).",
+                f"before {arrow} after the release and the bytes it released; {H200_FIGURES}.",
                 width=width,
                 indent="",
             ),

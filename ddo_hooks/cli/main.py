@@ -326,7 +326,8 @@ def build_parser() -> argparse.ArgumentParser:
         "components use group offloading, so pinned host memory exists; on the CPU the table shows why each "
         "boundary was a no-op. Pinning alone is about 3x cheaper when the process starts with "
         "PYTORCH_CUDA_ALLOC_CONF set to pinned_use_cuda_host_register:True,pinned_num_register_threads:8 "
-        "(set it before CUDA starts), though whole calls were not faster in the benchmark: see docs/policy.md.",
+        "(set it before CUDA starts), though whole calls were not faster in the benchmark (the Policy reference of "
+        "the docs has the figures).",
         file=False,
     )
     demo.add_argument(

@@ -239,7 +239,9 @@ class HookPolicy(Model):
         problems = list(loaded.problems)
         top = where(source, positions, ())
         if data is None and not problems:
-            raise PolicyError(f"{source}: the policy is empty; write at least 'version: 1' (see examples/)")
+            raise PolicyError(
+                f"{source}: the policy is empty; write at least 'version: 1' (ddo-hooks schema policy lists every key)"
+            )
         if not isinstance(data, Mapping):
             if data is not None:
                 shape = "a mapping of settings starting with 'version: 1'"
