@@ -32,14 +32,16 @@ START = datetime(2026, 11, 30, 19, 0, tzinfo=timezone.utc)
 
 def executed(phase: str, cached: int, live: int = 16 * MiB):
     """An executed release that gave back ``cached`` bytes, with ``live`` bytes still in use."""
-    with use_backend(FakeHostAllocator(cached_bytes=cached, live_bytes=live)):
-        return release_pytorch_host_cache(enabled=True, phase=phase, device="cuda:0")
+    with use_backend(FakeHostAllocator(cached_bytes=cached, live_bytes=live)):  # young: a full collection costs
+        return release_pytorch_host_cache(enabled=True, phase=phase, device="cuda:0", collect="young")  # ~0.2 s
 
 
 def below_threshold(phase: str):
     """A no-op: fewer releasable bytes than the policy's min_releasable_bytes."""
     with use_backend(FakeHostAllocator(cached_bytes=MiB)):
-        return release_pytorch_host_cache(enabled=True, phase=phase, device="cuda:0", min_releasable_bytes=GiB)
+        return release_pytorch_host_cache(
+            enabled=True, phase=phase, device="cuda:0", min_releasable_bytes=GiB, collect="young"
+        )
 
 
 def refused(boundary: str, reason: str, call: int) -> BoundaryRefusalReport:

@@ -236,6 +236,20 @@ def test_when_a_release_is_refused_the_rounded_blocks_stay_cached_for_the_next_b
 
 
 @pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"phase": "Before!"}, r"phase='Before!' must be a label such as 'attach'"),
+        ({"release": "yes"}, r"release='yes' must be True or False"),
+        ({"device": "gpu"}, r"device='gpu' is not a valid device; use 'cuda', 'cuda:N'"),
+    ],
+)
+def test_bad_options_are_refused_before_anything_is_looked_at(options, message, fake: FakeHostAllocator):
+    with pytest.raises(InvalidArgumentError, match=message):
+        repack_pinned_copies(torch.nn.Linear(2, 2), **options)
+    assert fake.calls == []
+
+
+@pytest.mark.parametrize(
     ("target", "names", "message"),
     [
         (42, None, "needs a diffusers pipeline or a torch module, got int"),

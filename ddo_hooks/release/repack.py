@@ -24,6 +24,7 @@ Examples:
 
 from __future__ import annotations
 
+import re
 import time
 import weakref
 from collections.abc import Iterable
@@ -33,10 +34,11 @@ from typing import Any
 import torch
 
 from ddo_hooks._compat import torch as torch_compat
+from ddo_hooks.boundaries import PHASE_PATTERN
 from ddo_hooks.errors import BoundaryRefusedError, InvalidArgumentError
 from ddo_hooks.release import allocator as _allocator
 from ddo_hooks.release.counters import read_snapshot
-from ddo_hooks.release.devices import DeviceLike
+from ddo_hooks.release.devices import DeviceLike, parse_cuda_device
 from ddo_hooks.release.host_cache import release_pytorch_host_cache
 from ddo_hooks.release.host_memory import observe_host
 from ddo_hooks.release.slabs import SlabPlan, plan_slabs, rounded_size
@@ -329,11 +331,28 @@ def repack_pinned_copies(
         The validated report (route ``pinned_copy_repack``).
 
     Raises:
-        InvalidArgumentError: ``target`` is neither a pipeline nor a module, or ``components``
-            names something that is not a model component.
+        InvalidArgumentError: ``target`` is neither a pipeline nor a module, ``components`` names
+            something that is not a model component, or ``release``, ``device`` or ``phase`` is malformed.
         HostCacheReleaseError: A release after a repack failed (the repack itself stands).
+
+    Examples:
+        >>> import torch
+        >>> report = repack_pinned_copies(torch.nn.Linear(4, 4))
+        >>> report.repack.status, report.route
+        ('noop', 'pinned_copy_repack')
+        >>> repack_pinned_copies(torch.nn.Linear(4, 4), phase="Before!")
+        Traceback (most recent call last):
+        ...
+        ddo_hooks.errors.InvalidArgumentError: phase='Before!' must be a label such as 'attach': ...
     """
     started = time.perf_counter()
+    if not isinstance(release, bool):
+        raise InvalidArgumentError(f"release={release!r} must be True or False")
+    if not isinstance(phase, str) or re.fullmatch(PHASE_PATTERN, phase) is None:
+        raise InvalidArgumentError(
+            f"phase={phase!r} must be a label such as 'attach': a lowercase letter, then up to 63 of a-z 0-9 _ . -"
+        )
+    parse_cuda_device(device)
     chosen = _components(target, components)
     backend = _allocator.backend()
     unsupported = backend.entry_point(lazy_init_done=False)
