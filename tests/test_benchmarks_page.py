@@ -249,3 +249,13 @@ def test_the_pinned_floor_tables_are_those_of_the_checked_in_results():
     )
     assert pinned in H200_FIGURES
     assert rss in H200_FIGURES
+
+
+def test_the_readmes_plot_is_drawn_from_the_checked_in_results(tmp_path: Path):
+    pytest.importorskip("matplotlib", reason="the plot extra is not installed (pip install -e '.[dev]' adds it)")
+    plot = load_file(ROOT / "benchmarks" / "plot_floor.py", "plot_floor")
+    totals = {label: round(sum(parts.values()), 2) for label, parts in plot.bars()}
+    assert totals["nothing"] == 6.00  # the last bar of that name: low_cpu_mem_usage=True
+    assert totals["lowest-peak\n(repacked)"] == 5.89
+    drawn = plot.draw(tmp_path / "floor.png")
+    assert _png_size(drawn) == _png_size(ROOT / "docs" / "img" / "pinned-floor.png"), "regenerate it with plot_floor.py"

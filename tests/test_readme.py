@@ -55,3 +55,13 @@ def test_the_gpu_table_is_what_summarize_prints_for_the_saved_h200_reports():
     )
     assert proc.returncode == 0, proc.stderr
     assert shown == proc.stdout
+
+
+def test_the_first_screen_says_who_it_is_for_what_they_gain_and_shows_the_plot():
+    first = "\n".join(TEXT.splitlines()[:15])
+    assert "For people who run large diffusion models through diffusers with group offloading" in _flat(first)
+    assert "4.01 GiB pinned instead of 6.35 and an RSS of 5.90 GiB instead of 8.30" in _flat(first)
+    assert "![Which memory a Flux-shaped pipeline held at rest" in first
+    assert "(docs/img/pinned-floor.png)" in first
+    assert "1.5 minutes" in first  # what the first command costs, before it runs
+    assert "about 5 minutes" in first  # and the second
