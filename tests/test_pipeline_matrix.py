@@ -65,3 +65,15 @@ def test_the_page_holds_the_generated_matrix():
     page = (ROOT / "docs" / "pipelines.md").read_text(encoding="utf-8")
     assert "<!-- generated: pipeline-matrix -->" in page
     assert "| `FluxPipeline` | verified |" in matrix.matrix_markdown()
+
+
+def test_the_page_says_which_verdicts_were_run_and_which_inferred_and_lists_the_inferred_once():
+    text = matrix.matrix_markdown()
+    rows = matrix.rows()
+    inferred = [r for r in rows if r["boundaries"] == matrix.EXPECTED and r["gpu"] == "-" and r["limits"] == "-"]
+    assert f"{sum(r['boundaries'] == 'verified' for r in rows)} verified by a CPU test (run)" in text
+    assert f"{len(inferred)} expected from their signals (inferred, not built here)" in text
+    assert matrix.EXPECTED not in text.split("\n\n**Expected", 1)[0]  # no row repeats the inferred verdict
+    assert all(f", {r['class']}," in f", {text.rsplit(':** ', 1)[1].rstrip('.' + chr(10))}," for r in inferred)
+    page = (ROOT / "docs" / "pipelines.md").read_text(encoding="utf-8")
+    assert page.index("## With a real model") < page.index("<!-- generated: pipeline-matrix -->")
