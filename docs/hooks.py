@@ -327,6 +327,19 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
     return MARKER.sub(generate, markdown)
 
 
+_CELL_CODE = re.compile(r"(<t[dh][^>]*>)(.*?)(</t[dh]>)", re.DOTALL)
+_CODE = re.compile(r"<code>([^<]*)</code>")
+
+
+def on_page_content(html: str, page: Any, config: Any, files: Any) -> str:
+    """Let code in table cells break after ``_ . / : - | ) ] , =`` (``<wbr>``): a narrow column never cuts a word."""
+
+    def code(match: re.Match[str]) -> str:
+        return "<code>" + re.sub(r"([_./:\-|)\],=])(?=[^\s<])", r"\1<wbr>", match.group(1)) + "</code>"
+
+    return _CELL_CODE.sub(lambda m: m.group(1) + _CODE.sub(code, m.group(2)) + m.group(3), html)
+
+
 def on_files(files: Any, config: Any) -> Any:
     """Publish the checked-in JSON Schemas under ``schemas/``."""
     from mkdocs.structure.files import File

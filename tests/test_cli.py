@@ -289,10 +289,10 @@ def test_demo_families_are_the_tiny_pipeline_families():
 def test_validate_policy_summarizes_a_valid_policy(runs: Runs):
     result = runs["policy valid"]
     assert result.returncode == 0, result.stderr
-    assert result.stdout.count("\n") == 3  # the summary, then each size as parsed (A.7)
-    assert "after-call-only.yaml: valid policy (version 1, device cuda): " in result.stdout
+    assert result.stdout.count("\n") == 6  # the summary, each boundary, then each size as parsed (A.7)
+    assert "after-call-only.yaml: valid policy (version 1, device cuda)\n" in result.stdout
     assert "  release.min_releasable_bytes: 0 bytes (0 B, the default)\n" in result.stdout
-    assert "before_transformer: off; before_vae: off; after_call: host_cache_release" in result.stdout
+    assert "\n  before_transformer: off\n  before_vae: off\n  after_call: host_cache_release\n" in result.stdout
 
 
 # -- validate-report --------------------------------------------------------------------------

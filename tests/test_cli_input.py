@@ -42,7 +42,7 @@ def test_validate_policy_shows_each_size_as_written_and_in_bytes(tmp_path: Path,
     )
     status, out, _ = run(capsys, "validate-policy", str(path))
     assert status == 0
-    assert out.splitlines()[1:] == [
+    assert out.splitlines()[4:] == [  # after the summary and a line per boundary
         "  release.min_releasable_bytes: 16 MB = 16,000,000 bytes (15.3 MiB)",
         "  auxiliary_sources.max_copy_bytes: 16,777,216 bytes (16.0 MiB, the default)",
         "  boundaries.after_call.actions[0].options.min_releasable_bytes: 16MiB = 16,777,216 bytes (16.0 MiB)",
@@ -83,7 +83,7 @@ def test_a_report_file_given_to_validate_policy_names_validate_report(
     path = tmp_path / name
     status, out, err = run(capsys, "validate-policy", str(path))
     assert (status, out) == (1, "")
-    hint = "this looks like a file of DDO reports, not a policy; check it with: ddo-hooks validate-report"
+    hint = "this looks like a file of DDO reports, not a policy;\n  check it with: ddo-hooks validate-report"
     assert err == f"{path}: {hint} {path}\n"
 
 
@@ -93,7 +93,8 @@ def test_a_policy_given_to_a_report_command_names_validate_policy(capsys: pytest
     status, out, err = run(capsys, command, str(path))
     assert (status, out) == (1, "")
     assert err == (
-        f"{path}: this looks like a hook policy, not a report file; check it with: ddo-hooks validate-policy {path}\n"
+        f"{path}: this looks like a hook policy, not a report file;\n"
+        f"  check it with: ddo-hooks validate-policy {path}\n"
     )
 
 

@@ -13,8 +13,8 @@ Examples:
     >>> policy = resources.files("ddo_hooks.policy") / "presets" / "default.yaml"
     >>> with contextlib.redirect_stdout(io.StringIO()) as out:
     ...     status = main(["validate-policy", str(policy)])
-    >>> status, out.getvalue().split(": ", 1)[1]  # doctest: +ELLIPSIS
-    (0, 'valid policy (version 1, device cuda): before_transformer: host_cache_release; ...')
+    >>> status, out.getvalue().splitlines()[:2]  # doctest: +ELLIPSIS
+    (0, ['...default.yaml: valid policy (version 1, device cuda)', '  before_transformer: host_cache_release'])
     >>> main(["schema", "drawing"])
     2
     >>> main(["schema"])
@@ -109,11 +109,10 @@ def _validate_policy(args: argparse.Namespace) -> int:
     if not policy.enabled:
         print(f"{args.file}: valid policy (version {policy.version}), disabled (enabled: false): no boundary acts")
         return 0
-    parts = []
+    print(f"{args.file}: valid policy (version {policy.version}, device {policy.device})")
     for name in BOUNDARIES:
         boundary = policy.boundary(name)
-        parts.append(f"{name}: {', '.join(boundary.action_names())}" if boundary.enabled else f"{name}: off")
-    print(f"{args.file}: valid policy (version {policy.version}, device {policy.device}): {'; '.join(parts)}")
+        print(f"  {name}: {', '.join(boundary.action_names()) if boundary.enabled else 'off'}")
     for line in _size_lines(policy, args.file):
         print(f"  {line}")
     known = set(available_actions())
@@ -165,8 +164,8 @@ def _other_kind(error: DDOError, path: str, kind: str, command: str) -> DDOError
         return error
     what = "a file of DDO reports" if kind == "report" else "a hook policy"
     return type(error)(
-        f"{path}: this looks like {what}, not a {'policy' if kind == 'report' else 'report file'}; "
-        f"check it with: ddo-hooks {command} {path}"
+        f"{path}: this looks like {what}, not a {'policy' if kind == 'report' else 'report file'};\n"
+        f"  check it with: ddo-hooks {command} {path}"
     )
 
 
