@@ -4,8 +4,8 @@
 
 Prints, per target, how many inputs were tried, accepted, rejected cleanly (a ddo_hooks error)
 and escaped (any other exception, or a !!python tag honoured: must be 0), and the slowest input
-in seconds. Exits 1 if anything escaped. The inputs come from tests/fuzz_inputs.py and
-tests/report_corpus.py (the same generators the suite's fuzz tests use), driven by
+in seconds. Exits 1 if anything escaped. The inputs come from tests/support/fuzz_inputs.py and
+tests/support/report_corpus.py (the same generators the suite's fuzz tests use), driven by
 random.Random(seed) instead of hypothesis, so a run of 100,000 documents takes minutes.
 """
 
@@ -27,8 +27,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
-from fuzz_inputs import mutate_json_text, random_policy_text  # noqa: E402
-from report_corpus import base_reports, corpus, random_mutant  # noqa: E402
+from support.fuzz_inputs import mutate_json_text, random_policy_text  # noqa: E402
+from support.report_corpus import base_reports, corpus, random_mutant  # noqa: E402
 
 from ddo_hooks import HookPolicy, parse_report  # noqa: E402
 from ddo_hooks.cli import main  # noqa: E402

@@ -9,7 +9,7 @@ from importlib.metadata import entry_points
 import pytest
 import torch
 from diffusers import DDPMPipeline, DDPMScheduler, PNDMPipeline, PNDMScheduler, UNet2DModel
-from fakes import FakeHostAllocator, MiB
+from support.fakes import FakeHostAllocator, MiB
 
 from ddo_hooks import (
     ActionReport,

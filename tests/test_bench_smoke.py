@@ -3,7 +3,7 @@
 The GPU figures come from the GPU machine; here the flow, the JSON layout and the analysis are checked.
 Arms 1 and 4 run as the benchmark runs them (a subprocess per arm); arms 2 and 3, workflow (a) and model
 offload run in-process to keep the test short, and so does arm 4's executed path, through the allocator
-seam (``fakes.FakeHostAllocator``).
+seam (``support.fakes.FakeHostAllocator``).
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from types import ModuleType
 from typing import Any
 
 import pytest
-from fakes import FakeHostAllocator, MiB
-from file_modules import load_file
+from support.fakes import FakeHostAllocator, MiB
+from support.file_modules import load_file
 
 from ddo_hooks.release import allocator as _allocator
 

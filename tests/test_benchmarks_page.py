@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from file_modules import load_file
+from support.file_modules import load_file
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = ROOT / "docs" / "benchmarks.md"

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from fakes import FakeHostAllocator
+from support.fakes import FakeHostAllocator
 
 from ddo_hooks import MetricsTracker, release_pytorch_host_cache
 from ddo_hooks.cli import main

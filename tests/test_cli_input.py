@@ -189,7 +189,7 @@ def test_report_file_messages_say_what_is_wrong_without_pydantic_internals(tmp_p
 
 
 def test_summarize_and_plot_read_the_records_before_a_last_line_cut_by_a_crash(tmp_path, capsys):
-    from report_runs import gpu_run
+    from support.report_runs import gpu_run
 
     path = gpu_run("a1", rank=0, world=1).write_jsonl(tmp_path / "crashed.jsonl")
     lines = path.read_text(encoding="utf-8").splitlines()

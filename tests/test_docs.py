@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 import yaml
-from file_modules import load_file
+from support.file_modules import load_file
 
 from ddo_hooks import HookPolicy, PolicyError
 

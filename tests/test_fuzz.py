@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from fuzz_inputs import PYTHON_TAGS, SEED_POLICIES, mutate_json_text, mutate_text, random_policy_text
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from report_corpus import base_reports, random_mutant
+from support.fuzz_inputs import PYTHON_TAGS, SEED_POLICIES, mutate_json_text, mutate_text, random_policy_text
+from support.report_corpus import base_reports, random_mutant
 from test_policy import documents, valid_documents
 
 from ddo_hooks import HookPolicy, parse_report

@@ -6,7 +6,7 @@ import threading
 from collections.abc import Iterator
 
 import pytest
-from fakes import HANG_SECONDS, FakeHostAllocator
+from support.fakes import HANG_SECONDS, FakeHostAllocator
 
 from ddo_hooks import release_pytorch_host_cache
 from ddo_hooks.errors import BoundaryRefusedError, InvalidArgumentError

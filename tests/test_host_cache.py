@@ -1,7 +1,7 @@
 """The release core, `release_pytorch_host_cache`: every branch, on real torch.
 
 The real backend is exercised as it is on this CPU build. The executed path is exercised
-through the one seam, `ddo_hooks.release.allocator.use_backend`, with `fakes.FakeHostAllocator`,
+through the one seam, `ddo_hooks.release.allocator.use_backend`, with `support.fakes.FakeHostAllocator`,
 which records every call, in order, into the same list as a recording `gc.collect`.
 """
 
@@ -17,7 +17,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from fakes import ACCELERATOR_ENTRY_POINT_NAME, ENTRY_POINT_NAME, FakeHostAllocator, MiB, probes
+from support.fakes import ACCELERATOR_ENTRY_POINT_NAME, ENTRY_POINT_NAME, FakeHostAllocator, MiB, probes
 
 from ddo_hooks import HostCacheReleaseReport, parse_report, release_pytorch_host_cache
 from ddo_hooks.errors import HostCacheReleaseError, InvalidArgumentError

@@ -15,7 +15,7 @@ from diffusers.hooks.group_offloading import (
     ModuleGroup,
     _apply_lazy_group_offloading_hook,
 )
-from fakes import FakeHostAllocator, FakeScheduler, MiB
+from support.fakes import FakeHostAllocator, FakeScheduler, MiB
 
 from ddo_hooks import BoundaryRefusedError, HookPolicy, InvalidArgumentError, PolicyError, attach
 from ddo_hooks._compat import diffusers as diffusers_compat

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from fakes import FakeHostAllocator
+from support.fakes import FakeHostAllocator
 
 from ddo_hooks import HostCacheReleaseReport, MetricsTracker, release_pytorch_host_cache
 from ddo_hooks.errors import InvalidArgumentError, ReportError

@@ -3,7 +3,7 @@
 import threading
 
 import pytest
-from fakes import HANG_SECONDS
+from support.fakes import HANG_SECONDS
 
 from ddo_hooks.hooks.phases import CallPhases, Phase
 from ddo_hooks.release import guard

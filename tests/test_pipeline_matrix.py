@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from file_modules import load_file
+from support.file_modules import load_file
 from test_docs import _collected
 from test_structural_pipelines import EXPECTED
 

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from report_runs import gpu_run
+from support.report_runs import gpu_run
 
 from ddo_hooks import MetricsTracker, release_pytorch_host_cache
 from ddo_hooks.cli import main

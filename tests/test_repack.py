@@ -2,7 +2,7 @@
 
 Streams need CUDA, so the pipelines here are group-offloaded on the CPU and given the pinned copies
 ``use_stream=True`` makes through diffusers' own ``_init_cpu_param_dict``, pinned by the fake
-allocator (``fakes.pin_like_streams``). The same code pins real memory in tests/gpu/test_repack_gpu.py.
+allocator (``support.fakes.pin_like_streams``). The same code pins real memory in tests/gpu/test_repack_gpu.py.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 import torch
 from diffusers.hooks import apply_group_offloading
-from fakes import FakeHostAllocator, pin_like_streams
+from support.fakes import FakeHostAllocator, pin_like_streams
 
 from ddo_hooks import HookPolicy, attach, parse_report
 from ddo_hooks._compat import diffusers as diffusers_compat

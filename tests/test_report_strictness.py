@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from pydantic import ValidationError
-from report_corpus import base_reports, corpus, schema_validator
+from support.report_corpus import base_reports, corpus, schema_validator
 
 from ddo_hooks import MetricsTracker, parse_report, release_pytorch_host_cache
 from ddo_hooks.errors import ReportError

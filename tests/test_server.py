@@ -14,7 +14,7 @@ import weakref
 
 import pytest
 import torch
-from fakes import HANG_SECONDS, FakeHostAllocator, MiB
+from support.fakes import HANG_SECONDS, FakeHostAllocator, MiB
 
 from ddo_hooks import (
     BoundaryRefusedError,

@@ -8,7 +8,7 @@ from urllib.parse import urlsplit
 
 import pytest
 import yaml
-from site_links import check_site
+from support.site_links import check_site
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = yaml.safe_load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"))

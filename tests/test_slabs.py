@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from file_modules import load_file
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.file_modules import load_file
 
 from ddo_hooks.release.slabs import (
     ALIGNMENT,

@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SEED_POLICIES = [path.read_text(encoding="utf-8") for path in sorted((ROOT / "examples").glob("*.yaml"))] + [
     (ROOT / "ddo_hooks" / "policy" / "presets" / "default.yaml").read_text(encoding="utf-8")
 ]

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema
-from fakes import FakeHostAllocator
 
 from ddo_hooks import release_pytorch_host_cache
 from ddo_hooks.release.allocator import use_backend
@@ -34,8 +33,9 @@ from ddo_hooks.reports.boundary import (
     BoundaryRefusalReport,
     BoundaryRefusalSetup,
 )
+from support.fakes import FakeHostAllocator
 
-SCHEMA_FILE = Path(__file__).resolve().parents[1] / "ddo_hooks" / "schemas" / "ddo-report.schema.json"
+SCHEMA_FILE = Path(__file__).resolve().parents[2] / "ddo_hooks" / "schemas" / "ddo-report.schema.json"
 
 # A JSON integer is a number written without a fraction: the models count bytes and versions in
 # them and refuse 1.0. (JSON Schema's own data model calls 1.0 an integer; the documents here

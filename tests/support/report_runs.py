@@ -10,8 +10,6 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-from fakes import FakeHostAllocator
-
 from ddo_hooks import MetricsTracker, release_pytorch_host_cache
 from ddo_hooks.release.allocator import use_backend
 from ddo_hooks.reports.boundary import (
@@ -23,6 +21,7 @@ from ddo_hooks.reports.boundary import (
     BoundaryRefusalSetup,
 )
 from ddo_hooks.reports.envelope import RecordEnvelope
+from support.fakes import FakeHostAllocator
 
 MiB = 1 << 20
 GiB = 1 << 30
