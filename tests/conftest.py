@@ -6,10 +6,14 @@ import importlib.util
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from support.fakes import FakeHostAllocator, MiB
+
+from ddo_hooks.release.allocator import use_backend
 
 # Nothing in the suite may reach a model hub.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -46,3 +50,10 @@ def built_site(tmp_path_factory: pytest.TempPathFactory) -> BuiltSite:
         timeout=600,
     )
     return BuiltSite(site, proc.returncode, proc.stdout[-6000:] + proc.stderr[-6000:])
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeHostAllocator]:
+    """The allocator seam's fake installed for the test (8 MiB cached, 1 MiB live); a module may override it."""
+    with use_backend(FakeHostAllocator(cached_bytes=8 * MiB, live_bytes=MiB)) as installed:
+        yield installed

@@ -11,7 +11,6 @@ from support.fakes import HANG_SECONDS, FakeHostAllocator
 from ddo_hooks import release_pytorch_host_cache
 from ddo_hooks.errors import BoundaryRefusedError, InvalidArgumentError
 from ddo_hooks.release import guard
-from ddo_hooks.release.allocator import use_backend
 
 WAIT = HANG_SECONDS
 
@@ -22,12 +21,6 @@ def quiet_guard() -> Iterator[None]:
     assert guard.busy_reason() is None
     yield
     assert guard.busy_reason() is None
-
-
-@pytest.fixture
-def fake() -> Iterator[FakeHostAllocator]:
-    with use_backend(FakeHostAllocator()) as installed:
-        yield installed
 
 
 def release():

@@ -15,14 +15,14 @@ from diffusers.hooks.group_offloading import (
     ModuleGroup,
     _apply_lazy_group_offloading_hook,
 )
-from support.fakes import FakeHostAllocator, FakeScheduler, MiB
+from support.fakes import FakeScheduler, MiB
 
 from ddo_hooks import BoundaryRefusedError, HookPolicy, InvalidArgumentError, PolicyError, attach
 from ddo_hooks._compat import diffusers as diffusers_compat
 from ddo_hooks.cli.summarize import format_summary
 from ddo_hooks.cli.table import boundary_rows, format_table
 from ddo_hooks.hooks.idle import use_scheduler
-from ddo_hooks.release.allocator import pinned_allocation, use_backend
+from ddo_hooks.release.allocator import pinned_allocation
 from ddo_hooks.reports.files import load_report_file
 from ddo_hooks.testing.tiny_pipelines import build_pipeline, call_kwargs, embed_prompt
 
@@ -36,13 +36,6 @@ def outcome(report):
         return f"{report.body.boundary}/{report.body.action}:{report.body.status}"
     release = report.release
     return release.phase if release.status == "executed" else f"{release.phase}:{release.noop_reason}"
-
-
-@pytest.fixture
-def fake():
-    allocator = FakeHostAllocator(cached_bytes=8 * MiB, live_bytes=MiB)
-    with use_backend(allocator):
-        yield allocator
 
 
 # -- the cost of a release, where the release is reported -----------------------------------------

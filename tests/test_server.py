@@ -14,7 +14,7 @@ import weakref
 
 import pytest
 import torch
-from support.fakes import HANG_SECONDS, FakeHostAllocator, MiB
+from support.fakes import HANG_SECONDS
 
 from ddo_hooks import (
     BoundaryRefusedError,
@@ -31,7 +31,6 @@ from ddo_hooks.hooks.phases import Phase
 from ddo_hooks.hooks.sink import ReportSink
 from ddo_hooks.policy.model import HookPolicy
 from ddo_hooks.release import guard
-from ddo_hooks.release.allocator import use_backend
 from ddo_hooks.testing.tiny_pipelines import build_pipeline, call_kwargs
 
 ORDER = ["before_transformer", "before_vae", "after_call"]
@@ -44,13 +43,6 @@ def outcome(report) -> tuple[int | None, str, str]:
         return None, report.release.phase, report.release.status
     body = report.body
     return body.call_index, body.boundary, body.reason
-
-
-@pytest.fixture
-def fake():
-    allocator = FakeHostAllocator(cached_bytes=8 * MiB, live_bytes=MiB)
-    with use_backend(allocator):
-        yield allocator
 
 
 def test_two_overlapping_calls_give_six_outcomes_and_no_release_inside_any_loop(fake):
