@@ -102,22 +102,10 @@ class BoundaryRow:
         return f"{word}: {self.reason}" if self.reason else word
 
 
-def _body(report: Any) -> tuple[str, dict[str, Any]]:
-    """The report's route and the one section under ``setup`` (every route has exactly one)."""
-    data = report.model_dump(mode="json")
-    sections = list(data["setup"].values())
-    return data["route"], sections[0] if len(sections) == 1 and isinstance(sections[0], dict) else {}
-
-
-_ROUTE_ACTIONS = {"pytorch_host_cache_release": HOST_CACHE_RELEASE, "pinned_copy_repack": "repack"}
-"""What a route's rows call their action (a user action's report names its own)."""
-
-
-def _where(component: str | None, route: str, body: dict[str, Any]) -> tuple[str, str]:
-    """The boundary (or phase) a report belongs to, and the action that produced it."""
-    boundary = body.get("boundary") or body.get("phase") or component or route
-    action = body.get("action") or _ROUTE_ACTIONS.get(route, route)
-    return str(boundary), str(action)
+def _where(component: str | None, report: Any) -> tuple[str, str]:
+    """The boundary (or phase) a report belongs to, and the action that produced it (from its typed summary)."""
+    summary = report.summary()
+    return summary.boundary or component or report.route, summary.action
 
 
 def infer_calls(records: Sequence[tuple[str | None, Any]]) -> list[int]:
@@ -134,8 +122,7 @@ def infer_calls(records: Sequence[tuple[str | None, Any]]) -> list[int]:
     """
     calls, call, last, seen = [], 1, -1, set()
     for component, report in records:
-        route, body = _body(report)
-        key = _where(component, route, body)
+        key = _where(component, report)
         order = BOUNDARIES.index(key[0]) if key[0] in BOUNDARIES else last
         if calls and (order < last or key in seen):
             call, seen = call + 1, set()
@@ -145,57 +132,26 @@ def infer_calls(records: Sequence[tuple[str | None, Any]]) -> list[int]:
     return calls
 
 
-def _bytes(section: Any, key: str) -> int | None:
-    return section.get(key) if isinstance(section, dict) else None
-
-
-def _first(*values: int | None) -> int | None:
-    return next((value for value in values if value is not None), None)
-
-
-def _action_data(route: str, body: dict[str, Any]) -> dict[str, Any]:
-    """A user action's ``data`` (empty for the other routes)."""
-    data = body.get("data") if route == "boundary_action" else None
-    return data if isinstance(data, dict) else {}
-
-
-def _count(value: Any) -> int | None:
-    """``value`` when it is an int >= 0 (bytes), else ``None``."""
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
-
-
-_MEMORY_FIELDS = {
-    "rss": "rss_bytes",
-    "anon": "rss_anon_bytes",
-    "file": "rss_file_bytes",
-    "shmem": "rss_shmem_bytes",
-    "cgroup": "cgroup_memory_bytes",
-}
-
-
 def _memory(observation: Any) -> dict[str, int] | None:
-    """The split of RSS (and the cgroup's charge) an observation holds, or ``None`` when it holds no split."""
-    if not isinstance(observation, dict):
+    """Which memory an observation says the RSS is (and the cgroup's charge), or ``None`` when it does not split it."""
+    if observation is None or (observation.rss_anon_bytes is None and observation.rss_file_bytes is None):
         return None
-    found = {name: value for name, key in _MEMORY_FIELDS.items() if (value := _count(observation.get(key))) is not None}
-    return found if {"anon", "file", "shmem"} & set(found) else None
-
-
-def _seconds(value: Any) -> float | None:
-    """``value`` when it is a number >= 0 (seconds), else ``None``."""
-    ok = isinstance(value, int | float) and not isinstance(value, bool) and value >= 0
-    return float(value) if ok else None
+    values = {
+        "rss": observation.rss_bytes,
+        "anon": observation.rss_anon_bytes,
+        "file": observation.rss_file_bytes,
+        "shmem": observation.rss_shmem_bytes,
+        "cgroup": observation.cgroup_memory_bytes,
+    }
+    return {name: value for name, value in values.items() if value is not None}
 
 
 def boundary_rows(records: Sequence[tuple[str | None, Any]], calls: Sequence[int] | None = None) -> list[BoundaryRow]:
     """One :class:`BoundaryRow` per ``(component, report)`` record, in order.
 
-    Works for every route: the fields are read from the report's ``setup`` section by name
-    (``status``, ``noop_reason``/``refusal_reason``/``reason``, ``detail``, ``before``/``after``,
-    ``allocator_bytes_delta``, ``host_before``/``host_after``, ``elapsed_seconds``). A user
-    action's ``data`` may say what it observed: ``rss_before`` and ``rss_after`` (bytes, as
-    ``malloc_trim`` reports them), ``rss_bytes`` (one observation, shown as ``rss_after`` with no
-    ``rss_before``, as the demo's action does on a CPU) and ``seconds`` (its elapsed time).
+    Each row is the report's typed summary (:meth:`~ddo_hooks.reports.base.RouteReport.summary`):
+    every route says what it shows, so a new route cannot be shown as guesses. A user action's
+    ``data`` says what it observed under the names of :data:`~ddo_hooks.reports.boundary.OBSERVED`.
 
     Args:
         records: ``MetricsTracker.records()`` or records loaded from a file.
@@ -209,31 +165,24 @@ def boundary_rows(records: Sequence[tuple[str | None, Any]], calls: Sequence[int
         raise ValueError(f"calls has {len(numbers)} entries for {len(records)} records")
     rows = []
     for call, (component, report) in zip(numbers, records, strict=True):
-        route, body = _body(report)
-        boundary, action = _where(component, route, body)
-        kind = "refused" if route == "phase_boundary_refusal" else str(body.get("status", "?"))
-        data = _action_data(route, body)
+        s = report.summary()
         rows.append(
             BoundaryRow(
                 call,
-                boundary,
-                action,
-                kind,
-                body.get("noop_reason") or body.get("refusal_reason") or body.get("reason"),
-                body.get("detail") or "",
-                owned_before=_bytes(body.get("before"), "allocated_bytes"),
-                owned_after=_bytes(body.get("after"), "allocated_bytes"),
-                delta=body.get("allocator_bytes_delta"),
-                rss_before=_first(_bytes(body.get("host_before"), "rss_bytes"), _count(data.get("rss_before"))),
-                rss_after=_first(
-                    _bytes(body.get("host_after"), "rss_bytes"),
-                    _count(data.get("rss_after")),
-                    _count(data.get("rss_bytes")),
-                ),
-                elapsed_seconds=_first(body.get("elapsed_seconds"), _seconds(data.get("seconds"))),
-                repinned_bytes=_bytes(body.get("pinned_since_previous"), "bytes"),
-                repin_seconds=_bytes(body.get("pinned_since_previous"), "seconds"),
-                memory_after=_memory(body.get("host_after")) or _memory(data),
+                s.boundary or component or report.route,
+                s.action,
+                s.kind,
+                s.reason,
+                s.detail,
+                owned_before=s.owned_before,
+                owned_after=s.owned_after,
+                delta=s.delta,
+                rss_before=s.rss_before,
+                rss_after=s.rss_after,
+                elapsed_seconds=s.elapsed_seconds,
+                repinned_bytes=s.repinned_bytes,
+                repin_seconds=s.repin_seconds,
+                memory_after=_memory(s.memory_after),
             )
         )
     return rows

@@ -11,6 +11,8 @@ Examples:
 
 from __future__ import annotations
 
+from abc import abstractmethod
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Strict, StrictInt, ValidationError, model_validator
@@ -28,6 +30,7 @@ __all__ = [
     "Names",
     "PhaseLabel",
     "ReportModel",
+    "ReportSummary",
     "RouteReport",
     "Seconds",
     "describe_errors",
@@ -97,6 +100,10 @@ class RouteReport(ReportModel):
             raise ValueError(f"the report cannot be written as JSON: {cut(str(why), 120)}; use plain text") from e
         return self
 
+    @abstractmethod
+    def summary(self) -> ReportSummary:
+        """What a table shows of this report (every route writes its own)."""
+
     @property
     def body(self) -> ReportModel:
         """The one section under ``setup``, whatever the route."""
@@ -141,6 +148,43 @@ class HostObservation(ReportModel):
             if getattr(self, name) is not None:
                 raise ValueError(f"{name} is listed as unavailable but has a value")
         return self
+
+
+@dataclass(frozen=True)
+class ReportSummary:
+    """What a table shows of one report, whatever its route: each route's model writes it (:meth:`RouteReport.summary`).
+
+    Attributes:
+        boundary: The boundary or phase the report belongs to (``""`` when the route has none).
+        action: What produced it: ``host_cache_release``, a user action's name, ``repack``...
+        kind: ``executed``, ``noop`` or ``refused``.
+        reason: The no-op or refusal reason code; ``None`` when executed.
+        detail: The report's sentence for people.
+        owned_before: Pinned bytes the allocator owned before, when read.
+        owned_after: Pinned bytes the allocator owned after, when read.
+        delta: ``allocator_bytes_delta`` (before minus after), when known.
+        rss_before: Process RSS before, when observed.
+        rss_after: Process RSS after (or the one observation made), when observed.
+        elapsed_seconds: The time it took, when timed.
+        repinned_bytes: Bytes pinned since the previous boundary, when counted.
+        repin_seconds: Seconds spent pinning them, when counted.
+        memory_after: The host observation after it, which says which memory the RSS is.
+    """
+
+    boundary: str
+    action: str
+    kind: Literal["executed", "noop", "refused"]
+    reason: str | None
+    detail: str
+    owned_before: int | None = None
+    owned_after: int | None = None
+    delta: int | None = None
+    rss_before: int | None = None
+    rss_after: int | None = None
+    elapsed_seconds: float | None = None
+    repinned_bytes: int | None = None
+    repin_seconds: float | None = None
+    memory_after: HostObservation | None = None
 
 
 def explain_error(item: Any) -> str:

@@ -27,7 +27,15 @@ from pydantic_core import PydanticCustomError
 from ddo_hooks._diagnostics import KeyPath, format_key_path, show_repr
 from ddo_hooks.boundaries import RefusalReason
 from ddo_hooks.errors import ReportError
-from ddo_hooks.reports.base import Bytes, PhaseLabel, ReportModel, RouteReport, describe_errors
+from ddo_hooks.reports.base import (
+    Bytes,
+    HostObservation,
+    PhaseLabel,
+    ReportModel,
+    ReportSummary,
+    RouteReport,
+    describe_errors,
+)
 
 __all__ = [
     "ActionReport",
@@ -36,7 +44,23 @@ __all__ = [
     "BoundaryRefusal",
     "BoundaryRefusalReport",
     "BoundaryRefusalSetup",
+    "OBSERVED",
 ]
+
+
+_HOST_FIELDS = ("rss_bytes", "rss_anon_bytes", "rss_file_bytes", "rss_shmem_bytes", "cgroup_memory_bytes")
+OBSERVED = ("rss_before", "rss_after", "rss_bytes", "seconds", *_HOST_FIELDS[1:])
+"""The names in an action's ``data`` that tables read as what the action observed (bytes, seconds)."""
+
+
+def _number(value: Any) -> bool:
+    """Whether ``value`` is a number >= 0 (an action's data is any JSON)."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and value >= 0
+
+
+def _count(value: Any) -> int | None:
+    """``value`` when it is an int >= 0, else ``None``."""
+    return value if _number(value) and isinstance(value, int) else None
 
 
 class BoundaryRefusal(ReportModel):
@@ -70,6 +94,11 @@ class BoundaryRefusalReport(RouteReport):
     """What produced the report."""
     setup: BoundaryRefusalSetup
     """The report body."""
+
+    def summary(self) -> ReportSummary:
+        """The refusal as a table row: the boundary, the action that did not run, the reason."""
+        r = self.setup.boundary_refusal
+        return ReportSummary(boundary=r.boundary, action=r.action, kind="refused", reason=r.reason, detail=r.detail)
 
 
 class ActionResult(ReportModel):
@@ -132,3 +161,28 @@ class ActionReport(RouteReport):
     """What produced the report."""
     setup: ActionResultSetup
     """The report body."""
+
+    def summary(self) -> ReportSummary:
+        """The action as a table row; what it observed comes from the names of :data:`OBSERVED` in its ``data``.
+
+        ``rss_before`` and ``rss_after`` (as ``malloc_trim`` reports them), ``rss_bytes`` (one
+        observation, shown after), ``seconds`` (its time) and the host observation's fields
+        (``rss_anon_bytes``...: which memory the RSS is, as the demo's action reports them).
+        """
+        r = self.setup.boundary_action
+        data = r.data
+        host = {name: _count(data.get(name)) for name in _HOST_FIELDS}
+        split = host["rss_anon_bytes"] is not None or host["rss_file_bytes"] is not None
+        memory = HostObservation(platform="linux", **host) if split else None  # the split is Linux's
+        seconds = data.get("seconds")
+        return ReportSummary(
+            boundary=r.boundary,
+            action=r.action,
+            kind=r.status,
+            reason=None,
+            detail=r.detail,
+            rss_before=_count(data.get("rss_before")),
+            rss_after=_count(data.get("rss_after")) if "rss_after" in data else _count(data.get("rss_bytes")),
+            elapsed_seconds=float(seconds) if _number(seconds) else None,
+            memory_after=memory,
+        )

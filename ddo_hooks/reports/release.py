@@ -27,7 +27,16 @@ from typing import Literal
 from pydantic import StrictBool, StrictFloat, StrictInt, field_validator, model_validator
 
 from ddo_hooks._diagnostics import cut, show_repr
-from ddo_hooks.reports.base import Bytes, HostObservation, Names, PhaseLabel, ReportModel, RouteReport, Seconds
+from ddo_hooks.reports.base import (
+    Bytes,
+    HostObservation,
+    Names,
+    PhaseLabel,
+    ReportModel,
+    ReportSummary,
+    RouteReport,
+    Seconds,
+)
 
 __all__ = [
     "AllocatorSnapshot",
@@ -329,3 +338,24 @@ class HostCacheReleaseReport(RouteReport):
     def release(self) -> HostCacheRelease:
         """Shortcut for ``setup.host_cache_release``."""
         return self.setup.host_cache_release
+
+    def summary(self) -> ReportSummary:
+        """The release as a table row: its phase, status, owned and RSS before and after, re-pinning."""
+        r = self.release
+        since = r.pinned_since_previous
+        return ReportSummary(
+            boundary=r.phase,
+            action="host_cache_release",
+            kind=r.status,
+            reason=r.noop_reason,
+            detail=r.detail,
+            owned_before=r.before.allocated_bytes if r.before else None,
+            owned_after=r.after.allocated_bytes if r.after else None,
+            delta=r.allocator_bytes_delta,
+            rss_before=r.host_before.rss_bytes if r.host_before else None,
+            rss_after=r.host_after.rss_bytes if r.host_after else None,
+            elapsed_seconds=r.elapsed_seconds,
+            repinned_bytes=since.bytes if since else None,
+            repin_seconds=since.seconds if since else None,
+            memory_after=r.host_after,
+        )

@@ -25,7 +25,16 @@ from typing import Annotated, Literal
 from pydantic import Strict, StrictInt, model_validator
 
 from ddo_hooks._diagnostics import show_repr
-from ddo_hooks.reports.base import Bytes, Count, HostObservation, PhaseLabel, ReportModel, RouteReport, Seconds
+from ddo_hooks.reports.base import (
+    Bytes,
+    Count,
+    HostObservation,
+    PhaseLabel,
+    ReportModel,
+    ReportSummary,
+    RouteReport,
+    Seconds,
+)
 from ddo_hooks.reports.release import AllocatorSnapshot, HostCacheRelease
 
 __all__ = [
@@ -197,3 +206,21 @@ class PinnedCopyRepackReport(RouteReport):
     def repack(self) -> PinnedCopyRepack:
         """Shortcut for ``setup.pinned_copy_repack``."""
         return self.setup.pinned_copy_repack
+
+    def summary(self) -> ReportSummary:
+        """The repack as a table row (action ``repack``): owned and RSS before and after it and its releases."""
+        r = self.repack
+        return ReportSummary(
+            boundary=r.phase,
+            action="repack",
+            kind=r.status,
+            reason=r.noop_reason,
+            detail=r.detail,
+            owned_before=r.before.allocated_bytes if r.before else None,
+            owned_after=r.after.allocated_bytes if r.after else None,
+            delta=r.allocator_bytes_delta,
+            rss_before=r.host_before.rss_bytes if r.host_before else None,
+            rss_after=r.host_after.rss_bytes if r.host_after else None,
+            elapsed_seconds=r.elapsed_seconds,
+            memory_after=r.host_after,
+        )

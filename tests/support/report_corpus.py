@@ -18,6 +18,7 @@ import jsonschema
 
 from ddo_hooks import release_pytorch_host_cache
 from ddo_hooks.release.allocator import use_backend
+from ddo_hooks.release.counters import snapshot_from_raw
 from ddo_hooks.reports.auxiliary import (
     AuxiliarySourceDetach,
     AuxiliarySourceDetachReport,
@@ -33,6 +34,7 @@ from ddo_hooks.reports.boundary import (
     BoundaryRefusalReport,
     BoundaryRefusalSetup,
 )
+from ddo_hooks.reports.repack import ComponentRepack, PinnedCopyRepack, PinnedCopyRepackReport, PinnedCopyRepackSetup
 from support.fakes import FakeHostAllocator
 
 SCHEMA_FILE = Path(__file__).resolve().parents[2] / "ddo_hooks" / "schemas" / "ddo-report.schema.json"
@@ -96,7 +98,49 @@ def base_reports() -> list[dict[str, Any]]:
     reports += [
         AuxiliarySourceDetachReport(setup=AuxiliarySourceDetachSetup(auxiliary_cpu_source_detach=d)) for d in detaches
     ]
+    reports += [PinnedCopyRepackReport(setup=PinnedCopyRepackSetup(pinned_copy_repack=r)) for r in _repacks()]
     return [json.loads(report.model_dump_json()) for report in reports]
+
+
+def _repacks() -> list[PinnedCopyRepack]:
+    """A repack that found nothing to do, and one that repacked a component and refused another."""
+    skipped = ComponentRepack(
+        component="vae", status="skipped", reason="not_pinned", detail="low_cpu_mem_usage=True", groups=3, tensors=9,
+        tensor_bytes=3000, pinned_bytes_before=0, pinned_bytes_after=0, slabs=(), seconds=0.0,
+    )  # fmt: skip
+    repacked = ComponentRepack(
+        component="transformer", status="repacked", reason=None, detail="moved", groups=2, tensors=5,
+        tensor_bytes=3 << 20, pinned_bytes_before=4 << 20, pinned_bytes_after=(3 << 20) + (1 << 18),
+        slabs=(2 << 20, 1 << 20, 1 << 18), seconds=0.25,
+    )  # fmt: skip
+    refused = ComponentRepack(
+        component="text_encoder", status="refused", reason="shared_storage", detail="held elsewhere", groups=1,
+        tensors=2, tensor_bytes=96, pinned_bytes_before=256, pinned_bytes_after=256, slabs=(), seconds=0.0,
+    )  # fmt: skip
+    before, after = snapshot_from_raw(_raw(6 << 20)), snapshot_from_raw(_raw((3 << 20) + (1 << 18)))
+    with use_backend(FakeHostAllocator()):
+        release = release_pytorch_host_cache(enabled=True, phase="attach", device="cuda:0", collect="young").release
+    common = {"before": None, "after": None, "allocator_bytes_delta": None, "releases": (), "release_refused": None,
+              "host_before": None, "host_after": None}  # fmt: skip
+    return [
+        PinnedCopyRepack(
+            phase="attach", status="noop", noop_reason="nothing_to_repack", detail="nothing pinned",
+            components=(skipped,), tensor_bytes=0, pinned_bytes_before=0, pinned_bytes_after=0, elapsed_seconds=0.0,
+            **common,
+        ),
+        PinnedCopyRepack(
+            phase="attach", status="executed", noop_reason=None, detail="repacked transformer",
+            components=(repacked, refused), tensor_bytes=3 << 20, pinned_bytes_before=4 << 20,
+            pinned_bytes_after=(3 << 20) + (1 << 18), elapsed_seconds=0.5,
+            **{**common, "before": before, "after": after, "releases": (release,), "host_before": _host(),
+               "host_after": _host(), "allocator_bytes_delta": (6 << 20) - (3 << 20) - (1 << 18)},
+        ),
+    ]  # fmt: skip
+
+
+def _raw(owned: int) -> dict[str, Any]:
+    """The host allocator's raw counters (torch >= 2.10 layout) with ``owned`` bytes and none active."""
+    return {"allocated_bytes": {"current": owned}, "active_bytes": {"current": 0}}
 
 
 def _paths(document: Any, path: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
