@@ -299,8 +299,8 @@ def test_validate_policy_summarizes_a_valid_policy(runs: Runs):
 
 
 CONTENTS = (
-    "6 reports; routes: pytorch_host_cache_release x5, phase_boundary_refusal x1; "
-    "components: host_cache_before_transformer, host_cache_before_vae, host_cache_after_call\n"
+    "6 reports\n  routes: pytorch_host_cache_release x5, phase_boundary_refusal x1\n"
+    "  components: host_cache_before_transformer, host_cache_before_vae, host_cache_after_call\n"
 )
 
 
@@ -412,8 +412,9 @@ def test_a_bare_report_validates(tmp_path: Path, capsys: pytest.CaptureFixture[s
     path.write_text(json.dumps(_executed("before_vae").model_dump(mode="json"), indent=2), encoding="utf-8")
     status, out, _ = _main(capsys, "validate-report", str(path))
     assert status == 0
-    assert out.startswith(f"{path}: valid report JSON, 1 report; routes: pytorch_host_cache_release x1; ")
-    assert out.endswith("; components: none (a bare report)\n")
+    assert out == f"{path}: valid report JSON, 1 report\n  routes: pytorch_host_cache_release x1\n" + (
+        "  components: none (a bare report)\n"
+    )
 
 
 def test_an_invalid_record_in_tracker_json_is_located_at_its_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]):

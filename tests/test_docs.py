@@ -75,6 +75,7 @@ class Block:
     save: str | None = None
     invalid: bool = False
     exit: int = 0
+    output: bool = False
     options: tuple[str, ...] = field(default=())
 
     @property
@@ -84,6 +85,17 @@ class Block:
     @property
     def commands(self) -> list[str]:
         return [line[2:].strip() for line in self.text.splitlines() if line.startswith("$ ")]
+
+    @property
+    def outputs(self) -> list[str]:
+        """What the block shows after each command, up to the next one (the ``output`` option compares it)."""
+        shown: list[list[str]] = []
+        for line in self.text.splitlines():
+            if line.startswith("$ "):
+                shown.append([])
+            elif shown:
+                shown[-1].append(line)
+        return ["\n".join(lines) for lines in shown]
 
     @property
     def kind(self) -> str:
@@ -125,8 +137,10 @@ def _options(body: str, where: str) -> dict[str, Any]:
             found["invalid"] = True
         elif m := re.fullmatch(r"exit\s+(?P<code>\d+)", option):
             found["exit"] = int(m["code"])
+        elif option == "output":
+            found["output"] = True
         else:
-            known = "skip (reason), save NAME, invalid, exit N"
+            known = "skip (reason), save NAME, invalid, exit N, output"
             raise DocsTestError(f"{where}: unknown docs-test option {option!r} (known: {known})")
     found["options"] = tuple(found["options"])
     return found
@@ -379,10 +393,15 @@ DRIVER = textwrap.dedent(
             for command in step["commands"]:
                 print(f"--- {where}: $ {command}", flush=True)
                 argv = [*ddo_hooks_cmd, *shlex.split(command)[1:]]
-                proc = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+                env = {**os.environ, "COLUMNS": "80"}  # argparse's help is as wide as this
+                proc = subprocess.run(argv, capture_output=True, text=True, timeout=600, env=env)
                 print(proc.stdout[-4000:], proc.stderr[-4000:], sep="\n", flush=True)
                 if proc.returncode != step["exit"]:
                     sys.exit(f"FAILED {where}: `{command}` exited {proc.returncode}, expected {step['exit']}")
+                shown = step["outputs"].pop(0) if step["outputs"] else None
+                printed = (proc.stdout + proc.stderr).rstrip("\n")
+                if shown is not None and printed != shown:
+                    sys.exit(f"FAILED {where}: `{command}` printed\n{printed}\n--- where the page shows\n{shown}")
     print("all steps ran", flush=True)
     """
 )
@@ -396,7 +415,10 @@ def _steps(page: Path) -> list[dict[str, Any]]:
         if b.kind == "python":
             steps.append({"kind": "python", "where": b.where, "line": b.line, "path": str(page), "text": b.text})
         elif b.kind == "console":
-            steps.append({"kind": "console", "where": b.where, "commands": b.commands, "exit": b.exit})
+            outputs = b.outputs if b.output else []
+            steps.append(
+                {"kind": "console", "where": b.where, "commands": b.commands, "exit": b.exit, "outputs": outputs}
+            )
     return steps
 
 

@@ -215,7 +215,11 @@ def _validate_report(args: argparse.Namespace) -> int:
     component_text = ", ".join(components) if components else "none (a bare report)"
     count = len(loaded.records)
     noun = "report" if count == 1 else "reports"
-    print(f"{args.file}: valid {loaded.form}, {count} {noun}; routes: {route_text}; components: {component_text}")
+    from ddo_hooks.cli.layout import wrap_text
+
+    print(f"{args.file}: valid {loaded.form}, {count} {noun}")
+    print(wrap_text(f"  routes: {route_text}", indent="    "))
+    print(wrap_text(f"  components: {component_text}", indent="    "))
     return 0
 
 
