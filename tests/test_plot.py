@@ -71,7 +71,8 @@ def test_without_matplotlib_plot_says_how_to_install_it(
     assert main(["plot", str(runs[0]), "-o", str(out)]) == 1
     err = capsys.readouterr().err
     assert err == (
-        "ddo-hooks plot needs matplotlib, which is not installed here; install it with: pip install 'ddo-hooks[plot]'\n"
+        "ddo-hooks plot needs matplotlib, which is not installed here; install it with: "
+        "pip install 'matplotlib>=3.8' (the plot extra: pip install -e '.[plot]' in a checkout)\n"
     )
     assert not out.exists()
 

@@ -65,3 +65,11 @@ def test_the_first_screen_says_who_it_is_for_what_they_gain_and_shows_the_plot()
     assert "(docs/img/pinned-floor.png)" in first
     assert "1.5 minutes" in first  # what the first command costs, before it runs
     assert "about 5 minutes" in first  # and the second
+
+
+def test_pip_install_ddo_hooks_appears_only_as_what_it_will_be_once_published():
+    text = _paragraph_with("CUDA machine")
+    assert "ddo-hooks is not on PyPI yet; once it is, that will be `pip install ddo-hooks`" in text
+    everywhere = _flat(TEXT) + " ".join(p.read_text(encoding="utf-8") for p in README.parent.glob("docs/*.md"))
+    assert everywhere.count("pip install ddo-hooks") == 1
+    assert "ddo-hooks[plot]" not in everywhere

@@ -387,7 +387,7 @@ def build_parser() -> argparse.ArgumentParser:
         "draw the pinned bytes and the process RSS at each boundary of saved runs (needs matplotlib)",
         "Draw, from the host_cache_release reports of saved runs, the pinned bytes the allocator owned and "
         "the process RSS before and after each release, per call and boundary, one series per run (or "
-        "rank), with the bytes released marked. Needs matplotlib: pip install 'ddo-hooks[plot]'.",
+        "rank), with the bytes released marked. Needs matplotlib (the plot extra).",
         file=False,
     )
     plot.add_argument("files", nargs="+", metavar="FILE", help="report files (JSON Lines or tracker JSON)")

@@ -11,7 +11,7 @@ repack at attach is ``call 0``, ``attach``):
 * the process RSS before and after (``.host_before.rss_bytes`` and ``.host_after.rss_bytes``).
 
 Each run (each worker or rank) is a series of its own colour; an open marker is a value before
-the boundary, a filled one after. Needs matplotlib (``pip install 'ddo-hooks[plot]'``), drawn
+the boundary, a filled one after. Needs matplotlib (the ``plot`` extra), drawn
 with the Agg backend (no display needed).
 
 Examples:
@@ -49,7 +49,7 @@ __all__ = [
     "series_label",
 ]
 
-PLOT_INSTALL = "pip install 'ddo-hooks[plot]'"
+PLOT_INSTALL = "pip install 'matplotlib>=3.8' (the plot extra: pip install -e '.[plot]' in a checkout)"
 """The command that installs what ``ddo-hooks plot`` needs."""
 
 _MINUS = "\N{MINUS SIGN}"

@@ -69,7 +69,10 @@ def quiet_transformers() -> Iterator[None]:
     try:
         from transformers.utils import logging as hf_logging
     except ImportError as e:
-        raise DDOError(f"tiny pipelines need transformers ({e}); install it with: pip install 'ddo-hooks[demo]'") from e
+        raise DDOError(
+            f"tiny pipelines need transformers ({e}); install it with: pip install 'transformers>=5.17' (the demo "
+            "extra)"
+        ) from e
     verbosity = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()  # tiny pipelines use no image processor
     try:
