@@ -22,7 +22,7 @@ Examples:
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import StrictBool, StrictFloat, StrictInt, field_validator, model_validator
 
@@ -48,6 +48,7 @@ __all__ = [
     "NoopReason",
     "ReleaseTimings",
     "ThresholdDecision",
+    "measured_summary",
     "validate_active_counter",
 ]
 
@@ -319,6 +320,29 @@ class HostCacheRelease(ReportModel):
         return self
 
 
+def measured_summary(section: Any, *, boundary: str, action: str, reason: str | None, **more: Any) -> ReportSummary:
+    """The summary of a section that read the allocator and the host before and after (a release, a repack).
+
+    ``section`` has ``status``, ``detail``, ``before``/``after`` (:class:`AllocatorSnapshot` or
+    ``None``), ``allocator_bytes_delta``, ``host_before``/``host_after`` and ``elapsed_seconds``.
+    """
+    return ReportSummary(
+        boundary=boundary,
+        action=action,
+        kind=section.status,
+        reason=reason,
+        detail=section.detail,
+        owned_before=section.before.allocated_bytes if section.before else None,
+        owned_after=section.after.allocated_bytes if section.after else None,
+        delta=section.allocator_bytes_delta,
+        rss_before=section.host_before.rss_bytes if section.host_before else None,
+        rss_after=section.host_after.rss_bytes if section.host_after else None,
+        elapsed_seconds=section.elapsed_seconds,
+        memory_after=section.host_after,
+        **more,
+    )
+
+
 class HostCacheReleaseSetup(ReportModel):
     """The ``setup`` section of a host-cache release report."""
 
@@ -343,19 +367,11 @@ class HostCacheReleaseReport(RouteReport):
         """The release as a table row: its phase, status, owned and RSS before and after, re-pinning."""
         r = self.release
         since = r.pinned_since_previous
-        return ReportSummary(
+        return measured_summary(
+            r,
             boundary=r.phase,
             action="host_cache_release",
-            kind=r.status,
             reason=r.noop_reason,
-            detail=r.detail,
-            owned_before=r.before.allocated_bytes if r.before else None,
-            owned_after=r.after.allocated_bytes if r.after else None,
-            delta=r.allocator_bytes_delta,
-            rss_before=r.host_before.rss_bytes if r.host_before else None,
-            rss_after=r.host_after.rss_bytes if r.host_after else None,
-            elapsed_seconds=r.elapsed_seconds,
             repinned_bytes=since.bytes if since else None,
             repin_seconds=since.seconds if since else None,
-            memory_after=r.host_after,
         )

@@ -35,7 +35,7 @@ from ddo_hooks.reports.base import (
     RouteReport,
     Seconds,
 )
-from ddo_hooks.reports.release import AllocatorSnapshot, HostCacheRelease
+from ddo_hooks.reports.release import AllocatorSnapshot, HostCacheRelease, measured_summary
 
 __all__ = [
     "REPACK_REFUSALS",
@@ -209,18 +209,6 @@ class PinnedCopyRepackReport(RouteReport):
 
     def summary(self) -> ReportSummary:
         """The repack as a table row (action ``repack``): owned and RSS before and after it and its releases."""
-        r = self.repack
-        return ReportSummary(
-            boundary=r.phase,
-            action="repack",
-            kind=r.status,
-            reason=r.noop_reason,
-            detail=r.detail,
-            owned_before=r.before.allocated_bytes if r.before else None,
-            owned_after=r.after.allocated_bytes if r.after else None,
-            delta=r.allocator_bytes_delta,
-            rss_before=r.host_before.rss_bytes if r.host_before else None,
-            rss_after=r.host_after.rss_bytes if r.host_after else None,
-            elapsed_seconds=r.elapsed_seconds,
-            memory_after=r.host_after,
+        return measured_summary(
+            self.repack, boundary=self.repack.phase, action="repack", reason=self.repack.noop_reason
         )
