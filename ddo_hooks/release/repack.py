@@ -26,14 +26,11 @@ from __future__ import annotations
 
 import re
 import time
-import weakref
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
-from ddo_hooks._compat import torch as torch_compat
 from ddo_hooks.boundaries import PHASE_PATTERN
 from ddo_hooks.errors import BoundaryRefusedError, InvalidArgumentError
 from ddo_hooks.release import allocator as _allocator
@@ -41,6 +38,16 @@ from ddo_hooks.release.counters import read_snapshot
 from ddo_hooks.release.devices import DeviceLike, parse_cuda_device
 from ddo_hooks.release.host_cache import release_pytorch_host_cache
 from ddo_hooks.release.host_memory import observe_host
+from ddo_hooks.release.pinned_copies import (
+    REPACKED,
+    Component,
+    Left,
+    Stored,
+    by_storage,
+    inspect_component,
+    refuse,
+    skip,
+)
 from ddo_hooks.release.slabs import SlabPlan, plan_slabs, rounded_size
 from ddo_hooks.reports.release import AllocatorSnapshot, HostCacheRelease
 from ddo_hooks.reports.repack import (
@@ -48,162 +55,12 @@ from ddo_hooks.reports.repack import (
     PinnedCopyRepack,
     PinnedCopyRepackReport,
     PinnedCopyRepackSetup,
-    RepackReason,
 )
 
 __all__ = ["repack_pinned_copies"]
 
-_REPACKED: weakref.WeakSet[Any] = weakref.WeakSet()
-"""The groups whose copies live in slabs already (weakly: a dropped component is not kept)."""
 
-
-@dataclass
-class _Copy:
-    """One pinned copy: its group, the parameter or buffer it is the copy of, and the tensor."""
-
-    group: Any
-    key: torch.Tensor
-    tensor: torch.Tensor
-
-    @property
-    def nbytes(self) -> int:
-        return self.tensor.numel() * self.tensor.element_size()
-
-
-@dataclass
-class _Stored:
-    """One pinned storage, the copies that are it and the weights offloaded onto it.
-
-    A weight tied across groups (T5's shared embedding, at leaf level) has a copy in each group, and
-    diffusers pins it once: ``pin_memory()`` of a pinned tensor is the same storage.
-    """
-
-    tensor: torch.Tensor
-    copies: list[_Copy] = field(default_factory=list)
-    weights: list[torch.Tensor] = field(default_factory=list)
-
-    @property
-    def nbytes(self) -> int:
-        return self.tensor.numel() * self.tensor.element_size()
-
-
-def _stored(copies: list[_Copy]) -> dict[int, _Stored]:
-    """The copies by storage (its address), in order."""
-    found: dict[int, _Stored] = {}
-    for copy in copies:
-        found.setdefault(copy.tensor.data_ptr(), _Stored(copy.tensor)).copies.append(copy)
-    return found
-
-
-@dataclass
-class _Component:
-    """A component whose copies passed every check: what the repack needs to switch it over."""
-
-    name: str
-    groups: list[Any]
-    stored: list[_Stored]
-
-
-class _Left(Exception):
-    """A component is left as it was: skipped or refused, with the reason, a sentence and what was found."""
-
-    def __init__(self, status: str, reason: RepackReason, detail: str) -> None:
-        super().__init__(detail)
-        self.status, self.reason, self.detail = status, reason, detail
-        self.groups: list[Any] = []
-        self.copies: list[_Copy] = []
-
-    def found(self, groups: list[Any], copies: list[_Copy]) -> _Left:
-        self.groups, self.copies = groups, copies
-        return self
-
-
-def _skip(reason: RepackReason, detail: str) -> _Left:
-    return _Left("skipped", reason, detail)
-
-
-def _refuse(reason: RepackReason, detail: str) -> _Left:
-    return _Left("refused", reason, detail)
-
-
-def _tensor_problem(tensor: Any) -> str | None:
-    """Why a copy cannot move into a slab as plain bytes, or ``None``."""
-    if type(tensor) is not torch.Tensor:
-        return f"is a {type(tensor).__qualname__} (a tensor subclass, such as torchao's)"
-    if tensor.layout is not torch.strided or tensor.is_quantized or tensor.device.type != "cpu":
-        return f"is a {tensor.layout} {tensor.dtype} tensor on {tensor.device}"
-    if not tensor.is_contiguous() or tensor.storage_offset() != 0:
-        return "is not a contiguous tensor at the start of its storage"
-    if tensor.untyped_storage().nbytes() != tensor.numel() * tensor.element_size():
-        return "shares a larger storage"
-    return None
-
-
-def _inspect(name: str, module: torch.nn.Module) -> _Component:
-    """Check every copy of ``module``'s groups; raise :class:`_Left` when it is not to be repacked."""
-    from ddo_hooks._compat import diffusers as diffusers_compat
-
-    groups = diffusers_compat.offload_groups(module)
-    if not groups:
-        raise _skip("not_group_offloaded", f"{name} has no group offloading hooks")
-    copies = [
-        _Copy(group, key, tensor)
-        for group in groups
-        for key, tensor in diffusers_compat.group_cpu_sources(group).items()
-        if isinstance(tensor, torch.Tensor) and tensor.numel() > 0
-    ]
-    try:
-        return _check(name, groups, copies)
-    except _Left as left:
-        raise left.found(groups, copies) from None
-
-
-def _check(name: str, groups: list[Any], copies: list[_Copy]) -> _Component:
-    from ddo_hooks._compat import diffusers as diffusers_compat
-
-    if any(diffusers_compat.group_disk_path(group) is not None for group in groups):
-        raise _refuse(
-            "disk_offload", f"{name} is offloaded to disk (offload_to_disk_path): it keeps no copies in memory"
-        )
-    if all(group in _REPACKED for group in groups):
-        raise _skip("already_packed", f"{name}'s pinned copies are in slabs already")
-    if not copies:
-        raise _skip(
-            "no_pinned_copies", f"{name}'s groups keep no CPU copies: without use_stream=True, nothing is pinned"
-        )
-    for copy in copies:
-        if (problem := _tensor_problem(copy.tensor)) is not None:
-            raise _refuse("unsupported_tensor", f"a pinned copy in {name} {problem}; it is left as it was")
-    if not all(_allocator.backend().is_pinned(copy.tensor) for copy in copies):
-        detail = (
-            f"{name}'s CPU copies are not pinned: with low_cpu_mem_usage=True diffusers pins them at each onload, "
-            "from a cache the boundaries' releases give back"
-        )
-        raise _skip("not_pinned", detail)
-    stored = _stored(copies)
-    for entry in stored.values():
-        layouts = {(c.tensor.dtype, c.tensor.shape, c.tensor.stride()) for c in entry.copies}
-        if len(layouts) > 1:
-            raise _refuse("shared_storage", f"pinned copies in {name} share one storage as different tensors")
-    for weight in {id(copy.key): copy.key for copy in copies}.values():
-        entry = stored.get(weight.data_ptr())
-        if entry is None:
-            where = f"a weight of {name} is not on its pinned copy (it is on {weight.device}): a call is in progress"
-            raise _refuse("onloaded", f"{where}; repack before the first call, or between calls")
-        entry.weights.append(weight)
-    for entry in stored.values():
-        own = len({id(c.tensor) for c in entry.copies}) + len(entry.weights)
-        others = torch_compat.storage_use_count(entry.tensor) - own
-        if others > 0:
-            raise _refuse(
-                "shared_storage",
-                f"{others} other tensor(s) hold the storage of a pinned copy in {name} (another component, or a "
-                "reference the caller keeps): a repack could not free it",
-            )
-    return _Component(name, groups, list(stored.values()))
-
-
-def _pin_slabs(plan: SlabPlan, stored: list[_Stored]) -> list[torch.Tensor]:
+def _pin_slabs(plan: SlabPlan, stored: list[Stored]) -> list[torch.Tensor]:
     """Pin the slabs and put each storage's bytes in its place; return each one's new tensor, in order."""
     backend = _allocator.backend()
     slabs = [backend.pinned_empty(slab.size) for slab in plan.slabs]
@@ -219,7 +76,7 @@ def _pin_slabs(plan: SlabPlan, stored: list[_Stored]) -> list[torch.Tensor]:
     return moved
 
 
-def _switch(component: _Component, moved: list[torch.Tensor]) -> None:
+def _switch(component: Component, moved: list[torch.Tensor]) -> None:
     """Point each group and each offloaded weight at its copy's place in a slab (cannot fail halfway)."""
     from ddo_hooks._compat import diffusers as diffusers_compat
 
@@ -228,11 +85,11 @@ def _switch(component: _Component, moved: list[torch.Tensor]) -> None:
             diffusers_compat.set_group_cpu_source(copy.group, copy.key, target)
         for weight in entry.weights:
             weight.data = target
-    _REPACKED.update(component.groups)
+    REPACKED.update(component.groups)
 
 
-def _left_as_it_was(name: str, left: _Left, started: float) -> ComponentRepack:
-    stored = _stored(left.copies).values()
+def _left_as_it_was(name: str, left: Left, started: float) -> ComponentRepack:
+    stored = by_storage(left.copies).values()
     owned = sum(rounded_size(entry.nbytes) for entry in stored)
     return ComponentRepack(
         component=name,
@@ -252,18 +109,18 @@ def _left_as_it_was(name: str, left: _Left, started: float) -> ComponentRepack:
 def _repack_one(name: str, module: torch.nn.Module) -> ComponentRepack:
     started = time.perf_counter()
     try:
-        component = _inspect(name, module)
+        component = inspect_component(name, module)
         copies = [copy for entry in component.stored for copy in entry.copies]
         plan = plan_slabs([entry.nbytes for entry in component.stored])
         if plan.capacity >= plan.rounded:
             what = f"slabs for {name}'s copies would own {plan.capacity:,} bytes, no less than now ({plan.rounded:,})"
-            raise _skip("no_gain", what).found(component.groups, copies)
+            raise skip("no_gain", what).found(component.groups, copies)
         try:
             moved = _pin_slabs(plan, component.stored)
         except RuntimeError as e:  # out of pinned memory: nothing has changed
             what = f"pinning {len(plan.slabs)} slabs ({plan.capacity:,} bytes) for {name} failed: {e}"
-            raise _refuse("pin_failed", what.splitlines()[0]).found(component.groups, copies) from e
-    except _Left as left:
+            raise refuse("pin_failed", what.splitlines()[0]).found(component.groups, copies) from e
+    except Left as left:
         return _left_as_it_was(name, left, started)
     _switch(component, moved)
     return ComponentRepack(
