@@ -355,3 +355,18 @@ def test_summarize_and_plot_show_the_repack_and_which_memory(fake: FakeHostAlloc
     (run,) = collect_runs([load_report_file(saved)])[0]
     points = release_points(run)
     assert (points[0].call, points[0].boundary, points[0].row.delta) == (0, "attach", repack.allocator_bytes_delta)
+
+
+def test_a_release_that_fails_at_attach_propagates_and_leaves_no_hook_behind(fake: FakeHostAllocator):
+    from ddo_hooks.errors import HostCacheReleaseError
+    from ddo_hooks.hooks.signals import HOOK_NAMES
+
+    pipe = offloaded("sd", fake)
+    fake.release_error = RuntimeError("cudaFreeHost failed")
+    with pytest.raises(HostCacheReleaseError, match="cudaFreeHost failed"):
+        attach(pipe)
+    registries = [m._diffusers_hook for m in pipe.unet.modules() if hasattr(m, "_diffusers_hook")]
+    assert registries  # group offloading's own hooks stay
+    assert not [name for r in registries for name in HOOK_NAMES.values() if r.get_hook(name) is not None]
+    fake.release_error = None
+    attach(pipe).detach()  # and it can be attached again
