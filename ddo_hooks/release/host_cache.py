@@ -44,6 +44,7 @@ from ddo_hooks.reports.release import (
     HostCacheReleaseSetup,
     ReleaseTimings,
     ThresholdDecision,
+    owned_delta,
 )
 
 __all__ = ["CollectStrategy", "not_triggered", "release_pytorch_host_cache"]
@@ -356,9 +357,7 @@ def _execute(
         detail += "; no CUDA tensor was ever made in this process, so there were no transfers to wait for"
     elif not synchronized:
         detail += f"; cuda:{index} has no CUDA context, so there were no transfers to wait for"
-    delta = None
-    if after is not None and before.allocated_bytes is not None and after.allocated_bytes is not None:
-        delta = before.allocated_bytes - after.allocated_bytes
+    delta = owned_delta(before, after)
     since = None
     if pinned_since is not None and before.status == "available" and pinned_since[1].status == "available":
         since = pinning_between(pinned_since[0], pinned_since[1], before)

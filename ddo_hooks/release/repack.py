@@ -27,7 +27,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
@@ -49,7 +49,8 @@ from ddo_hooks.release.pinned_copies import (
     skip,
 )
 from ddo_hooks.release.slabs import SlabPlan, plan_slabs, rounded_size
-from ddo_hooks.reports.release import AllocatorSnapshot, HostCacheRelease
+from ddo_hooks.reports.base import HostObservation
+from ddo_hooks.reports.release import AllocatorSnapshot, HostCacheRelease, owned_delta
 from ddo_hooks.reports.repack import (
     ComponentRepack,
     PinnedCopyRepack,
@@ -214,7 +215,7 @@ def repack_pinned_copies(
     backend = _allocator.backend()
     unsupported = backend.entry_point(lazy_init_done=False)
     if isinstance(unsupported, str):  # no CUDA host allocator: nothing is pinned
-        return _report(phase, [], "unsupported_build", unsupported, started)
+        return _report(phase, [], started, unsupported=unsupported)
     host_before, before = observe_host(), read_snapshot(backend.raw_host_stats)
     results: list[ComponentRepack] = []
     releases: list[HostCacheRelease] = []
@@ -228,58 +229,52 @@ def repack_pinned_copies(
                 refused = f"{e} (the rounded blocks stay cached until the next boundary's release)"
             else:
                 releases.append(report.release)
-    if not any(result.status == "repacked" for result in results):
-        return _report(phase, results, "nothing_to_repack", "no component had pinned copies to repack", started)
-    return _report(phase, results, None, "", started, before=before, host_before=host_before, releases=releases,
-                   refused=refused)  # fmt: skip
+    return _report(phase, results, started, before=before, host_before=host_before, releases=releases, refused=refused)
 
 
 def _report(
     phase: str,
     results: list[ComponentRepack],
-    noop_reason: str | None,
-    detail: str,
     started: float,
     *,
+    unsupported: str | None = None,
     before: AllocatorSnapshot | None = None,
-    host_before: Any = None,
+    host_before: HostObservation | None = None,
     releases: list[HostCacheRelease] | None = None,
     refused: str | None = None,
 ) -> PinnedCopyRepackReport:
+    """The report: executed when a component was repacked (with the readings around it), else a no-op saying why."""
     repacked = [r for r in results if r.status == "repacked"]
-    after = read_snapshot(_allocator.backend().raw_host_stats) if repacked else None
+    noop_reason: Literal["unsupported_build", "nothing_to_repack"] | None = None
     if repacked:
         detail = (
             f"repacked {', '.join(r.component for r in repacked)}: "
             f"{sum(r.pinned_bytes_before for r in repacked):,} bytes of rounded copies became "
             f"{sum(r.pinned_bytes_after for r in repacked):,} bytes of slabs"
         )
-    delta = (
-        before.allocated_bytes - after.allocated_bytes
-        if before is not None
-        and after is not None
-        and before.allocated_bytes is not None
-        and after.allocated_bytes is not None
-        else None
-    )
+        after, host_after = read_snapshot(_allocator.backend().raw_host_stats), observe_host()
+    else:
+        noop_reason = "unsupported_build" if unsupported else "nothing_to_repack"
+        detail = unsupported or "no component had pinned copies to repack"
+        before = after = host_before = host_after = None
     return PinnedCopyRepackReport(
         setup=PinnedCopyRepackSetup(
             pinned_copy_repack=PinnedCopyRepack(
                 phase=phase,
                 status="executed" if repacked else "noop",
-                noop_reason=noop_reason,  # type: ignore[arg-type]
+                noop_reason=noop_reason,
                 detail=detail,
                 components=tuple(results),
                 tensor_bytes=sum(r.tensor_bytes for r in repacked),
                 pinned_bytes_before=sum(r.pinned_bytes_before for r in repacked),
                 pinned_bytes_after=sum(r.pinned_bytes_after for r in repacked),
-                before=before if repacked else None,
+                before=before,
                 after=after,
-                allocator_bytes_delta=delta,
+                allocator_bytes_delta=owned_delta(before, after),
                 releases=tuple(releases or ()),
                 release_refused=refused,
-                host_before=host_before if repacked else None,
-                host_after=observe_host() if repacked else None,
+                host_before=host_before,
+                host_after=host_after,
                 elapsed_seconds=time.perf_counter() - started,
             )
         )

@@ -49,6 +49,7 @@ __all__ = [
     "ReleaseTimings",
     "ThresholdDecision",
     "measured_summary",
+    "owned_delta",
     "validate_active_counter",
 ]
 
@@ -160,6 +161,18 @@ class AllocatorSnapshot(ReportModel):
                 f"active_counter_consistent must be {expected is not None} when active_bytes is {show_repr(expected)}"
             )
         return self
+
+
+def owned_delta(before: AllocatorSnapshot | None, after: AllocatorSnapshot | None) -> int | None:
+    """``before.allocated_bytes - after.allocated_bytes`` (positive: given back); ``None`` when either is unknown.
+
+    Examples:
+        >>> owned_delta(None, None) is None
+        True
+    """
+    if before is None or after is None or before.allocated_bytes is None or after.allocated_bytes is None:
+        return None
+    return before.allocated_bytes - after.allocated_bytes
 
 
 class PinningSince(ReportModel):
@@ -307,9 +320,7 @@ class HostCacheRelease(ReportModel):
             self.noop_reason == "below_threshold"
         ):
             raise ValueError("noop_reason 'below_threshold' goes with threshold.decision 'skip_below_threshold'")
-        before = self.before.allocated_bytes if self.before else None
-        after = self.after.allocated_bytes if self.after else None
-        expected = before - after if before is not None and after is not None else None
+        expected = owned_delta(self.before, self.after)
         if self.allocator_bytes_delta != expected:
             must = f"allocator_bytes_delta must be {show_repr(expected)}"
             raise ValueError(f"{must} (before.allocated_bytes minus after.allocated_bytes)")

@@ -35,7 +35,7 @@ from ddo_hooks.reports.base import (
     RouteReport,
     Seconds,
 )
-from ddo_hooks.reports.release import AllocatorSnapshot, HostCacheRelease, measured_summary
+from ddo_hooks.reports.release import AllocatorSnapshot, HostCacheRelease, measured_summary, owned_delta
 
 __all__ = [
     "REPACK_REFUSALS",
@@ -177,9 +177,7 @@ class PinnedCopyRepack(ReportModel):
             raise ValueError("an executed repack needs before, after and host_before")
         if repacked and self.host_after is None:
             raise ValueError("an executed repack needs host_after")
-        before = self.before.allocated_bytes if self.before else None
-        after = self.after.allocated_bytes if self.after else None
-        expected = before - after if before is not None and after is not None else None
+        expected = owned_delta(self.before, self.after)
         if self.allocator_bytes_delta != expected:
             raise ValueError(f"allocator_bytes_delta must be {show_repr(expected)} (before minus after)")
         if self.releases and self.release_refused is not None:
