@@ -102,9 +102,8 @@ class BoundaryRow:
         return f"{word}: {self.reason}" if self.reason else word
 
 
-def _where(component: str | None, report: Any) -> tuple[str, str]:
-    """The boundary (or phase) a report belongs to, and the action that produced it (from its typed summary)."""
-    summary = report.summary()
+def _where(component: str | None, report: Any, summary: Any) -> tuple[str, str]:
+    """The boundary (or phase) a report belongs to, and the action that produced it."""
     return summary.boundary or component or report.route, summary.action
 
 
@@ -120,9 +119,12 @@ def infer_calls(records: Sequence[tuple[str | None, Any]]) -> list[int]:
         >>> infer_calls([("c", r) for r in reports])
         [1, 1, 2]
     """
+    return _number_calls([_where(component, report, report.summary()) for component, report in records])
+
+
+def _number_calls(keys: Sequence[tuple[str, str]]) -> list[int]:
     calls, call, last, seen = [], 1, -1, set()
-    for component, report in records:
-        key = _where(component, report)
+    for key in keys:
         order = BOUNDARIES.index(key[0]) if key[0] in BOUNDARIES else last
         if calls and (order < last or key in seen):
             call, seen = call + 1, set()
@@ -160,17 +162,18 @@ def boundary_rows(records: Sequence[tuple[str | None, Any]], calls: Sequence[int
     Returns:
         The rows.
     """
-    numbers = list(calls) if calls is not None else infer_calls(records)
+    summaries = [report.summary() for _, report in records]
+    keys = [_where(component, report, s) for (component, report), s in zip(records, summaries, strict=True)]
+    numbers = list(calls) if calls is not None else _number_calls(keys)
     if len(numbers) != len(records):
         raise ValueError(f"calls has {len(numbers)} entries for {len(records)} records")
     rows = []
-    for call, (component, report) in zip(numbers, records, strict=True):
-        s = report.summary()
+    for call, (boundary, action), s in zip(numbers, keys, summaries, strict=True):
         rows.append(
             BoundaryRow(
                 call,
-                s.boundary or component or report.route,
-                s.action,
+                boundary,
+                action,
                 s.kind,
                 s.reason,
                 s.detail,
