@@ -8,7 +8,8 @@ with the embeddings); each preset with the repack off; each preset with it on (t
 ``--calls`` plain calls and reads, at rest after each, RSS split into anon / file / shmem, the cgroup's charge
 and the pinned bytes the allocator owns. Then, per family, ``twins``: one process, two copies of the pipeline
 under the same preset, one repacked, their calls interleaved (ABBA) ``--reps`` times, for the steady-state
-call time and bitwise-equal outputs.
+call time (whole calls, and each component's forwards within them) and bitwise-equal outputs; ``--arms ""``
+runs the twins alone.
 
 GPU machine: ``python3 benchmarks/bench_pinned_floor.py --out $OUT`` (``--jobs 4``; ``--budget-s``).
 CPU, to try the flow: ``python benchmarks/bench_pinned_floor.py --size tiny --out /tmp/floor``.
@@ -62,20 +63,25 @@ def child(argv: list[str], result: Path, log: Path) -> dict[str, Any] | None:
     return json.loads(result.read_text())
 
 
+def workload_spec(args: argparse.Namespace, family: str) -> dict[str, Any]:
+    """What every process of one family shares: its weights, the call's size and steps."""
+    size = args.resolution or (64 if args.size == "tiny" else {"flux": 1024, "sd": 512}[family])
+    spec = {"family": family, "steps": args.steps, "height": size, "width": size, "seed": 0}
+    spec["weights_dir"] = str(args.weights_dir / f"{family}-{args.size}")
+    if args.size == "tiny" and family == "flux":
+        spec["max_sequence_length"] = 16
+    return spec
+
+
 def plan(args: argparse.Namespace) -> list[dict[str, Any]]:
     specs = []
     for family in args.families.split(","):
-        resolution = args.resolution or (64 if args.size == "tiny" else {"flux": 1024, "sd": 512}[family])
         for mode in args.modes.split(","):
             lcmu = mode == "true"
-            for arm in args.arms.split(","):
+            for arm in filter(None, args.arms.split(",")):  # --arms "": the twins alone
                 for repack in (False, True) if arm.startswith("preset:") and not lcmu else (False,):
-                    spec = {"family": family, "lcmu": lcmu, "arm": arm, "repack": repack, "calls": args.calls}
-                    spec.update(steps=args.steps, height=resolution, width=resolution, seed=0)
-                    spec.update(rest_s=2.5 if arm == "preset:lowest-latency" else 0.3)
-                    spec["weights_dir"] = str(args.weights_dir / f"{family}-{args.size}")
-                    if args.size == "tiny" and family == "flux":
-                        spec["max_sequence_length"] = 16
+                    spec = {**workload_spec(args, family), "lcmu": lcmu, "arm": arm, "repack": repack}
+                    spec.update(calls=args.calls, rest_s=2.5 if arm == "preset:lowest-latency" else 0.3)
                     specs.append(spec)
     return specs
 
@@ -120,8 +126,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         list(pool.map(one, plan(args)))
     doc["arms"] = {name(s): doc["arms"][name(s)] for s in plan(args) if name(s) in doc["arms"]}  # the plan's order
     for family in args.families.split(",") if args.reps else ():
-        spec = {**next(s for s in plan(args) if s["family"] == family), "preset": "default", "reps": args.reps}
-        spec["lcmu"] = False
+        spec = {**workload_spec(args, family), "lcmu": False, "preset": "default", "reps": args.reps}
         found = child(["floor_workload.py", "twins", "--spec", json.dumps(spec)], out / f"twins-{family}.json",
                       out / f"twins-{family}.log")  # fmt: skip
         if found is not None:
@@ -181,6 +186,10 @@ def report(doc: dict[str, Any]) -> list[dict[str, Any]]:
         print(f"\n{family} twins (default preset, lcmu=false), steady calls in s: plain {spread(plain)}, "
               f"repacked {spread(packed)}, ratio per rep {spread(ratios)}")  # fmt: skip
         ratio = statistics.median(packed) / statistics.median(plain) if plain and packed else None
+        for component in twins["calls"]["plain"][-1].get("components", {}):
+            times = {k: [c["components"][component] for c in twins["calls"][k][1:]] for k in ("plain", "repacked")}
+            print(f"{family} twins, {component}'s forwards per call in s: plain {spread(times['plain'])}, "
+                  f"repacked {spread(times['repacked'])}")  # fmt: skip
         if "h2d" in twins:
             h2d = twins["h2d"]
             print(f"{family} twins, the denoiser's copies to the GPU in s: plain {spread(h2d['plain'])}, "
@@ -228,7 +237,8 @@ def repack_rows(doc: dict[str, Any], arm: str) -> list[str]:
 
 
 def twins_row(label: str, twins: dict[str, Any]) -> str:
-    """The docs' row of one twins run: calls each, both medians and ranges, the ratio, the equal outputs."""
+    """The docs' row of one twins run: calls each, both medians and ranges, the ratio of the medians, the
+    median and range of the ratio within each interleaved pair, the equal outputs."""
     plain = [c["seconds"] for c in twins["calls"]["plain"][1:]]  # the first pair warms up
     packed = [c["seconds"] for c in twins["calls"]["repacked"][1:]]
     pairs = zip(twins["calls"]["plain"], twins["calls"]["repacked"], strict=True)
@@ -238,6 +248,7 @@ def twins_row(label: str, twins: dict[str, Any]) -> str:
         spread(plain, "\u2013"),
         spread(packed, "\u2013"),
         f"{ratio:.3f}",
+        spread([b / a for a, b in zip(plain, packed, strict=True)], "\u2013"),
         f"{same} of {len(twins['calls']['plain'])}",
     ]
     return f"| {label} | {len(plain)} | " + " | ".join(cells) + " |"

@@ -239,17 +239,44 @@ def prompt_embeds(spec: dict[str, Any], encoded: tuple[Any, ...]) -> dict[str, A
     return {"prompt_embeds": encoded[0], "negative_prompt_embeds": encoded[1]}
 
 
+def component_clock(pipe: Any) -> dict[str, float]:
+    """Seconds spent in each component's forwards (onload included: the hooks run inside ``__call__``), summed
+    over a call; the caller clears the dict between calls. Synchronizes around each forward, in both twins."""
+    spent: dict[str, float] = {}
+    for name, module in pipe.components.items():
+        if isinstance(module, torch.nn.Module):
+            started: list[float] = []
+
+            def pre(_module: Any, _args: Any, _started: list[float] = started) -> None:
+                if torch.cuda.is_available():
+                    torch.cuda.synchronize()
+                _started.append(time.perf_counter())
+
+            def post(_module: Any, _args: Any, _out: Any, _name: str = name, _started: list[float] = started) -> None:
+                if torch.cuda.is_available():
+                    torch.cuda.synchronize()
+                spent[_name] = spent.get(_name, 0.0) + time.perf_counter() - _started.pop()
+
+            module.register_forward_pre_hook(pre)
+            module.register_forward_hook(post)
+    return spent
+
+
 def run_twins(spec: dict[str, Any]) -> dict[str, Any]:
-    """The same preset on two copies of the pipeline, one repacked: interleaved calls (ABBA), times and digests."""
+    """The same preset on two copies of the pipeline, one repacked: interleaved calls (ABBA), times and digests,
+    and the seconds of each component's forwards in each call."""
     workload._quiet()
     pipes = {"plain": load(spec), "repacked": load(spec)}
     attachments = {name: attach_preset(pipe, spec["preset"], name == "repacked") for name, pipe in pipes.items()}
+    clocks = {name: component_clock(pipe) for name, pipe in pipes.items()}
     result: dict[str, Any] = {"spec": spec, "calls": {name: [] for name in pipes}}
     for rep in range(spec["reps"]):
         order = ("plain", "repacked") if rep % 2 == 0 else ("repacked", "plain")
         for name in order:
+            clocks[name].clear()
             seconds, output = timed_call(pipes[name], call_kwargs(spec, rep))
-            result["calls"][name].append({"rep": rep, "seconds": seconds, "digest": output})
+            call = {"rep": rep, "seconds": seconds, "digest": output, "components": dict(clocks[name])}
+            result["calls"][name].append(call)
     result["copies"] = {name: copies(pipe) for name, pipe in pipes.items()}
     if torch.cuda.is_available():
         result["h2d"] = h2d_rounds(pipes, spec.get("h2d_rounds", 10))

@@ -213,25 +213,34 @@ def test_the_pinned_floor_tables_are_those_of_the_checked_in_results():
     floor = load_file(ROOT / "benchmarks" / "bench_pinned_floor.py", "bench_pinned_floor")
     forward = load_file(ROOT / "benchmarks" / "bench_repack_forward.py", "bench_repack_forward", beside=True)
     results = ROOT / "benchmarks" / "results"
-    flux, first, sd = (
+    flux, first, sd, presets, twins15, twins31 = (
         json.loads((results / f"bench_pinned_floor-{name}.json").read_text(encoding="utf-8"))
-        for name in ("flux", "flux-first", "sd")
+        for name in ("flux", "flux-first", "sd", "sd-presets", "twins15", "twins31")
     )
     timing = json.loads((results / "bench_repack_forward.json").read_text(encoding="utf-8"))
     rows = [
         *floor.memory_rows(flux, lcmu=False),
         *floor.memory_rows(first, lcmu=True),
         *floor.memory_rows(sd, lcmu=False),
+        *floor.memory_rows(presets, lcmu=False),
     ]
     rows += floor.repack_rows(flux, "flux/lcmu=false/lowest-peak+repack")
     rows += floor.repack_rows(sd, "sd/lcmu=false/lowest-peak+repack")
     rows += [
-        floor.twins_row("Flux-shaped, second run", flux["twins"]["flux"]),
-        floor.twins_row("Flux-shaped, first run", first["twins"]["flux"]),
-        floor.twins_row("SD 1.5-shaped, first run", first["twins"]["sd"]),
+        floor.twins_row("Flux, run 4", twins31["twins"]["flux"]),
+        floor.twins_row("Flux, run 3", twins15["twins"]["flux"]),
+        floor.twins_row("SD 1.5, run 2", twins15["twins"]["sd"]),
+        floor.twins_row("Flux, run 2", flux["twins"]["flux"]),
+        floor.twins_row("Flux, run 1", first["twins"]["flux"]),
+        floor.twins_row("SD 1.5, run 1", first["twins"]["sd"]),
     ]
     rows += [forward.markdown_row(timing, what) for what in timing["measures"]]
     text = PAGE.read_text(encoding="utf-8")
+    # The per-component figures quoted under the twins table: the transformer's forwards in the 30-pair run.
+    calls = twins31["twins"]["flux"]["calls"]
+    for name in ("plain", "repacked"):
+        seconds = [c["components"]["transformer"] for c in calls[name][1:]]
+        assert f"{floor.spread(seconds, chr(0x2013))}" in text
     missing = [row for row in rows if row not in text]
     assert not missing, "docs/benchmarks.md lacks these rows of benchmarks/results/:\n" + "\n".join(missing)
     # The headline the README and the home page repeat (the default policy): pinned 6.35 -> 4.01 GiB,
