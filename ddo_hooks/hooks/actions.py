@@ -30,6 +30,7 @@ from pydantic import ValidationError
 
 from ddo_hooks.boundaries import ACTION_NAME_PATTERN, BUILT_IN_ACTIONS, component_name
 from ddo_hooks.errors import InvalidArgumentError, PolicyError
+from ddo_hooks.hooks.builtin_actions import BUILT_IN
 from ddo_hooks.reports.boundary import ActionReport, ActionResult, ActionResultSetup
 from ddo_hooks.reports.parse import REPORT_TYPES
 
@@ -150,7 +151,9 @@ class RegisteredAction:
         return report
 
 
-_REGISTRY: dict[str, RegisteredAction] = {}
+_REGISTRY: dict[str, RegisteredAction] = {
+    name: RegisteredAction(name, function, prefix) for name, (function, prefix) in BUILT_IN.items()
+}
 
 
 def register_action(
@@ -193,18 +196,12 @@ def unregister_action(name: str) -> None:
     del _REGISTRY[name]
 
 
-def _builtins() -> None:
-    """Register the built-in actions (:mod:`ddo_hooks.hooks.builtin_actions`) on first use."""
-    import ddo_hooks.hooks.builtin_actions  # noqa: F401 - registers on import
-
-
 def _entry_point_names() -> dict[str, Any]:
     return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
 
 
 def available_actions() -> tuple[str, ...]:
     """Every action name a policy can use: registered ones and installed entry points."""
-    _builtins()
     return tuple(sorted(set(_REGISTRY) | set(_entry_point_names())))
 
 
@@ -218,7 +215,6 @@ def resolve_action(name: str, *, where: str = "") -> RegisteredAction:
     Raises:
         PolicyError: No such action; the message suggests the closest names.
     """
-    _builtins()
     if name in _REGISTRY:
         return _REGISTRY[name]
     eps = _entry_point_names()

@@ -91,14 +91,26 @@ class ReportSink:
         except ReportSinkError as e:
             if self.on_failure == "raise":
                 raise
-            with self._lock:
-                self.failures.append(str(e))
-                self.failure_count += 1
-                first = self.failure_count == 1
-            if first:
-                _log.warning("%s (the call goes on; further failures are only counted in sink_failures)", e)
+            self.note(e)
             return False
         return True
+
+    def note(self, error: ReportSinkError) -> None:
+        """Keep a failure in :attr:`failures` and log the first.
+
+        For a failed write nobody is told of: with ``continue``, or with ``raise`` where no call
+        could raise it (a deferred ``after_call``).
+        """
+        with self._lock:
+            self.failures.append(str(error))
+            self.failure_count += 1
+            first = self.failure_count == 1
+        if first:
+            _log.warning("%s (the call goes on; further failures are only counted in sink_failures)", error)
+
+    def after_fork(self) -> None:
+        """In a forked child: a lock another thread of the parent held at the fork is never released there."""
+        self._lock = threading.Lock()
 
     def _append(self, data: bytes, *, keep: bool) -> None:
         with self._lock:

@@ -18,6 +18,7 @@ import json
 import os
 import re
 import threading
+import weakref
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -48,6 +49,18 @@ class Entry(NamedTuple):
     envelope: RecordEnvelope | None = None
 
 
+_TRACKERS: weakref.WeakSet[MetricsTracker] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for tracker in list(_TRACKERS):  # another thread of the parent may have held the lock at the fork
+        tracker._lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 class MetricsTracker:
     """Keeps validated DDO reports by component, in the order they were recorded.
 
@@ -71,6 +84,7 @@ class MetricsTracker:
         ):
             raise InvalidArgumentError(f"max_records={max_records!r} must be None or an int >= 0")
         self._lock = threading.Lock()
+        _TRACKERS.add(self)
         self._records: collections.deque[Entry] = collections.deque(maxlen=max_records)
         self.max_records = max_records
         self.evicted = 0
@@ -100,11 +114,23 @@ class MetricsTracker:
                 self.evicted += 1
             self._records.append(Entry(component, report, envelope))
 
-    def drain(self) -> list[Entry]:
-        """Return every record, in order, and forget them (e.g. after writing them elsewhere)."""
+    def drain(self, *, run_id: str | None = None) -> list[Entry]:
+        """Return every record, in order, and forget them (e.g. after writing them elsewhere).
+
+        Args:
+            run_id: Only the records of this run (an attachment's :attr:`~ddo_hooks.Attachment.run_id`);
+                the others stay.
+        """
         with self._lock:
-            drained = list(self._records)
-            self._records.clear()
+            if run_id is None:
+                drained = list(self._records)
+                self._records.clear()
+                return drained
+            drained = [e for e in self._records if e.envelope is not None and e.envelope.run_id == run_id]
+            if drained:
+                kept = [e for e in self._records if e.envelope is None or e.envelope.run_id != run_id]
+                self._records.clear()
+                self._records.extend(kept)
             return drained
 
     def clear(self) -> None:
