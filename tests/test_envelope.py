@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from ddo_hooks import MetricsTracker, ReportError, attach, release_pytorch_host_cache
+from ddo_hooks import InvalidArgumentError, MetricsTracker, ReportError, attach, release_pytorch_host_cache
+from ddo_hooks._diagnostics import show_repr
 from ddo_hooks.policy.model import HookPolicy
 from ddo_hooks.reports import envelope as envelope_module
 from ddo_hooks.reports.envelope import RecordEnvelope, process_rank
@@ -177,3 +179,23 @@ def test_an_invalid_envelope_is_located(tmp_path):
     bad.write_text(json.dumps(record) + "\n")
     with pytest.raises(ReportError, match=r"bad\.jsonl:1:\d+: envelope\.call_index: "):
         load_report_file(bad)
+
+
+@pytest.mark.parametrize("bad", ["Bad!", "before-vae", "", 5, "x" * 10_000])
+def test_a_record_at_an_unknown_boundary_is_refused_with_the_argument_and_the_boundaries(tmp_path, bad):
+    expected = (
+        rf"^boundary={re.escape(show_repr(bad))} is not a boundary; pass one of before_transformer, before_vae, "
+        r"after_call, or None for a report made outside a boundary$"
+    )
+    with pytest.raises(InvalidArgumentError, match=expected):
+        RecordEnvelope.now(run_id="0" * 32, call_index=0, boundary=bad)
+    sink = tmp_path / "r.jsonl"
+    pipe = build_pipeline("sd")
+    with attach(pipe, HookPolicy.from_mapping({"version": 1, "report_sink": str(sink)})) as attachment:
+        report = release_pytorch_host_cache(phase="after_call")
+        with pytest.raises(InvalidArgumentError, match=expected):
+            attachment.record(report, component="mine", boundary=bad)
+        attachment.record(report, component="mine", boundary="after_call")
+        attachment.record(report, component="mine")
+    assert [e.envelope.boundary for e in attachment.tracker.entries()] == ["after_call", None]
+    assert len(attachment.reports) == len(sink.read_text().splitlines()) == 2  # nothing of the refused one

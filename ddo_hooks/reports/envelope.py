@@ -33,6 +33,8 @@ from typing import Annotated, Any, Literal
 from pydantic import AwareDatetime, Field, StrictInt
 
 from ddo_hooks._diagnostics import show_repr
+from ddo_hooks.boundaries import BOUNDARIES
+from ddo_hooks.errors import InvalidArgumentError
 from ddo_hooks.reports.base import Bytes, PhaseLabel, ReportModel
 from ddo_hooks.reports.parse import DDOReport
 
@@ -42,6 +44,7 @@ __all__ = [
     "MAX_WORLD_SIZE",
     "RecordEnvelope",
     "ReportRecord",
+    "check_boundary",
     "new_run_id",
     "process_rank",
     "record_json_schema",
@@ -130,6 +133,28 @@ def process_rank() -> tuple[int | None, int | None]:
     return rank, world
 
 
+def check_boundary(boundary: object) -> str | None:
+    """``boundary`` when it is one of :data:`~ddo_hooks.boundaries.BOUNDARIES` or ``None``, for a record's envelope.
+
+    Raises:
+        InvalidArgumentError: Any other value; the message names the argument and the boundaries.
+
+    Examples:
+        >>> check_boundary("after_call"), check_boundary(None)
+        ('after_call', None)
+        >>> check_boundary("Bad!")
+        Traceback (most recent call last):
+        ...
+        ddo_hooks.errors.InvalidArgumentError: boundary='Bad!' is not a boundary; pass one of before_transformer, ...
+    """
+    if boundary is None or (isinstance(boundary, str) and boundary in BOUNDARIES):
+        return boundary
+    raise InvalidArgumentError(
+        f"boundary={show_repr(boundary)} is not a boundary; pass one of {', '.join(BOUNDARIES)}, "
+        "or None for a report made outside a boundary"
+    )
+
+
 class RecordEnvelope(ReportModel):
     """Where and when a report was recorded."""
 
@@ -154,12 +179,17 @@ class RecordEnvelope(ReportModel):
 
     @classmethod
     def now(cls, *, run_id: str, call_index: int, boundary: str | None) -> RecordEnvelope:
-        """The envelope of a record made now, in this process."""
+        """The envelope of a record made now, in this process.
+
+        Raises:
+            InvalidArgumentError: ``boundary`` is neither a boundary nor ``None`` (see :func:`check_boundary`).
+        """
+        checked = check_boundary(boundary)
         rank, world = process_rank()
         return cls(
             run_id=run_id,
             call_index=call_index,
-            boundary=boundary,
+            boundary=checked,
             timestamp=datetime.now(timezone.utc),
             pid=os.getpid(),
             host=_HOST,
