@@ -137,6 +137,25 @@ def test_action_data_with_nan_or_infinity_is_refused_naming_the_path(bad: float)
         parse_report(document)
 
 
+@pytest.mark.parametrize("bad", [10**4300, -(10**4300), 10**5000], ids=["10**4300", "-10**4300", "10**5000"])
+def test_action_data_with_an_int_json_cannot_write_is_refused_naming_the_path(bad: int):
+    with pytest.raises(ReportError, match=r"at data\.a\[1\] has more than 4,300 digits, which Python's json refuses"):
+        ActionResult(action="log", boundary="after_call", status="executed", data={"a": [1, bad]})
+    context = BoundaryContext(
+        pipeline=None,
+        boundary="after_call",
+        action="log",
+        call_index=1,
+        device="cuda",
+        tracker=MetricsTracker(),
+        policy=HookPolicy.default(),
+    )
+    with pytest.raises(InvalidArgumentError, match=r"has more than 4,300 digits.*; store it as a string"):
+        context.action_report("executed", data={"big": bad})
+    largest = ActionResult(action="log", boundary="after_call", status="executed", data={"a": 10**4300 - 1})
+    assert json.loads(json.dumps(largest.model_dump(mode="json")))["data"]["a"] == 10**4300 - 1
+
+
 def test_a_string_json_cannot_hold_is_refused():
     document = with_value(noop(), (*RELEASE, "detail"), "half a pair \ud800")
     with pytest.raises(
