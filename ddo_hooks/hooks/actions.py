@@ -29,8 +29,9 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import ValidationError
 
 from ddo_hooks.boundaries import ACTION_NAME_PATTERN, BUILT_IN_ACTIONS, component_name
-from ddo_hooks.errors import InvalidArgumentError, PolicyError
+from ddo_hooks.errors import InvalidArgumentError, PolicyError, ReportError
 from ddo_hooks.hooks.builtin_actions import BUILT_IN
+from ddo_hooks.reports.base import describe_errors
 from ddo_hooks.reports.boundary import ActionReport, ActionResult, ActionResultSetup
 from ddo_hooks.reports.parse import REPORT_TYPES
 
@@ -99,24 +100,27 @@ class BoundaryContext:
     def action_report(self, status: Literal["executed", "noop"], *, detail: str = "", data: Any = None) -> ActionReport:
         """Build a validated ``boundary_action`` report for this action at this boundary.
 
+        Args:
+            status: ``"executed"`` or ``"noop"``.
+            detail: A sentence for people.
+            data: A dict of JSON data (str keys; numbers finite), or ``None`` for none.
+
         Raises:
             InvalidArgumentError: ``status``, ``detail`` or ``data`` is not valid (e.g. data that
                 is not JSON: a set, NaN); the message names the action and the field.
         """
+        fields = {"status": status, "detail": detail, "data": {} if data is None else data}
         try:
-            result = ActionResult(
-                action=self.action, boundary=self.boundary, status=status, detail=detail, data=data or {}
-            )
-        except ValidationError as e:
-            problems = "; ".join(
-                f"{'.'.join(map(str, item['loc'])) or 'report'}: {item['msg']}" for item in e.errors(include_url=False)
-            )
+            result = ActionResult(action=self.action, boundary=self.boundary, **fields)
+            return ActionReport(setup=ActionResultSetup(boundary_action=result))
+        except (ReportError, ValidationError) as e:
+            cause = e.__cause__ if isinstance(e, ReportError) else e
+            problems = describe_errors(cause) if isinstance(cause, ValidationError) else str(e)
             raise InvalidArgumentError(
                 f"action {self.action!r} at {self.boundary}: its report is not valid ({problems}); "
-                "pass status 'executed' or 'noop', a str detail and JSON data (dicts, lists, str, finite numbers, "
-                "bools, None)"
+                "pass status 'executed' or 'noop', a str detail and JSON data (a dict of str keys to dicts, lists, "
+                "str, finite numbers, bools and None)"
             ) from e
-        return ActionReport(setup=ActionResultSetup(boundary_action=result))
 
 
 ActionFunction = Callable[[BoundaryContext], Any]

@@ -30,12 +30,27 @@ from ddo_hooks.errors import InvalidArgumentError, ReportError
 from ddo_hooks.reports.envelope import RecordEnvelope
 from ddo_hooks.reports.parse import REPORT_TYPES, parse_report
 
-__all__ = ["MAX_COMPONENT_LENGTH", "Entry", "MetricsTracker", "RecordedReport", "read_entries", "read_reports"]
+__all__ = [
+    "MAX_COMPONENT_LENGTH",
+    "MAX_RECORDS",
+    "Entry",
+    "MetricsTracker",
+    "RecordedReport",
+    "read_entries",
+    "read_reports",
+]
 
 MAX_COMPONENT_LENGTH = 128
 """The longest component name."""
 
 _COMPONENT_RE = re.compile(rf"^[A-Za-z0-9][A-Za-z0-9_.\-]{{0,{MAX_COMPONENT_LENGTH - 1}}}$")
+
+MAX_RECORDS = 100_000
+"""The most records a tracker with a bound (``max_records``) or an attachment (``keep_reports``) keeps.
+
+Each one is a pydantic object: an executed release report with its envelope took about 12 KB of
+Python memory when measured (a no-op one about 4 KB), so the bound is about 1.2 GB. A longer
+history belongs on disk, in the policy's ``report_sink``."""
 
 RecordedReport = tuple[str, Any]
 """A ``(component, report)`` pair, in recording order."""
@@ -71,18 +86,21 @@ class MetricsTracker:
 
     Args:
         max_records: Keep at most this many records, the newest (older ones are dropped and
-            counted in :attr:`evicted`); ``None`` keeps every record. The tracker an attachment
-            makes for itself keeps the policy's ``keep_reports``.
+            counted in :attr:`evicted`), from 0 to :data:`MAX_RECORDS`; ``None`` keeps every
+            record. The tracker an attachment makes for itself keeps the policy's ``keep_reports``.
 
     Raises:
-        InvalidArgumentError: ``max_records`` is not ``None`` or an int >= 0.
+        InvalidArgumentError: ``max_records`` is not ``None`` or an int from 0 to :data:`MAX_RECORDS`.
     """
 
     def __init__(self, *, max_records: int | None = None) -> None:
         if max_records is not None and (
-            isinstance(max_records, bool) or not isinstance(max_records, int) or max_records < 0
+            isinstance(max_records, bool) or not isinstance(max_records, int) or not 0 <= max_records <= MAX_RECORDS
         ):
-            raise InvalidArgumentError(f"max_records={max_records!r} must be None or an int >= 0")
+            raise InvalidArgumentError(
+                f"max_records={show_repr(max_records)} must be None (keep every record) or an int from 0 to "
+                f"{MAX_RECORDS:,}; keep fewer in memory, or keep them all with None"
+            )
         self._lock = threading.Lock()
         _TRACKERS.add(self)
         self._records: collections.deque[Entry] = collections.deque(maxlen=max_records)
