@@ -114,7 +114,8 @@ REFUSAL_REASONS: dict[str, str] = {
     ),
     "not_reached": (
         "The call ended without reaching the boundary: it raised before it, did not decode "
-        '(`output_type="latent"`), or decoded where no boundary may run; the detail says which.'
+        '(`output_type="latent"`), decoded only where no boundary may run, or ran no loop of its final stage; '
+        "the detail says which."
     ),
     "action_refused": "An action refused to run (it raised `BoundaryRefusedError` with a reason of its own).",
 }

@@ -80,8 +80,13 @@ def limits(entry: dict[str, Any]) -> list[str]:
     loop = call["progress_bar_calls"] > 0 or call["raw_tqdm"] or holds
     if not loop and not any(DENOISER_PATTERN.match(name) for name in entry["denoisers"]):
         found.append("`before_transformer` not reached: no denoising loop (no progress bar, no known denoiser)")
-    if call["decode_inside_loop"]:
-        found.append("`before_vae` not reached: it decodes inside its loop's progress bar")
+    if call["decode_inside_steps"]:
+        found.append("`before_vae` not reached: it decodes inside its loop's steps")
+    elif call["decode_inside_loop"] and call["progress_bar_inside_outer_loop"]:
+        found.append(
+            "a call of several chunks (a progress bar each, each chunk decoded inside it) gets `before_vae` at the "
+            "first chunk's decode, after that chunk's last step: the later chunks denoise after it"
+        )
     elif not call["decode_calls"] and not holds:
         found.append("`before_vae` not reached: its `__call__` decodes nothing (pixel space, a prior, or latents out)")
     odd = [name for name in entry["decoders"] if not _VAE_SHAPED.match(name) and name != "vocoder"]
