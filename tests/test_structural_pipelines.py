@@ -20,7 +20,11 @@ from ddo_hooks.testing.structural import (
 # (batch, height, width, channels); frames add the frame axis; audios are (batch, samples).
 OUTPUTS = {
     "kandinsky21_combined": ("images", (1, 3, 32, 32)),
+    "kandinsky21_img2img_combined": ("images", (1, 3, 32, 32)),
+    "kandinsky21_inpaint_combined": ("images", (1, 3, 32, 32)),
     "kandinsky22_combined": ("images", (1, 3, 32, 32)),
+    "kandinsky22_img2img_combined": ("images", (1, 3, 32, 32)),
+    "kandinsky22_inpaint_combined": ("images", (1, 3, 32, 32)),
     "visualcloze": ("images", (1, 3, 16, 16)),
     "stable_unclip": ("images", (1, 3, 32, 32)),
     "skyreels_v2_df_v2v": ("frames", (1, 14, 3, 16, 16)),  # the 5 input frames, then 9 generated
@@ -31,14 +35,18 @@ OUTPUTS = {
     "paint_by_example": ("images", (1, 3, 32, 32)),
     "ldm_text2img": ("images", (1, 16, 16, 3)),
     "kandinsky3": ("images", (1, 3, 16, 16)),
+    "kandinsky3_img2img": ("images", (1, 3, 32, 32)),
+    "helios": ("frames", (1, 33, 3, 16, 16)),  # one chunk of 9 latent frames
+    "cosmos25_transfer": ("frames", (1, 3, 3, 32, 32)),
     "anyflow_far": ("frames", (1, 5, 3, 16, 16)),
     "wan22": ("frames", (1, 5, 3, 16, 16)),
 }
 
 # Warnings the libraries themselves raise on every call of these pipelines (the suite makes warnings errors).
 LIBRARY_WARNINGS = {
-    # KandinskyV22CombinedPipeline passes callback_steps on to its decoder pipeline.
+    # KandinskyV22CombinedPipeline and its image-to-image twin pass callback_steps on to their decoder pipeline.
     "kandinsky22_combined": "ignore:`callback_steps` is deprecated:FutureWarning",
+    "kandinsky22_img2img_combined": "ignore:`callback_steps` is deprecated:FutureWarning",
     # AudioLDM 2 drives GPT-2 generation with past_key_values (transformers 5 deprecates the name).
     "audioldm2": "ignore:`past_key_values` is deprecated:FutureWarning",
     # AnyFlow's FAR attention is flex_attention, unfused without torch.compile.
