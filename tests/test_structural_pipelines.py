@@ -7,7 +7,9 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from support import timeline
 
+from ddo_hooks.policy.model import HookPolicy
 from ddo_hooks.testing.structural import (
     CLASS_NAMES,
     STRUCTURAL,
@@ -129,12 +131,35 @@ ORDER = ["before_transformer", "before_vae", "after_call"]
 # no quiet point would list the boundary it reports as not reached, "before_vae:not_reached").
 EXPECTED = {name: ORDER for name in STRUCTURAL}
 
+# What the timeline needs to know of each structure (tests/support/timeline.py): the denoisers of
+# its final stage, and what runs inside that stage's loop beside them.
+FINAL = (
+    {name: {"unet"} for name in STRUCTURAL}
+    | {
+        name: {"transformer"}
+        for name in ("visualcloze", "skyreels_v2_df_v2v", "anyflow_far", "helios", "cosmos25_transfer")
+    }
+    | {"wan22": {"transformer", "transformer_2"}}
+)
+HELPERS = {
+    # Cosmos 2.5 Transfer encodes each chunk's controls with the VAE inside its progress bar, and
+    # runs its controlnet beside the transformer at every step.
+    "cosmos25_transfer": frozenset({"controlnet", "encode vae"}),
+}
+
+TIMELINE_POLICY = {"version": 1, "boundaries": {b: {"actions": ["host_cache_release", timeline.ACTION]} for b in ORDER}}
+"""Each boundary releases, then notes itself in the timeline."""
+
 
 def _outcomes(reports: list[Any]) -> list[str]:
-    return [
-        f"{r.body.boundary}:{r.body.reason}" if r.route == "phase_boundary_refusal" else r.release.phase
-        for r in reports
-    ]
+    """The release of each boundary, or why it did not run (the timeline's own reports left out)."""
+    found = []
+    for r in reports:
+        if r.route == "phase_boundary_refusal" and r.body.action == "host_cache_release":
+            found.append(f"{r.body.boundary}:{r.body.reason}")
+        elif r.route == "pytorch_host_cache_release":
+            found.append(r.release.phase)
+    return found
 
 
 def _state(pipe: Any) -> list[Any]:
@@ -145,20 +170,40 @@ def _state(pipe: Any) -> list[Any]:
     return [type(pipe), *(sorted(vars(p)) for p in pipes), registries]
 
 
+@pytest.fixture(scope="module")
+def recording():
+    """The timeline's action, registered for this module's tests."""
+    timeline.register()
+    yield
+    timeline.unregister()
+
+
+def check_timeline(record: timeline.Timeline, name: str, calls: int = 2) -> None:
+    """Each recorded call of structure ``name`` ran its boundaries where issue 20 says (see ``check_call``)."""
+    found = record.calls()
+    assert len(found) == calls
+    missed = {b.split(":")[0] for b in EXPECTED[name] if b.endswith(":not_reached")}
+    for events in found:
+        timeline.check_call(events, final=FINAL[name], helpers=HELPERS.get(name, frozenset()), missed=missed)
+
+
 @pytest.mark.parametrize("name", _params())
-def test_each_call_gives_each_boundary_once_in_order_with_the_same_output(name):
+def test_each_call_gives_each_boundary_once_in_order_with_the_same_output(name, recording):
     from ddo_hooks import attach
 
     pipe = build_structural(name)
     reference = _output(pipe, name)  # a call without the attachment sets the pipeline's own call state
+    record = timeline.Timeline.install(pipe)
     before = _state(pipe)
-    with attach(pipe) as attachment:
+    with attach(pipe, HookPolicy.from_mapping(TIMELINE_POLICY)) as attachment:
         first = _output(pipe, name)
         _output(pipe, name)
         assert _outcomes(attachment.reports) == EXPECTED[name] * 2
         assert attachment.call_index == 2
     assert _equal(first, reference)
     assert _state(pipe) == before  # detach left nothing behind
+    record.remove()
+    check_timeline(record, name)
 
 
 def test_a_call_that_returns_latents_reports_before_vae_as_not_reached_with_the_reason():
