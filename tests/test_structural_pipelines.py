@@ -9,6 +9,7 @@ import pytest
 import torch
 from support import timeline
 
+from ddo_hooks.boundaries import BOUNDARY_NOTES
 from ddo_hooks.policy.model import HookPolicy
 from ddo_hooks.testing.structural import (
     CLASS_NAMES,
@@ -216,3 +217,4 @@ def test_a_call_that_returns_latents_reports_before_vae_as_not_reached_with_the_
     assert attachment.reports[1].body.detail == (
         "the call did not decode after its denoising loop (e.g. output_type='latent')"
     )
+    assert '`not_reached` when nothing decodes (`output_type="latent"`)' in BOUNDARY_NOTES["before_vae"][0]  # the docs
