@@ -13,13 +13,8 @@
   decoder submodules of every VAE, of the pipeline and the pipelines it holds;
 * loading sections around the methods that load, move or re-hook components.
 
-Each loop gets the :class:`~ddo_hooks.hooks.phases.Stage` its pipeline's components say
-(:meth:`PipelineSignals.stage_of`): a loop is EARLIER when it runs in a pipeline held before
-another pipeline that holds a final denoiser (VisualCloze's generation pipeline before its
-upsampling pipeline; a *Combined* pipeline's prior pipeline), or when its pipeline's only
-denoisers are priors (:data:`PRIOR_PATTERN`) while the pipeline attached holds another denoiser.
-Where a pipeline holds both kinds (Stable unCLIP's ``prior`` and ``unet``), the loop's first
-denoiser forward says which.
+Each loop gets the :class:`~ddo_hooks.hooks.phases.Stage` that the components of the pipeline
+running it say (:meth:`PipelineSignals.stage_of`), or, where they cannot, its first denoiser.
 
 Everything is removed again by :meth:`PipelineSignals.remove`, and nothing here keeps the
 pipeline or its components alive.
