@@ -1,9 +1,9 @@
 """The one boundary vocabulary: the names every layer, table and docs page takes from here.
 
 A pipeline call passes three *phase boundaries*, quiet points where a release is safe, in this
-order: :data:`BEFORE_TRANSFORMER` (prompts are encoded, the denoising loop has not started),
-:data:`BEFORE_VAE` (the loop is over, the VAE has not decoded) and :data:`AFTER_CALL` (the call
-returned its components to rest). A boundary runs *actions*; :data:`HOST_CACHE_RELEASE` is the
+order: :data:`BEFORE_TRANSFORMER` (prompts are encoded, the final stage's denoising loop has not
+started), :data:`BEFORE_VAE` (that loop is over, the VAE has not decoded) and :data:`AFTER_CALL`
+(the call returned its components to rest). A boundary runs *actions*; :data:`HOST_CACHE_RELEASE` is the
 built-in one. A boundary that is requested where it is not allowed is *refused* for one of the
 :data:`REFUSAL_REASONS`.
 
@@ -37,9 +37,9 @@ __all__ = [
 ]
 
 BEFORE_TRANSFORMER = "before_transformer"
-"""After the text encoders ran, before the denoising loop starts."""
+"""After the text encoders (and any prior) ran, before the final stage's denoising loop starts."""
 BEFORE_VAE = "before_vae"
-"""After the denoising loop, before the VAE decodes."""
+"""After the final stage's denoising loop, before the VAE decodes."""
 AFTER_CALL = "after_call"
 """After the pipeline call returned its components to rest."""
 
@@ -51,11 +51,13 @@ BoundaryName = Literal["before_transformer", "before_vae", "after_call"]
 
 BOUNDARY_NOTES: dict[str, tuple[str, str]] = {
     BEFORE_TRANSFORMER: (
-        "After the prompts are encoded and the latents prepared, when the denoising loop starts",
+        "After the prompts are encoded and the latents prepared, when the denoising loop starts; where a "
+        "prior or a first pipeline runs a loop before, when the final stage's loop starts, after its encoders",
         "Pinned copies of text encoders that were dropped or offloaded after encoding",
     ),
     BEFORE_VAE: (
-        'When the denoising loop ends, before the VAE decodes (also with `output_type="latent"`)',
+        "When the final stage's denoising loop ends, before the VAE decodes (also inside the loop's progress bar, "
+        'once it counted all its steps); `not_reached` when nothing decodes (`output_type="latent"`)',
         "Blocks the denoiser's onloads returned to the cache (group offloading with "
         "`low_cpu_mem_usage=True` pins at every onload)",
     ),
@@ -115,7 +117,8 @@ REFUSAL_REASONS: dict[str, str] = {
     ),
     "not_reached": (
         "The call ended without reaching the boundary: it raised before it, did not decode "
-        '(`output_type="latent"`), or decoded where no boundary may run; the detail says which.'
+        '(`output_type="latent"`), decoded only where no boundary may run, or ran no loop of its final stage; '
+        "the detail says which."
     ),
     "action_refused": "An action refused to run (it raised `BoundaryRefusedError` with a reason of its own).",
     "action_failed": (

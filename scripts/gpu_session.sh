@@ -6,7 +6,7 @@
 #   scripts/gpu_session.sh [STEP...]     (default: gpu-tests cpu-suite bench)
 #
 #   gpu-tests    the `gpu`-marked tests but the structural ones (tests/gpu)
-#   structural   the 14 structural pipelines under group offloading with streams, three shards at
+#   structural   every structural pipeline under group offloading with streams, three shards at
 #                once on the last GPU, in the background while the later steps run
 #   cpu-suite    the CPU suite against the machine's torch and accelerate
 #   probe-drop   what keeps a dropped text encoder alive (benchmarks/probe_drop.py: as built, --lcmu, --loaded,

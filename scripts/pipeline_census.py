@@ -199,6 +199,8 @@ def analyse_call(tree: ast.AST, source: str) -> dict[str, Any]:
         "first_decode": _dotted(decodes[0].func) if decodes else None,
         "decode_calls": sorted({_dotted(c.func) for c in decodes}),
         "decode_inside_loop": any(in_denoising_block(c) for c in decodes),
+        "decode_inside_steps": any(a in timestep_loops for c in decodes for a in _ancestors(c, parents)),
+        "progress_bar_inside_outer_loop": any(in_outer_loop(b) for b in bars),
         "free_inside_loop": any(in_denoising_block(c) for c in calls if _is_self_call(c, "maybe_free_model_hooks")),
         "self_attribute_calls": sorted(
             {
@@ -425,6 +427,10 @@ def summarize(entries: list[dict[str, Any]], skipped: list[dict[str, str]]) -> s
     multi = count("more than one progress_bar call in __call__", lambda e: call(e).get("progress_bar_calls", 0) > 1)
     nested = count("denoising loop inside an outer loop", lambda e: call(e).get("loop_inside_outer_loop"))
     dec_in = count("decode call inside the loop/progress bar block", lambda e: call(e).get("decode_inside_loop"))
+    dec_steps = count("decode call inside the steps (the timestep loop)", lambda e: call(e).get("decode_inside_steps"))
+    bar_chunks = count(
+        "progress bar inside an outer loop (a bar per chunk)", lambda e: call(e).get("progress_bar_inside_outer_loop")
+    )
     free_in = count(
         "maybe_free_model_hooks inside the loop/progress bar block", lambda e: call(e).get("free_inside_loop")
     )
@@ -451,6 +457,8 @@ def summarize(entries: list[dict[str, Any]], skipped: list[dict[str, str]]) -> s
     listing("more than one progress_bar call", multi)
     listing("loop inside an outer loop", nested)
     listing("decode inside the loop block", dec_in)
+    listing("decode inside the steps", dec_steps)
+    listing("a progress bar per chunk", bar_chunks)
     listing("maybe_free_model_hooks inside the loop block", free_in)
     listing(
         "maybe_free_model_hooks before the first decode",

@@ -5,7 +5,7 @@ import threading
 import pytest
 from support.fakes import HANG_SECONDS
 
-from ddo_hooks.hooks.phases import CallPhases, Phase
+from ddo_hooks.hooks.phases import CallPhases, Phase, Stage
 from ddo_hooks.release import guard
 
 
@@ -130,7 +130,10 @@ def test_a_decode_inside_the_progress_bar_is_no_quiet_point(machine, events):
     assert machine.phase is Phase.DENOISING
     machine.loop_exit()
     machine.call_end(call)
-    assert "decoded inside its denoising loop's progress bar" in names(events)[1]
+    assert names(events)[1] == (
+        "before_vae missed: TestPipeline decoded only inside its denoising loop's progress bar before the bar "
+        "counted all its steps, where no boundary may run, and not after the loop"
+    )
 
 
 def test_a_later_decode_after_a_preview_decode_fires_before_vae(machine, events):
@@ -252,3 +255,123 @@ def test_a_failing_boundary_leaves_the_call_where_it_was_and_its_end_still_clean
     assert m.phase is Phase.IDLE
     assert m.calls() == []
     assert guard.busy_reason() is None
+
+
+# -- the loop's steps, counted by its progress bar ------------------------------------------------
+
+
+def test_a_decode_inside_the_bar_once_it_counted_all_its_steps_fires_before_vae(machine, events):
+    bar = object()  # Kandinsky 3: decode, free and return inside the bar, after the last step
+    call = machine.call_start()
+    machine.loop_enter(token=bar)
+    machine.loop_steps_done(bar)
+    assert machine.phase is Phase.DENOISING  # steps done, the bar still open
+    machine.decode_start()
+    assert machine.phase is Phase.DECODING
+    assert guard.busy_reason()[0] == "inference_in_progress"  # the loop section closed where the decode started
+    machine.loop_exit(call)
+    machine.call_end(call)
+    assert names(events) == ["before_transformer", "before_vae", "after_call"]
+
+
+def test_chunks_under_one_bar_give_before_vae_at_the_decode_after_the_last_step(machine, events):
+    bar = object()  # Cosmos 2.5 Transfer: one bar over every chunk, each chunk decoded inside it
+    call = machine.call_start()
+    machine.loop_enter(token=bar)
+    machine.decode_start()  # the first chunk: steps to go
+    assert names(events) == ["before_transformer"]
+    machine.loop_steps_done(bar)
+    machine.decode_start()  # the last chunk
+    machine.call_end(call)
+    assert names(events) == ["before_transformer", "before_vae", "after_call"]
+
+
+def test_steps_counted_by_another_bar_or_call_change_nothing(machine, events):
+    bar, nested = object(), object()
+    call = machine.call_start()
+    machine.loop_enter(token=bar)
+    machine.loop_enter(token=nested)  # a progress bar inside the loop is not the loop's
+    machine.loop_steps_done(nested)
+    machine.loop_steps_done(None)
+    machine.decode_start()
+    assert machine.phase is Phase.DENOISING
+    assert names(events) == ["before_transformer"]
+    machine.call_end(call)
+
+
+def test_a_bar_per_chunk_gives_before_vae_at_the_first_chunks_decode_and_once(machine, events):
+    call = machine.call_start()  # Helios with two chunks: the first decode cannot know a chunk follows
+    for _ in range(2):
+        bar = object()
+        machine.loop_enter(token=bar)
+        machine.loop_steps_done(bar)
+        machine.decode_start()
+        machine.loop_exit(call)
+    machine.call_end(call)
+    assert names(events) == ["before_transformer", "before_vae", "after_call"]
+    assert call.loops == 2
+
+
+# -- stages ---------------------------------------------------------------------------------------
+
+
+def test_an_earlier_stage_gives_no_boundary_and_the_final_stage_both(machine, events):
+    call = machine.call_start()  # a prior pipeline's loop, then the decoder pipeline's
+    machine.loop_enter(stage=Stage.EARLIER)
+    assert guard.busy_reason()[0] == "denoising"
+    machine.loop_exit()
+    machine.decode_start()  # an earlier stage's decode (VisualCloze's first image)
+    assert names(events) == []
+    machine.loop_enter(stage=Stage.FINAL)
+    machine.loop_exit()
+    machine.decode_start()
+    machine.call_end(call)
+    assert names(events) == ["before_transformer", "before_vae", "after_call"]
+
+
+def test_a_loop_of_unknown_stage_waits_for_its_first_denoiser_forward():
+    seen = []
+    m = CallPhases("P", lambda b, call: seen.append((b, call.loop_section, guard.busy_reason()[0])), lambda *a: None)
+    call = m.call_start()  # Stable unCLIP: the prior's loop, then the unet's, under the same progress bar
+    m.loop_enter(stage=None)
+    assert m.current().loop_section is None
+    m.denoiser_forward(earlier=True)  # the prior
+    assert guard.busy_reason()[0] == "denoising"
+    m.denoiser_forward(earlier=True)
+    m.loop_exit()
+    m.loop_enter(stage=None)
+    assert seen == []
+    m.denoiser_forward()  # the unet: before_transformer before it runs, outside any loop section
+    assert seen == [("before_transformer", None, "inference_in_progress")]
+    assert guard.busy_reason()[0] == "denoising"
+    m.denoiser_forward()
+    m.loop_exit()
+    m.decode_start()
+    m.call_end(call)
+    assert [b for b, _, _ in seen] == ["before_transformer", "before_vae", "after_call"]
+    assert call.stages == {Stage.EARLIER, Stage.FINAL}
+
+
+def test_a_prior_outside_a_known_loop_starts_an_earlier_loop(machine, events):
+    call = machine.call_start()
+    machine.denoiser_forward(earlier=True)
+    assert machine.phase is Phase.DENOISING
+    machine.decode_start()  # ends the loop without a bar
+    machine.denoiser_forward()
+    machine.decode_start()
+    machine.call_end(call)
+    assert names(events) == ["before_transformer", "before_vae", "after_call"]
+
+
+def test_a_call_that_ran_only_an_earlier_stage_says_so(machine, events):
+    call = machine.call_start()  # VisualCloze with upsampling_strength=0 runs only its first pipeline
+    machine.loop_enter(stage=Stage.EARLIER)
+    machine.loop_exit()
+    machine.decode_start()
+    machine.call_end(call)
+    assert names(events) == [
+        "before_transformer missed: this TestPipeline call ran no loop of its final stage, only an earlier "
+        "stage's (a prior, or a pipeline it holds before another that holds a denoiser)",
+        "before_vae missed: the call ran no loop of its final stage, so no final decode followed one",
+        "after_call",
+    ]

@@ -7,7 +7,10 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from support import timeline
 
+from ddo_hooks.boundaries import BOUNDARY_NOTES
+from ddo_hooks.policy.model import HookPolicy
 from ddo_hooks.testing.structural import (
     CLASS_NAMES,
     STRUCTURAL,
@@ -20,7 +23,11 @@ from ddo_hooks.testing.structural import (
 # (batch, height, width, channels); frames add the frame axis; audios are (batch, samples).
 OUTPUTS = {
     "kandinsky21_combined": ("images", (1, 3, 32, 32)),
+    "kandinsky21_img2img_combined": ("images", (1, 3, 32, 32)),
+    "kandinsky21_inpaint_combined": ("images", (1, 3, 32, 32)),
     "kandinsky22_combined": ("images", (1, 3, 32, 32)),
+    "kandinsky22_img2img_combined": ("images", (1, 3, 32, 32)),
+    "kandinsky22_inpaint_combined": ("images", (1, 3, 32, 32)),
     "visualcloze": ("images", (1, 3, 16, 16)),
     "stable_unclip": ("images", (1, 3, 32, 32)),
     "skyreels_v2_df_v2v": ("frames", (1, 14, 3, 16, 16)),  # the 5 input frames, then 9 generated
@@ -31,14 +38,18 @@ OUTPUTS = {
     "paint_by_example": ("images", (1, 3, 32, 32)),
     "ldm_text2img": ("images", (1, 16, 16, 3)),
     "kandinsky3": ("images", (1, 3, 16, 16)),
+    "kandinsky3_img2img": ("images", (1, 3, 32, 32)),
+    "helios": ("frames", (1, 33, 3, 16, 16)),  # one chunk of 9 latent frames
+    "cosmos25_transfer": ("frames", (1, 3, 3, 32, 32)),
     "anyflow_far": ("frames", (1, 5, 3, 16, 16)),
     "wan22": ("frames", (1, 5, 3, 16, 16)),
 }
 
 # Warnings the libraries themselves raise on every call of these pipelines (the suite makes warnings errors).
 LIBRARY_WARNINGS = {
-    # KandinskyV22CombinedPipeline passes callback_steps on to its decoder pipeline.
+    # KandinskyV22CombinedPipeline and its image-to-image twin pass callback_steps on to their decoder pipeline.
     "kandinsky22_combined": "ignore:`callback_steps` is deprecated:FutureWarning",
+    "kandinsky22_img2img_combined": "ignore:`callback_steps` is deprecated:FutureWarning",
     # AudioLDM 2 drives GPT-2 generation with past_key_values (transformers 5 deprecates the name).
     "audioldm2": "ignore:`past_key_values` is deprecated:FutureWarning",
     # AnyFlow's FAR attention is flex_attention, unfused without torch.compile.
@@ -117,19 +128,39 @@ def test_unknown_names_are_refused():
 # -- the boundaries of each structure -----------------------------------------------------------
 
 ORDER = ["before_transformer", "before_vae", "after_call"]
-# What each call of each structure gives: the three boundaries in order, or where a structure
-# leaves no quiet point, the boundary reported as not reached.
-EXPECTED = {name: ORDER for name in STRUCTURAL} | {
-    # Kandinsky 3 decodes (and frees its hooks) inside its progress-bar block: no quiet point before the decode.
-    "kandinsky3": ["before_transformer", "before_vae:not_reached", "after_call"],
+# What each call of each structure gives: the three boundaries in order (a structure that left
+# no quiet point would list the boundary it reports as not reached, "before_vae:not_reached").
+EXPECTED = {name: ORDER for name in STRUCTURAL}
+
+# What the timeline needs to know of each structure (tests/support/timeline.py): the denoisers of
+# its final stage, and what runs inside that stage's loop beside them.
+FINAL = (
+    {name: {"unet"} for name in STRUCTURAL}
+    | {
+        name: {"transformer"}
+        for name in ("visualcloze", "skyreels_v2_df_v2v", "anyflow_far", "helios", "cosmos25_transfer")
+    }
+    | {"wan22": {"transformer", "transformer_2"}}
+)
+HELPERS = {
+    # Cosmos 2.5 Transfer encodes each chunk's controls with the VAE inside its progress bar, and
+    # runs its controlnet beside the transformer at every step.
+    "cosmos25_transfer": frozenset({"controlnet", "encode vae"}),
 }
+
+TIMELINE_POLICY = {"version": 1, "boundaries": {b: {"actions": ["host_cache_release", timeline.ACTION]} for b in ORDER}}
+"""Each boundary releases, then notes itself in the timeline."""
 
 
 def _outcomes(reports: list[Any]) -> list[str]:
-    return [
-        f"{r.body.boundary}:{r.body.reason}" if r.route == "phase_boundary_refusal" else r.release.phase
-        for r in reports
-    ]
+    """The release of each boundary, or why it did not run (the timeline's own reports left out)."""
+    found = []
+    for r in reports:
+        if r.route == "phase_boundary_refusal" and r.body.action == "host_cache_release":
+            found.append(f"{r.body.boundary}:{r.body.reason}")
+        elif r.route == "pytorch_host_cache_release":
+            found.append(r.release.phase)
+    return found
 
 
 def _state(pipe: Any) -> list[Any]:
@@ -140,29 +171,50 @@ def _state(pipe: Any) -> list[Any]:
     return [type(pipe), *(sorted(vars(p)) for p in pipes), registries]
 
 
+@pytest.fixture(scope="module")
+def recording():
+    """The timeline's action, registered for this module's tests."""
+    timeline.register()
+    yield
+    timeline.unregister()
+
+
+def check_timeline(record: timeline.Timeline, name: str, calls: int = 2) -> None:
+    """Each recorded call of structure ``name`` ran its boundaries where issue 20 says (see ``check_call``)."""
+    found = record.calls()
+    assert len(found) == calls
+    missed = {b.split(":")[0] for b in EXPECTED[name] if b.endswith(":not_reached")}
+    for events in found:
+        timeline.check_call(events, final=FINAL[name], helpers=HELPERS.get(name, frozenset()), missed=missed)
+
+
 @pytest.mark.parametrize("name", _params())
-def test_each_call_gives_each_boundary_once_in_order_with_the_same_output(name):
+def test_each_call_gives_each_boundary_once_in_order_with_the_same_output(name, recording):
     from ddo_hooks import attach
 
     pipe = build_structural(name)
     reference = _output(pipe, name)  # a call without the attachment sets the pipeline's own call state
+    record = timeline.Timeline.install(pipe)
     before = _state(pipe)
-    with attach(pipe) as attachment:
+    with attach(pipe, HookPolicy.from_mapping(TIMELINE_POLICY)) as attachment:
         first = _output(pipe, name)
         _output(pipe, name)
         assert _outcomes(attachment.reports) == EXPECTED[name] * 2
         assert attachment.call_index == 2
     assert _equal(first, reference)
     assert _state(pipe) == before  # detach left nothing behind
+    record.remove()
+    check_timeline(record, name)
 
 
-def test_a_decode_inside_the_progress_bar_is_reported_with_the_reason():
+def test_a_call_that_returns_latents_reports_before_vae_as_not_reached_with_the_reason():
     from ddo_hooks import attach
 
-    pipe = build_structural("kandinsky3")
+    pipe = build_structural("kandinsky3")  # decodes inside its progress bar, unless asked for latents
     with attach(pipe) as attachment:
-        _output(pipe, "kandinsky3")
+        pipe(**{**structural_call_kwargs("kandinsky3"), "output_type": "latent"})
+    assert _outcomes(attachment.reports) == ["before_transformer", "before_vae:not_reached", "after_call"]
     assert attachment.reports[1].body.detail == (
-        "Kandinsky3Pipeline decoded inside its denoising loop's progress bar, where no boundary may run, "
-        "and not after the loop"
+        "the call did not decode after its denoising loop (e.g. output_type='latent')"
     )
+    assert '`not_reached` when nothing decodes (`output_type="latent"`)' in BOUNDARY_NOTES["before_vae"][0]  # the docs

@@ -7,10 +7,14 @@
   raises (Python looks ``__call__`` up on the type, so no instance attribute can do this). The
   call's end never depends on a helper method being called at the end;
 * a :class:`LoopBar` around ``progress_bar`` of the pipeline and of every pipeline it holds
-  (the *Combined* pipelines run their loops in a prior and a decoder pipeline);
+  (the *Combined* pipelines run their loops in a prior and a decoder pipeline), which also
+  counts the bar's steps;
 * a :class:`DenoiserSignal` on every denoiser component and a :class:`DecodeSignal` on the
   decoder submodules of every VAE, of the pipeline and the pipelines it holds;
 * loading sections around the methods that load, move or re-hook components.
+
+Each loop gets the :class:`~ddo_hooks.hooks.phases.Stage` that the components of the pipeline
+running it say (:meth:`PipelineSignals.stage_of`), or, where they cannot, its first denoiser.
 
 Everything is removed again by :meth:`PipelineSignals.remove`, and nothing here keeps the
 pipeline or its components alive.
@@ -41,7 +45,7 @@ from diffusers.hooks import ModelHook
 from ddo_hooks._compat import diffusers as diffusers_compat
 from ddo_hooks.errors import InvalidArgumentError
 from ddo_hooks.hooks.mechanics import InstalledHook, WrappedAttribute, install_hook, wrap_attribute
-from ddo_hooks.hooks.phases import Call, CallPhases, Phase
+from ddo_hooks.hooks.phases import Call, CallPhases, Phase, Stage
 from ddo_hooks.release import guard
 
 __all__ = [
@@ -49,6 +53,7 @@ __all__ = [
     "DENOISER_PATTERN",
     "HOOK_NAMES",
     "LOADING_METHODS",
+    "PRIOR_PATTERN",
     "DecodeSignal",
     "DenoiserSignal",
     "LoopBar",
@@ -58,9 +63,13 @@ __all__ = [
 
 DENOISER_PATTERN = re.compile(r"^(?:[a-z0-9]+_)?(?:transformer|unet|prior)(?:_[0-9]+)?$")
 """Component names of denoisers: ``transformer``, ``transformer_2``, ``unet``, ``prior``, ``prior_prior`` ..."""
-DECODE_SUBMODULES = ("post_quant_conv", "decoder")
-"""Submodules of a VAE that run first in ``decode`` (``decode`` itself is not ``forward``). A VAE is
-any module component with a ``decode`` method and one of these."""
+PRIOR_PATTERN = re.compile(r"^(?:[a-z0-9]+_)?prior(?:_[0-9]+)?$")
+"""Denoisers that are priors (``prior``, ``prior_prior``): their loop makes an embedding that a later
+denoiser of the same pipeline takes, when the pipeline holds one."""
+DECODE_SUBMODULES = ("quantize", "post_quant_conv", "decoder")
+"""Submodules of a VAE that run first in ``decode`` (``decode`` itself is not ``forward``): a VQ
+model's ``decode`` quantizes first unless told not to, the others start with ``post_quant_conv``
+or ``decoder``. A VAE is any module component with a ``decode`` method and one of these."""
 LOADING_METHODS = (
     "to",
     "enable_model_cpu_offload",
@@ -95,11 +104,15 @@ class _Signal(ModelHook):
 
     ``from_pipe`` builds pipelines on the same components. Each machine reacts to a forward only
     inside a call of its own pipeline in this thread.
+
+    Args:
+        machine: The phase machine of the first pipeline.
+        earlier: For that pipeline, the denoiser is a prior whose output a later denoiser takes.
     """
 
-    def __init__(self, machine: CallPhases) -> None:
+    def __init__(self, machine: CallPhases, *, earlier: bool = False) -> None:
         super().__init__()
-        self.machines = [machine]
+        self.machines: list[tuple[CallPhases, bool]] = [(machine, earlier)]
         self.installed: InstalledHook | None = None
 
 
@@ -107,11 +120,11 @@ class DenoiserSignal(_Signal):
     """Tells the machines a denoiser forward is starting; a dictionary lookup inside the loop."""
 
     def pre_forward(self, module: torch.nn.Module, *args: Any, **kwargs: Any) -> tuple[tuple[Any, ...], dict]:
-        """Signal each machine unless its call in this thread is already in a loop; pass the arguments on."""
-        for machine in self.machines:
+        """Signal each machine unless its call in this thread is in a loop of a known stage; pass them on."""
+        for machine, earlier in self.machines:
             call = machine.current()
-            if call is not None and call.phase is not Phase.DENOISING:
-                machine.denoiser_forward()
+            if call is not None and (call.phase is not Phase.DENOISING or call.stage is None):
+                machine.denoiser_forward(earlier=earlier)
         return args, kwargs
 
 
@@ -120,7 +133,7 @@ class DecodeSignal(_Signal):
 
     def pre_forward(self, module: torch.nn.Module, *args: Any, **kwargs: Any) -> tuple[tuple[Any, ...], dict]:
         """Signal each machine; pass the arguments on."""
-        for machine in self.machines:
+        for machine, _ in self.machines:
             machine.decode_start()
         return args, kwargs
 
@@ -140,43 +153,55 @@ class _Joined:
         if signal is None:
             return  # the module was collected, and its hooks with it
         with _classes_lock:
-            if self.machine in signal.machines:
-                signal.machines.remove(self.machine)
+            signal.machines = [entry for entry in signal.machines if entry[0] is not self.machine]
             if not signal.machines and signal.installed is not None:
                 signal.installed.remove()
                 signal.installed = None
 
 
-def _join(module: torch.nn.Module, kind: type[_Signal], name: str, machine: CallPhases) -> _Joined:
+def _join(
+    module: torch.nn.Module, kind: type[_Signal], name: str, machine: CallPhases, *, earlier: bool = False
+) -> _Joined:
     """Add ``machine`` to the signal hook ``name`` of ``module``, installing the hook if it is the first."""
     with _classes_lock:
         registry = diffusers_compat.registry_of(module)
         signal = None if registry is None else registry.hooks.get(name)
         if isinstance(signal, kind) and signal.installed is not None:
-            signal.machines.append(machine)
+            signal.machines = [*signal.machines, (machine, earlier)]  # a new list: a forward may be iterating
         else:
-            signal = kind(machine)
+            signal = kind(machine, earlier=earlier)
             signal.installed = install_hook(module, signal, name)
         return _Joined(weakref.ref(signal), machine)
 
 
 class LoopBar:
-    """A pipeline's progress bar, reporting when the denoising loop starts and ends.
+    """A pipeline's progress bar, reporting when the denoising loop starts, counts its steps, and ends.
 
     Used as a context manager (``with self.progress_bar(total=n) as bar``) it signals on enter
-    and exit. Iterated (``for t in self.progress_bar(timesteps)``) it signals on the first step
-    and when the iteration ends (exhausted, or left by ``break``). Everything else goes to the
-    wrapped bar.
+    and exit, and gives the ``with`` block itself, so that it counts the ``update()`` calls: once
+    they reach ``total`` the loop's steps are done (a disabled tqdm counts nothing, so the bar
+    cannot tell). Iterated (``for t in self.progress_bar(timesteps)``) it signals on the first
+    step and when the iteration ends (exhausted, or left by ``break``). Everything else goes to
+    the wrapped bar.
+
+    Args:
+        bar: The pipeline's own progress bar.
+        machine: The phase machine.
+        stage: The loop's stage, or ``None`` where its first denoiser forward will say.
     """
 
-    def __init__(self, bar: Any, machine: CallPhases) -> None:
+    def __init__(self, bar: Any, machine: CallPhases, stage: Stage | None = Stage.FINAL) -> None:
         self._bar = bar
         self._machine = machine
+        self._stage = stage
         self._call: Call | None = None
+        self._counted = 0
+        self._total = getattr(bar, "total", None)
 
-    def __enter__(self) -> Any:
-        self._call = self._machine.loop_enter()
-        return self._bar.__enter__()
+    def __enter__(self) -> LoopBar:
+        self._call = self._machine.loop_enter(stage=self._stage, token=self)
+        self._bar.__enter__()
+        return self
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> Any:
         try:
@@ -185,11 +210,19 @@ class LoopBar:
             self._machine.loop_exit(self._call)
 
     def __iter__(self) -> Any:
-        call = self._machine.loop_enter()
+        call = self._machine.loop_enter(stage=self._stage, token=self)
         try:
             yield from self._bar
         finally:
             self._machine.loop_exit(call)
+
+    def update(self, n: float = 1) -> Any:
+        """Advance the wrapped bar; once the steps reach its ``total``, tell the machine the loop's steps are done."""
+        result = self._bar.update(n)
+        self._counted += n
+        if self._total is not None and self._counted >= self._total:
+            self._machine.loop_steps_done(self)
+        return result
 
     def __len__(self) -> int:
         return len(self._bar)
@@ -199,15 +232,19 @@ class LoopBar:
 
 
 def sub_pipelines(pipeline: Any) -> list[Any]:
-    """The pipelines a pipeline holds (as components or attributes, e.g. ``prior_pipe``), recursively."""
+    """The pipelines a pipeline holds (as components or attributes, e.g. ``prior_pipe``), recursively.
+
+    In the order it holds them (the order its ``__init__`` set them), each before those it holds in turn.
+    """
     found: dict[int, Any] = {}
-    stack = [pipeline]
-    while stack:
-        current = stack.pop()
+
+    def visit(current: Any) -> None:
         for value in list(vars(current).values()):
             if isinstance(value, DiffusionPipeline) and value is not pipeline and id(value) not in found:
                 found[id(value)] = value
-                stack.append(value)
+                visit(value)
+
+    visit(pipeline)
     return list(found.values())
 
 
@@ -269,6 +306,40 @@ class PipelineSignals:
     def denoisers(self) -> list[torch.nn.Module]:
         """The denoiser components (see :data:`DENOISER_PATTERN`), each once."""
         return [module for name, module in self._components() if DENOISER_PATTERN.match(name)]
+
+    def denoiser_stages(self) -> dict[int, Stage]:
+        """The stage of each denoiser component, by ``id``.
+
+        A prior (:data:`PRIOR_PATTERN`) is EARLIER where the pipeline holds a denoiser that is not
+        one; every other denoiser is FINAL.
+        """
+        named = [(name, module) for name, module in self._components() if DENOISER_PATTERN.match(name)]
+        priors_feed = any(not PRIOR_PATTERN.match(name) for name, _ in named)
+        return {
+            id(module): Stage.EARLIER if priors_feed and PRIOR_PATTERN.match(name) else Stage.FINAL
+            for name, module in named
+        }
+
+    def stage_of(self, pipe: Any) -> Stage | None:
+        """The stage of the loops ``pipe`` runs (the attached pipeline, or one it holds).
+
+        EARLIER when ``pipe`` is held before another held pipeline that holds a FINAL denoiser,
+        or when every denoiser it holds is EARLIER; FINAL when every one is FINAL, or when it
+        holds no known denoiser; ``None`` (the loop's first denoiser forward says) when it holds both.
+        """
+        stages = self.denoiser_stages()
+
+        def held_stages(each: Any) -> set[Stage]:
+            return {stages[id(value)] for value in each.components.values() if id(value) in stages}
+
+        held = self.pipelines()[1:]
+        place = next((i for i, each in enumerate(held) if each is pipe), None)
+        if place is not None and any(Stage.FINAL in held_stages(later) for later in held[place + 1 :]):
+            return Stage.EARLIER
+        own = held_stages(pipe)
+        if own == {Stage.EARLIER}:
+            return Stage.EARLIER
+        return None if len(own) > 1 else Stage.FINAL
 
     def decode_modules(self) -> list[torch.nn.Module]:
         """The submodules that run first when a VAE decodes, each once."""
@@ -338,14 +409,17 @@ class PipelineSignals:
                 ) from e
             self._swapped = made
         _SIGNALS[pipe] = self
+        stages = self.denoiser_stages()
         for module in self.denoisers():
-            self._hooks.append(_join(module, DenoiserSignal, HOOK_NAMES["denoiser"], machine))
+            earlier = stages[id(module)] is Stage.EARLIER
+            self._hooks.append(_join(module, DenoiserSignal, HOOK_NAMES["denoiser"], machine, earlier=earlier))
         decoders = self.decode_modules()
         machine.has_decoder = bool(decoders)
         for module in decoders:
             self._hooks.append(_join(module, DecodeSignal, HOOK_NAMES["decode"], machine))
         for each in self.pipelines():
-            self._attributes.append(wrap_attribute(each, "progress_bar", self._progress_bar))
+            stage = self.stage_of(each)
+            self._attributes.append(wrap_attribute(each, "progress_bar", functools.partial(self._progress_bar, stage)))
             owner = type(each).__name__
             for name in LOADING_METHODS:
                 if callable(getattr(each, name, None)):
@@ -353,10 +427,10 @@ class PipelineSignals:
                         wrap_attribute(each, name, functools.partial(self._loading, f"{owner}.{name}()"))
                     )
 
-    def _progress_bar(self, original: Any) -> Any:
+    def _progress_bar(self, stage: Stage | None, original: Any) -> Any:
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             bar = original(*args, **kwargs)
-            return LoopBar(bar, self.machine) if self.active else bar
+            return LoopBar(bar, self.machine, stage) if self.active else bar
 
         return wrapper
 

@@ -12,14 +12,17 @@ cover the shapes of ``__call__`` that a detector of ``before_transformer``, ``be
   video-to-video, AnimateDiff with FreeInit, VisualCloze);
 * ``maybe_free_model_hooks()`` called before the VAE decode (image variation, AudioLDM 2,
   MusicLDM, Paint-by-Example), or never (LDM text-to-image);
-* the decode and ``maybe_free_model_hooks()`` inside the progress-bar block (Kandinsky 3);
+* the decode and ``maybe_free_model_hooks()`` inside the progress-bar block (Kandinsky 3), and
+  chunks of a video each decoded inside a progress-bar block (Helios, Cosmos 2.5 Transfer);
 * a loop driven by raw ``tqdm`` instead of ``self.progress_bar`` (AnyFlow FAR);
 * two denoisers in one loop (Wan 2.2 with ``transformer_2``).
 
-Two calls skip their text encoder, because of diffusers 0.42.1 bugs: SkyReels-V2 gets prompt
-embeddings (its prompt cleaning calls ``ftfy`` without checking it is installed) and MusicLDM
-gets CLAP text features (it does not unwrap what ``ClapModel.get_text_features`` returns under
-transformers 5). Needs the ``demo`` extra (``transformers``).
+Three calls skip their text encoder, because of diffusers 0.42.1 bugs: SkyReels-V2 and Helios
+get prompt embeddings (their prompt cleaning calls ``ftfy`` without checking it is installed)
+and MusicLDM gets CLAP text features (it does not unwrap what ``ClapModel.get_text_features``
+returns under transformers 5). Cosmos 2.5 Transfer runs with a stand-in controlnet that adds
+nothing (diffusers' resizes its masks with torchvision, not a dependency here) and a guardrail
+that lets everything through. Needs the ``demo`` extra (``transformers``).
 
 Examples:
     >>> pipe = build_structural("ldm_text2img")
@@ -36,16 +39,12 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ddo_hooks.testing._components import (
-    HIDDEN,
-    TEXT_LEN,
-    quiet_transformers,
-)
+from ddo_hooks.testing._components import quiet_transformers
 from ddo_hooks.testing.structural._builders import BUILDERS as _BUILDERS
+from ddo_hooks.testing.structural._calls import call_settings
 
 if TYPE_CHECKING:
     from diffusers import DiffusionPipeline
-    from PIL import Image
 
 __all__ = ["CLASS_NAMES", "STRUCTURAL", "build_structural", "structural_call_kwargs", "sub_pipelines"]
 
@@ -55,9 +54,26 @@ STRUCTURAL: dict[str, str] = {
         "'prior_prior', its own progress bar) then a decoder sub-pipeline (decoder_pipe: unet, movq), each "
         "freeing its own hooks; the combined pipeline has no progress bar and no check_inputs of its own"
     ),
+    "kandinsky21_img2img_combined": (
+        "KandinskyImg2ImgCombinedPipeline (2.1): as the text-to-image one, the decoder pipeline encoding the "
+        "input image with movq before its loop"
+    ),
+    "kandinsky21_inpaint_combined": (
+        "KandinskyInpaintCombinedPipeline (2.1): as the text-to-image one, the decoder pipeline encoding the "
+        "masked image with movq before its loop"
+    ),
     "kandinsky22_combined": (
         "KandinskyV22CombinedPipeline (2.2): prior_pipe then decoder_pipe (unet, movq), as 2.1 but image-only "
-        "unet conditioning; no progress bar and no check_inputs on the combined pipeline"
+        "unet conditioning, and the prior's image_encoder runs after the prior's loop; no progress bar and no "
+        "check_inputs on the combined pipeline"
+    ),
+    "kandinsky22_img2img_combined": (
+        "KandinskyV22Img2ImgCombinedPipeline (2.2): as the text-to-image one, the decoder pipeline encoding the "
+        "input image with movq before its loop"
+    ),
+    "kandinsky22_inpaint_combined": (
+        "KandinskyV22InpaintCombinedPipeline (2.2): as the text-to-image one, the decoder pipeline encoding the "
+        "masked image with movq before its loop"
     ),
     "visualcloze": (
         "VisualClozePipeline: delegates to generation_pipe (a Flux-fill loop, decoded to PIL) then "
@@ -92,6 +108,19 @@ STRUCTURAL: dict[str, str] = {
     "kandinsky3": (
         "Kandinsky3Pipeline: movq.decode, maybe_free_model_hooks() and the return all inside the "
         "`with self.progress_bar(...)` block"
+    ),
+    "kandinsky3_img2img": (
+        "Kandinsky3Img2ImgPipeline: movq.encode before the loop; movq.decode, maybe_free_model_hooks() and the "
+        "return inside the `with self.progress_bar(...)` block"
+    ),
+    "helios": (
+        "HeliosPipeline: a `with self.progress_bar(...)` block per chunk of frames inside an outer chunk loop, "
+        "each chunk decoded inside its block (one chunk here)"
+    ),
+    "cosmos25_transfer": (
+        "Cosmos2_5_TransferPipeline: one `with self.progress_bar(...)` block around every chunk's loop, each "
+        "chunk encoding its controls with the VAE and decoded inside the block; a controlnet runs beside the "
+        "transformer at every step"
     ),
     "anyflow_far": (
         "AnyFlowFARPipeline: chunk and step loops driven by raw tqdm (never self.progress_bar); the "
@@ -165,122 +194,6 @@ def sub_pipelines(pipe: Any) -> dict[str, DiffusionPipeline]:
     return {name: value for name, value in vars(pipe).items() if isinstance(value, DiffusionPipeline)}
 
 
-def _image(seed: int, size: int = 32, mode: str = "RGB") -> Image.Image:
-    """A seeded random-noise PIL image."""
-    from PIL import Image
-
-    generator = torch.Generator("cpu").manual_seed(seed)
-    channels = {"RGB": 3, "L": 1}[mode]
-    pixels = torch.randint(0, 256, (size, size, channels), generator=generator, dtype=torch.uint8)
-    return Image.fromarray(pixels.squeeze(-1).numpy() if channels == 1 else pixels.numpy(), mode=mode)
-
-
-def _call_settings(name: str, steps: int, seed: int) -> dict[str, Any]:
-    prompt = "a tiny test prompt"
-    if name in ("kandinsky21_combined", "kandinsky22_combined"):
-        return {
-            "prompt": prompt,
-            "prior_num_inference_steps": steps,
-            "height": 32,
-            "width": 32,
-            "guidance_scale": 4.0,
-            "prior_guidance_scale": 4.0,
-            "output_type": "pt",
-        }
-    if name == "visualcloze":
-        return {
-            "task_prompt": "a photo of a cat then a drawing of the cat",
-            "content_prompt": prompt,
-            "image": [[_image(seed), _image(seed + 1)], [_image(seed + 2), None]],
-            "upsampling_height": 16,
-            "upsampling_width": 16,
-            "upsampling_strength": 0.5,  # steps // 2 upsampling steps (at least one)
-            "guidance_scale": 5.0,
-            "max_sequence_length": 64,  # the task prompt grows with the layout instructions
-            "output_type": "pt",
-        }
-    if name == "stable_unclip":
-        return {"prompt": prompt, "prior_num_inference_steps": steps, "height": 32, "width": 32, "output_type": "pt"}
-    if name == "skyreels_v2_df_v2v":
-        # 9 frames are 3 latent frames; segments of 2 latent frames overlapping by 1: two loops.
-        # Embeddings, not a prompt: this pipeline's prompt cleaning calls ftfy unguarded (diffusers
-        # 0.42.1), and ftfy is not a dependency.
-        generator = torch.Generator("cpu").manual_seed(seed + 1)
-        embeds = torch.randn((2, TEXT_LEN, HIDDEN), generator=generator)
-        return {
-            "video": [_image(seed + i, 16) for i in range(5)],
-            "prompt_embeds": embeds[:1],
-            "negative_prompt_embeds": embeds[1:],
-            "height": 16,
-            "width": 16,
-            "num_frames": 9,
-            "base_num_frames": 5,
-            "overlap_history": 3,
-            "guidance_scale": 5.0,
-            "max_sequence_length": TEXT_LEN,
-            "output_type": "pt",
-        }
-    if name == "animatediff_freeinit":
-        return {"prompt": prompt, "num_frames": 2, "height": 32, "width": 32, "output_type": "pt"}
-    if name == "sd_image_variation":
-        return {"image": _image(seed), "height": 32, "width": 32, "output_type": "pt"}
-    if name == "audioldm2":
-        return {
-            "prompt": prompt,
-            "audio_length_in_s": 0.016,
-            "guidance_scale": 2.5,
-            "max_new_tokens": 2,
-            "output_type": "pt",
-        }
-    if name == "musicldm":
-        # CLAP text features, not a prompt: with transformers 5, get_text_features returns a model
-        # output that MusicLDM (diffusers 0.42.1) does not unwrap, so the prompt path fails.
-        generator = torch.Generator("cpu").manual_seed(seed + 1)
-        embeds = torch.randn((2, 16), generator=generator)
-        return {
-            "prompt_embeds": embeds[:1],
-            "negative_prompt_embeds": embeds[1:],
-            "audio_length_in_s": 0.016,
-            "guidance_scale": 2.5,
-            "output_type": "pt",
-        }
-    if name == "paint_by_example":
-        return {
-            "example_image": _image(seed),
-            "image": _image(seed + 1),
-            "mask_image": _image(seed + 2, mode="L"),
-            "height": 32,
-            "width": 32,
-            "output_type": "pt",
-        }
-    if name == "ldm_text2img":
-        # The pipeline divides height and width by 8 whatever the VAE: 64 gives 8x8 latents, 16x16 images.
-        return {"prompt": prompt, "height": 64, "width": 64, "guidance_scale": 6.0, "output_type": "np"}
-    if name == "kandinsky3":
-        return {"prompt": prompt, "height": 32, "width": 32, "guidance_scale": 3.0, "output_type": "pt"}
-    if name == "anyflow_far":
-        return {
-            "prompt": prompt,
-            "height": 16,
-            "width": 16,
-            "num_frames": 5,  # two latent frames, one chunk each
-            "chunk_partition": [1, 1],
-            "guidance_scale": 1.0,  # no classifier-free guidance: its flex attention is slow on the CPU
-            "max_sequence_length": TEXT_LEN,
-            "output_type": "pt",
-        }
-    return {  # wan22
-        "prompt": prompt,
-        "height": 16,
-        "width": 16,
-        "num_frames": 5,
-        "guidance_scale": 5.0,
-        "guidance_scale_2": 4.0,
-        "max_sequence_length": TEXT_LEN,
-        "output_type": "pt",
-    }
-
-
 def structural_call_kwargs(name: str, *, steps: int = 2, seed: int = 0) -> dict[str, Any]:
     """Keyword arguments for a fast, deterministic ``pipe(**kwargs)`` call of structural pipeline ``name``.
 
@@ -303,6 +216,6 @@ def structural_call_kwargs(name: str, *, steps: int = 2, seed: int = 0) -> dict[
     """
     return {
         "num_inference_steps": steps,
-        **_call_settings(_check_name(name), steps, seed),
+        **call_settings(_check_name(name), steps, seed),
         "generator": torch.Generator("cpu").manual_seed(seed),
     }

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ddo_hooks.testing._components import (
     CLIP_LEN,
@@ -14,10 +14,14 @@ from ddo_hooks.testing._components import (
     transformers_module,
     word_tokenizer,
 )
-
-if TYPE_CHECKING:
-    pass
-
+from ddo_hooks.testing.structural._chunked import _cosmos25_transfer, _helios
+from ddo_hooks.testing.structural._kandinsky import (
+    _kandinsky3,
+    _kandinsky21_combined,
+    _kandinsky21_inpaint_combined,
+    _kandinsky22_combined,
+    _kandinsky22_inpaint_combined,
+)
 from ddo_hooks.testing.structural._parts import (
     TWO_LEVELS,
     _audio_vae,
@@ -25,7 +29,6 @@ from ddo_hooks.testing.structural._parts import (
     _clip_image_processor,
     _clip_vision_config,
     _ddim,
-    _movq,
     _prior_transformer,
     _sd_unet,
     _t5,
@@ -37,81 +40,6 @@ from ddo_hooks.testing.structural._parts import (
 )
 
 # -- component builders -----------------------------------------------------------------------
-
-
-def _kandinsky22_prior_parts() -> dict[str, Any]:
-    from diffusers import UnCLIPScheduler
-
-    transformers = transformers_module()
-    text_encoder, tokenizer = clip_text(projection=True)
-    return {
-        "prior_prior": _prior_transformer(),
-        "prior_image_encoder": transformers.CLIPVisionModelWithProjection(_clip_vision_config()),
-        "prior_text_encoder": text_encoder,
-        "prior_tokenizer": tokenizer,
-        "prior_scheduler": UnCLIPScheduler(
-            variance_type="fixed_small_log", prediction_type="sample", clip_sample=True, clip_sample_range=10.0
-        ),
-        "prior_image_processor": _clip_image_processor(),
-    }
-
-
-def _kandinsky_unet(**extra: Any) -> Any:
-    from diffusers import UNet2DConditionModel
-
-    return UNet2DConditionModel(
-        in_channels=4,
-        out_channels=8,  # mean and variance
-        down_block_types=("ResnetDownsampleBlock2D", "SimpleCrossAttnDownBlock2D"),
-        up_block_types=("SimpleCrossAttnUpBlock2D", "ResnetUpsampleBlock2D"),
-        mid_block_type="UNetMidBlock2DSimpleCrossAttn",
-        block_out_channels=(16, 32),
-        layers_per_block=1,
-        norm_num_groups=8,
-        encoder_hid_dim=HIDDEN,
-        cross_attention_dim=HIDDEN,
-        attention_head_dim=4,
-        resnet_time_scale_shift="scale_shift",
-        class_embed_type=None,
-        **extra,
-    )
-
-
-def _kandinsky21_combined() -> dict[str, Any]:
-    from diffusers.pipelines.kandinsky.text_encoder import MCLIPConfig, MultilingualCLIP
-
-    config = MCLIPConfig(
-        transformerDimSize=HIDDEN,
-        imageDimSize=HIDDEN,
-        vocab_size=len(VOCAB),
-        hidden_size=HIDDEN,
-        intermediate_size=37,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        max_position_embeddings=CLIP_LEN + 2,
-        pad_token_id=VOCAB["<pad>"],
-        bos_token_id=VOCAB["<s>"],
-        eos_token_id=VOCAB["</s>"],
-    )
-    return {
-        "text_encoder": MultilingualCLIP(config),
-        "tokenizer": word_tokenizer(bos=True, model_max_length=CLIP_LEN),
-        "unet": _kandinsky_unet(addition_embed_type="text_image", encoder_hid_dim_type="text_image_proj"),
-        "scheduler": _ddim(beta_schedule="linear", prediction_type="epsilon"),
-        "movq": _movq(),
-        **_kandinsky22_prior_parts(),
-    }
-
-
-def _kandinsky22_combined() -> dict[str, Any]:
-    from diffusers import DDPMScheduler
-
-    return {
-        "unet": _kandinsky_unet(addition_embed_type="image", encoder_hid_dim_type="image_proj"),
-        "scheduler": DDPMScheduler(beta_schedule="linear", beta_start=0.00085, beta_end=0.012, clip_sample=False),
-        "movq": _movq(),
-        **_kandinsky22_prior_parts(),
-    }
 
 
 def _visualcloze() -> dict[str, Any]:
@@ -335,29 +263,6 @@ def _ldm_text2img() -> dict[str, Any]:
     }
 
 
-def _kandinsky3() -> dict[str, Any]:
-    from diffusers import DDPMScheduler, Kandinsky3UNet
-
-    return {
-        "tokenizer": word_tokenizer(bos=False, model_max_length=512),
-        "text_encoder": _t5(),
-        "unet": Kandinsky3UNet(
-            in_channels=4,
-            time_embedding_dim=4,
-            groups=2,
-            attention_head_dim=4,
-            layers_per_block=2,  # 1 builds a model whose attention blocks get the wrong width
-            block_out_channels=(16, 32),
-            cross_attention_dim=4,
-            encoder_hid_dim=HIDDEN,
-        ),
-        "scheduler": DDPMScheduler(
-            beta_start=0.00085, beta_end=0.012, steps_offset=1, beta_schedule="squaredcos_cap_v2", clip_sample=True
-        ),
-        "movq": _movq(),
-    }
-
-
 def _anyflow_far() -> dict[str, Any]:
     from diffusers import FlowMapEulerDiscreteScheduler
 
@@ -406,7 +311,11 @@ def _enable_free_init(pipe: Any) -> None:
 
 BUILDERS: dict[str, tuple[str, Callable[[], dict[str, Any]], Callable[[Any], None] | None]] = {
     "kandinsky21_combined": ("KandinskyCombinedPipeline", _kandinsky21_combined, None),
+    "kandinsky21_img2img_combined": ("KandinskyImg2ImgCombinedPipeline", _kandinsky21_combined, None),
+    "kandinsky21_inpaint_combined": ("KandinskyInpaintCombinedPipeline", _kandinsky21_inpaint_combined, None),
     "kandinsky22_combined": ("KandinskyV22CombinedPipeline", _kandinsky22_combined, None),
+    "kandinsky22_img2img_combined": ("KandinskyV22Img2ImgCombinedPipeline", _kandinsky22_combined, None),
+    "kandinsky22_inpaint_combined": ("KandinskyV22InpaintCombinedPipeline", _kandinsky22_inpaint_combined, None),
     "visualcloze": ("VisualClozePipeline", _visualcloze, None),
     "stable_unclip": ("StableUnCLIPPipeline", _stable_unclip, None),
     "skyreels_v2_df_v2v": ("SkyReelsV2DiffusionForcingVideoToVideoPipeline", _skyreels_v2_df_v2v, None),
@@ -417,6 +326,9 @@ BUILDERS: dict[str, tuple[str, Callable[[], dict[str, Any]], Callable[[Any], Non
     "paint_by_example": ("PaintByExamplePipeline", _paint_by_example, None),
     "ldm_text2img": ("LDMTextToImagePipeline", _ldm_text2img, None),
     "kandinsky3": ("Kandinsky3Pipeline", _kandinsky3, None),
+    "kandinsky3_img2img": ("Kandinsky3Img2ImgPipeline", _kandinsky3, None),
+    "helios": ("HeliosPipeline", _helios, None),
+    "cosmos25_transfer": ("Cosmos2_5_TransferPipeline", _cosmos25_transfer, None),
     "anyflow_far": ("AnyFlowFARPipeline", _anyflow_far, None),
     "wan22": ("WanPipeline", _wan22, None),
 }
