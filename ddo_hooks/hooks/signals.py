@@ -35,17 +35,15 @@ import re
 import threading
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 from diffusers import DiffusionPipeline
-from diffusers.hooks import ModelHook
 
-from ddo_hooks._compat import diffusers as diffusers_compat
 from ddo_hooks.errors import InvalidArgumentError
-from ddo_hooks.hooks.mechanics import InstalledHook, WrappedAttribute, install_hook, wrap_attribute
-from ddo_hooks.hooks.phases import Call, CallPhases, Phase, Stage
+from ddo_hooks.hooks.mechanics import WrappedAttribute, wrap_attribute
+from ddo_hooks.hooks.phases import Call, CallPhases, Stage
+from ddo_hooks.hooks.signal_hooks import DecodeSignal, DenoiserSignal, Joined, join
 from ddo_hooks.release import guard
 
 __all__ = [
@@ -96,82 +94,7 @@ HOOK_NAMES = {"denoiser": "ddo_hooks.denoiser", "decode": "ddo_hooks.vae_decode"
 _SIGNALS: weakref.WeakKeyDictionary[Any, PipelineSignals] = weakref.WeakKeyDictionary()
 _CALL_CLASSES: dict[type, type] = {}
 _ORIGINAL_CLASS: dict[type, type] = {}
-_classes_lock = threading.Lock()  # the class swaps, and the machines of shared signal hooks
-
-
-class _Signal(ModelHook):
-    """A signal hook on one module, shared by every attached pipeline that holds the module.
-
-    ``from_pipe`` builds pipelines on the same components. Each machine reacts to a forward only
-    inside a call of its own pipeline in this thread.
-
-    Args:
-        machine: The phase machine of the first pipeline.
-        earlier: For that pipeline, the denoiser is a prior whose output a later denoiser takes.
-    """
-
-    def __init__(self, machine: CallPhases, *, earlier: bool = False) -> None:
-        super().__init__()
-        self.machines: list[tuple[CallPhases, bool]] = [(machine, earlier)]
-        self.installed: InstalledHook | None = None
-
-
-class DenoiserSignal(_Signal):
-    """Tells the machines a denoiser forward is starting; a dictionary lookup inside the loop."""
-
-    def pre_forward(self, module: torch.nn.Module, *args: Any, **kwargs: Any) -> tuple[tuple[Any, ...], dict]:
-        """Signal each machine unless its call in this thread is in a loop of a known stage; pass them on."""
-        for machine, earlier in self.machines:
-            call = machine.current()
-            if call is not None and (call.phase is not Phase.DENOISING or call.stage is None):
-                machine.denoiser_forward(earlier=earlier)
-        return args, kwargs
-
-
-class DecodeSignal(_Signal):
-    """Tells the machines a VAE started decoding (``vae.decode`` is not ``forward``; these submodules are)."""
-
-    def pre_forward(self, module: torch.nn.Module, *args: Any, **kwargs: Any) -> tuple[tuple[Any, ...], dict]:
-        """Signal each machine; pass the arguments on."""
-        for machine, _ in self.machines:
-            machine.decode_start()
-        return args, kwargs
-
-
-@dataclass
-class _Joined:
-    """One machine's place in a shared signal hook; the last to leave removes the hook.
-
-    The hook is held weakly: its module's registry holds it, and it holds the module's forward.
-    """
-
-    signal_ref: weakref.ref[_Signal]
-    machine: CallPhases
-
-    def remove(self) -> None:
-        signal = self.signal_ref()
-        if signal is None:
-            return  # the module was collected, and its hooks with it
-        with _classes_lock:
-            signal.machines = [entry for entry in signal.machines if entry[0] is not self.machine]
-            if not signal.machines and signal.installed is not None:
-                signal.installed.remove()
-                signal.installed = None
-
-
-def _join(
-    module: torch.nn.Module, kind: type[_Signal], name: str, machine: CallPhases, *, earlier: bool = False
-) -> _Joined:
-    """Add ``machine`` to the signal hook ``name`` of ``module``, installing the hook if it is the first."""
-    with _classes_lock:
-        registry = diffusers_compat.registry_of(module)
-        signal = None if registry is None else registry.hooks.get(name)
-        if isinstance(signal, kind) and signal.installed is not None:
-            signal.machines = [*signal.machines, (machine, earlier)]  # a new list: a forward may be iterating
-        else:
-            signal = kind(machine, earlier=earlier)
-            signal.installed = install_hook(module, signal, name)
-        return _Joined(weakref.ref(signal), machine)
+_classes_lock = threading.Lock()
 
 
 class LoopBar:
@@ -281,7 +204,7 @@ class PipelineSignals:
         self.machine = machine
         self.owner = type(pipeline).__name__
         self.active = False
-        self._hooks: list[_Joined] = []
+        self._hooks: list[Joined] = []
         self._attributes: list[WrappedAttribute] = []
         self._swapped: type | None = None
 
@@ -412,11 +335,11 @@ class PipelineSignals:
         stages = self.denoiser_stages()
         for module in self.denoisers():
             earlier = stages[id(module)] is Stage.EARLIER
-            self._hooks.append(_join(module, DenoiserSignal, HOOK_NAMES["denoiser"], machine, earlier=earlier))
+            self._hooks.append(join(module, DenoiserSignal, HOOK_NAMES["denoiser"], machine, earlier=earlier))
         decoders = self.decode_modules()
         machine.has_decoder = bool(decoders)
         for module in decoders:
-            self._hooks.append(_join(module, DecodeSignal, HOOK_NAMES["decode"], machine))
+            self._hooks.append(join(module, DecodeSignal, HOOK_NAMES["decode"], machine))
         for each in self.pipelines():
             stage = self.stage_of(each)
             self._attributes.append(wrap_attribute(each, "progress_bar", functools.partial(self._progress_bar, stage)))
