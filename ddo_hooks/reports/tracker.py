@@ -18,18 +18,29 @@ import json
 import os
 import re
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from pydantic import BaseModel, ValidationError
+from pydantic_core import from_json
 
 from ddo_hooks._diagnostics import json_error_sentence, show_repr, show_value
 from ddo_hooks.errors import InvalidArgumentError, ReportError
+from ddo_hooks.reports.base import FROM_CHECKED_JSON
 from ddo_hooks.reports.envelope import RecordEnvelope
-from ddo_hooks.reports.parse import REPORT_TYPES, parse_report
+from ddo_hooks.reports.parse import REPORT_ADAPTER, REPORT_TYPES, parse_report
 
-__all__ = ["MAX_COMPONENT_LENGTH", "Entry", "MetricsTracker", "RecordedReport", "read_entries", "read_reports"]
+__all__ = [
+    "MAX_COMPONENT_LENGTH",
+    "Entry",
+    "MetricsTracker",
+    "RecordedReport",
+    "iter_entries",
+    "read_entries",
+    "read_reports",
+    "text_lines",
+]
 
 MAX_COMPONENT_LENGTH = 128
 """The longest component name."""
@@ -179,7 +190,7 @@ class MetricsTracker:
     @classmethod
     def from_jsonl(cls, text: str) -> MetricsTracker:
         """Load what :meth:`to_jsonl` wrote, validating every line (blank lines are skipped)."""
-        return cls.from_records(read_entries(text))
+        return cls.from_records(iter_entries(text))
 
 
 def _valid_component(component: object) -> bool:
@@ -241,13 +252,70 @@ def read_reports(text: str) -> list[RecordedReport]:
 
 def read_entries(text: str) -> list[Entry]:
     """Parse JSON Lines of records, with their envelopes, validating each (see :func:`read_reports`)."""
-    records = []
-    for number, line in enumerate(text.splitlines(), start=1):
+    return list(iter_entries(text))
+
+
+def iter_entries(text: str) -> Iterator[Entry]:
+    r"""Each record of JSON Lines, validated when it is reached (see :func:`read_reports`).
+
+    A caller may keep what it needs of each record and let the rest go. A line is parsed with
+    ``pydantic_core.from_json`` and validated with :data:`~ddo_hooks.reports.base.FROM_CHECKED_JSON`;
+    a line that this fast path does not accept is read again exactly as before (``json.loads``, then
+    each check in turn), which accepts it or raises the error that names its line. The fast parser
+    accepts no text that ``json.loads`` refuses and refuses more (a lone surrogate, an integer of
+    more than 4,300 digits, nesting deeper than 200), so every line is accepted or refused as before
+    (``tests/test_fuzz.py`` compares the two).
+
+    Raises:
+        ReportError: A line is not JSON or not a valid record; the message names the line.
+
+    Examples:
+        >>> from ddo_hooks import release_pytorch_host_cache
+        >>> tracker = MetricsTracker()
+        >>> tracker.record_ddo_metrics(release_pytorch_host_cache(phase="after_call"), component="c")
+        >>> [entry.component for entry in iter_entries(tracker.to_jsonl() + "\n" + tracker.to_jsonl())]
+        ['c', 'c']
+    """
+    for number, line in enumerate(text_lines(text), start=1):
         if not line.strip():
             continue
-        try:
-            item = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise ReportError(f"line {number}, column {e.colno}: not JSON: {json_error_sentence(e)}") from e
-        records.append(_record_from_json(item, f"line {number}"))
-    return records
+        entry = _checked_entry(line)
+        if entry is None:
+            try:
+                item = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ReportError(f"line {number}, column {e.colno}: not JSON: {json_error_sentence(e)}") from e
+            entry = _record_from_json(item, f"line {number}")
+        yield entry
+
+
+def _checked_entry(line: str) -> Entry | None:
+    """The record of a line as :func:`_record_from_json` would read it, or ``None`` for the slow path to say why not."""
+    try:
+        item = from_json(line, cache_strings=False)
+    except ValueError:
+        return None
+    if not isinstance(item, dict) or set(item) not in RECORD_KEYS or not _valid_component(item["component"]):
+        return None
+    try:
+        report = REPORT_ADAPTER.validate_python(item["report"], context=FROM_CHECKED_JSON)
+        envelope = item.get("envelope")
+        return Entry(item["component"], report, None if envelope is None else RecordEnvelope.model_validate(envelope))
+    except ValidationError:
+        return None
+
+
+def text_lines(text: str) -> Iterator[str]:
+    r"""The lines of ``text`` one at a time: ``text.splitlines()``, without a list of every line at once.
+
+    Examples:
+        >>> text = "a\r\nb\u2028c\n\nd"
+        >>> list(text_lines(text)) == text.splitlines()
+        True
+    """
+    start = 0
+    while start < len(text):
+        end = text.find("\n", start)
+        end = len(text) if end < 0 else end + 1
+        yield from text[start:end].splitlines()  # the other line breaks (\r, \u2028, ...) as splitlines has them
+        start = end
