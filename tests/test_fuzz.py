@@ -32,7 +32,7 @@ from ddo_hooks.cli import main
 from ddo_hooks.errors import DDOError
 from ddo_hooks.reports.envelope import RecordEnvelope
 from ddo_hooks.reports.files import load_report_file
-from ddo_hooks.reports.tracker import _checked_entry, _record_from_json
+from ddo_hooks.reports.tracker import _checked_entry, _record_from_json, text_lines
 
 EXAMPLES = int(os.environ.get("DDO_FUZZ_EXAMPLES", "150"))
 fuzz = settings(
@@ -141,6 +141,12 @@ def test_fuzz_a_line_the_fast_reader_takes_reads_the_same_the_careful_way(line: 
     fast = _checked_entry(line)
     if fast is not None:
         assert _record_from_json(json.loads(line), "line 1") == fast
+
+
+@fuzz
+@given(st.lists(st.sampled_from(["a", " ", "{}", "\n", "\r", "\r\n", "\x0b", "\x1e", "\x85", "\u2028"])).map("".join))
+def test_fuzz_text_lines_are_splitlines_one_at_a_time(text: str):
+    assert list(text_lines(text)) == text.splitlines()
 
 
 # -- the file commands, in process ------------------------------------------------------------------

@@ -63,6 +63,18 @@ def test_the_series_are_the_runs_and_the_axis_is_each_call_and_boundary(runs: li
     assert len(released) == 4  # before_transformer and before_vae of both calls are annotated
 
 
+def test_a_process_forked_after_attach_is_a_series_of_its_own(tmp_path: Path):
+    from ddo_hooks.cli.plot import release_points, series_label
+    from ddo_hooks.cli.summarize import collect_runs
+    from ddo_hooks.reports.files import load_report_file
+
+    records = [*gpu_run("f6", calls=(1,), pid=100).entries(), *gpu_run("f6", calls=(1,), pid=101).entries()]
+    path = MetricsTracker.from_records(records).write_jsonl(tmp_path / "fork.jsonl")
+    found, _ = collect_runs([load_report_file(path)])
+    assert [series_label(run, hosts=False) for run in found] == ["run f6f6f6f6 pid 100", "run f6f6f6f6 pid 101"]
+    assert [len(release_points(run)) for run in found] == [3, 3]  # each its own call 1, not one call of 6
+
+
 def test_without_matplotlib_plot_says_how_to_install_it(
     tmp_path: Path, runs: list[Path], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ):

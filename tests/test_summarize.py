@@ -104,7 +104,7 @@ def test_records_without_an_envelope_have_their_calls_inferred_and_the_output_sa
     )
     assert _flat(out).count(heading) == 1
     assert re.findall(r"^(\d) +after_call +no-op: disabled ", out, flags=re.MULTILINE) == ["1", "2"]
-    assert f"totals per boundary across calls, {old} (no envelope):" in out
+    assert f"totals per boundary across calls, {old} (no envelope):" in _flat(out)  # wrapped to 100 columns
     assert "totals per boundary across calls, all 2 runs:" in out
 
 
@@ -116,6 +116,27 @@ def test_a_record_in_two_files_is_counted_once(capsys, tmp_path, ranks):
     assert re.findall(r"^run .*$", out, flags=re.MULTILINE) == [
         "run c3c3c3c3, host gpu-node-2, pid 777, rank 1 of 2, 2 calls, 12 reports"
     ]
+
+
+def test_a_process_forked_after_attach_is_a_run_of_its_own(capsys, tmp_path):
+    """Older files: a child forked after attach recorded its parent's run id, with its own pid and call indexes."""
+    parent = gpu_run("f6", calls=(1,), pid=100)
+    child = gpu_run("f6", calls=(1,), pid=101, start=20)
+    path = MetricsTracker.from_records([*parent.entries(), *child.entries()]).write_jsonl(tmp_path / "fork.jsonl")
+    out = _summarize(capsys, path)
+    assert re.findall(r"^run .*$", out, flags=re.MULTILINE) == [
+        "run f6f6f6f6, host gpu-node-1, pid 100, 1 call, 6 reports",
+        "run f6f6f6f6, host gpu-node-1, pid 101, 1 call, 6 reports",
+    ]
+    assert f"{path}: 12 reports (JSON Lines) from 2 runs" in _flat(out)
+    assert (
+        "2 processes recorded run f6f6f6f6 (pids 100, 101; a process forked after attach keeps its parent's run "
+        "id): each is shown as a run of its own"
+    ) in _flat(out)
+    assert "totals per boundary across calls, run f6f6f6f6 pid 100:" in out
+    assert "totals per boundary across calls, run f6f6f6f6 pid 101:" in out
+    everything = _section(out, "totals per boundary across calls, all 2 runs:")
+    assert re.search(r"^before_transformer +2 +2 +0 +0 ", everything, re.MULTILINE)  # two calls, not one
 
 
 def test_every_line_fits_100_columns(capsys, tmp_path):

@@ -1,7 +1,7 @@
 """``ddo-hooks plot FILE... -o run.png``: pinned bytes and process RSS at each boundary, drawn.
 
 From the ``host_cache_release`` reports of saved runs and their ``pinned_copy_repack`` report
-(grouped into runs as ``summarize`` does: :func:`~ddo_hooks.cli.summarize.collect_runs`), two
+(grouped into runs as ``summarize`` does: :func:`~ddo_hooks.cli.summarize.collect`), two
 panels share one x axis, the records in order, grouped and labelled by call and boundary (the
 repack at attach is ``call 0``, ``attach``):
 
@@ -26,16 +26,15 @@ Examples:
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ddo_hooks.boundaries import BOUNDARIES, HOST_CACHE_RELEASE
-from ddo_hooks.cli.summarize import Run, collect_runs
+from ddo_hooks.cli.summarize import ReportSource, Run, collect
 from ddo_hooks.cli.table import BoundaryRow
 from ddo_hooks.errors import DDOError, ReportError
-from ddo_hooks.reports.files import ReportFile
 from ddo_hooks.sizes import format_size
 
 __all__ = [
@@ -137,11 +136,11 @@ def _matplotlib() -> Any:
     return plt
 
 
-def draw_runs(files: Sequence[ReportFile], out: str | os.PathLike[str], *, title: str | None = None) -> Path:
+def draw_runs(files: Iterable[ReportSource], out: str | os.PathLike[str], *, title: str | None = None) -> Path:
     """Draw the pinned bytes and the RSS of the runs in ``files`` into a PNG.
 
     Args:
-        files: The loaded report files.
+        files: The report files (each read once).
         out: The image to write (PNG; replaced if it exists).
         title: The figure's title (default: says what is drawn and from how many runs).
 
@@ -153,11 +152,11 @@ def draw_runs(files: Sequence[ReportFile], out: str | os.PathLike[str], *, title
         ReportError: No ``host_cache_release`` report holds a reading (a CPU-only torch's
             releases are no-ops that observe nothing).
     """
-    runs, _ = collect_runs(files)
-    series = [(run, release_points(run)) for run in runs]
+    collected = collect(files)
+    series = [(run, release_points(run)) for run in collected.runs]
     series = [(run, points) for run, points in series if points]
     if not series:
-        names = ", ".join(loaded.path for loaded in files)
+        names = ", ".join(tally.path for tally in collected.files)
         raise ReportError(
             f"{names}: no host_cache_release report holds a reading of pinned bytes or RSS, so there is nothing to "
             "plot (on a CPU-only torch every release is a no-op that observes nothing); plot the reports of a run "

@@ -10,18 +10,19 @@ Examples:
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ddo_hooks.boundaries import BOUNDARIES, HOST_CACHE_RELEASE
 
-__all__ = ["BoundaryRow", "boundary_rows", "infer_calls"]
+__all__ = ["BoundaryRow", "boundary_rows", "infer_calls", "numbered", "row_of"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class BoundaryRow:
-    """One report, as a table row.
+    """One report, as a table row (what ``summarize`` keeps of each record: a few hundred bytes).
 
     Attributes:
         call: The pipeline call it belongs to, from 1.
@@ -118,12 +119,44 @@ def _memory(observation: Any) -> dict[str, int] | None:
     return {name: value for name, value in values.items() if value is not None}
 
 
-def boundary_rows(records: Sequence[tuple[str | None, Any]], calls: Sequence[int] | None = None) -> list[BoundaryRow]:
-    """One :class:`BoundaryRow` per ``(component, report)`` record, in order.
+def row_of(component: str | None, report: Any, call: int, strings: dict[str, str] | None = None) -> BoundaryRow:
+    """The :class:`BoundaryRow` of one record: the report's typed summary, on ``call``.
 
-    Each row is the report's typed summary (:meth:`~ddo_hooks.reports.base.RouteReport.summary`):
-    every route says what it shows, so a new route cannot be shown as guesses. A user action's
-    ``data`` says what it observed under the names of :data:`~ddo_hooks.reports.boundary.OBSERVED`.
+    Every route says what it shows (:meth:`~ddo_hooks.reports.base.RouteReport.summary`), so a new
+    route cannot be shown as guesses. A user action's ``data`` says what it observed under the
+    names of :data:`~ddo_hooks.reports.boundary.OBSERVED`.
+
+    Args:
+        component: The record's component (``None`` for a bare report).
+        report: The report.
+        call: The pipeline call it belongs to.
+        strings: Where equal texts (boundary, action, reason, detail) are shared from, so that
+            100,000 rows hold each once; ``None`` shares nothing.
+    """
+    s = report.summary()
+    boundary, action = _where(component, report, s)
+    share = (lambda text: text) if strings is None else (lambda text: strings.setdefault(text, text))
+    return BoundaryRow(
+        call,
+        share(boundary),
+        share(action),
+        share(s.kind),
+        None if s.reason is None else share(s.reason),
+        share(s.detail),
+        owned_before=s.owned_before,
+        owned_after=s.owned_after,
+        delta=s.delta,
+        rss_before=s.rss_before,
+        rss_after=s.rss_after,
+        elapsed_seconds=s.elapsed_seconds,
+        repinned_bytes=s.repinned_bytes,
+        repin_seconds=s.repin_seconds,
+        memory_after=_memory(s.memory_after),
+    )
+
+
+def boundary_rows(records: Sequence[tuple[str | None, Any]], calls: Sequence[int] | None = None) -> list[BoundaryRow]:
+    """One :class:`BoundaryRow` per ``(component, report)`` record, in order (see :func:`row_of`).
 
     Args:
         records: ``MetricsTracker.records()`` or records loaded from a file.
@@ -132,30 +165,15 @@ def boundary_rows(records: Sequence[tuple[str | None, Any]], calls: Sequence[int
     Returns:
         The rows.
     """
-    summaries = [report.summary() for _, report in records]
-    keys = [_where(component, report, s) for (component, report), s in zip(records, summaries, strict=True)]
-    numbers = list(calls) if calls is not None else _number_calls(keys)
-    if len(numbers) != len(records):
-        raise ValueError(f"calls has {len(numbers)} entries for {len(records)} records")
-    rows = []
-    for call, (boundary, action), s in zip(numbers, keys, summaries, strict=True):
-        rows.append(
-            BoundaryRow(
-                call,
-                boundary,
-                action,
-                s.kind,
-                s.reason,
-                s.detail,
-                owned_before=s.owned_before,
-                owned_after=s.owned_after,
-                delta=s.delta,
-                rss_before=s.rss_before,
-                rss_after=s.rss_after,
-                elapsed_seconds=s.elapsed_seconds,
-                repinned_bytes=s.repinned_bytes,
-                repin_seconds=s.repin_seconds,
-                memory_after=_memory(s.memory_after),
-            )
-        )
-    return rows
+    if calls is not None and len(calls) != len(records):
+        raise ValueError(f"calls has {len(calls)} entries for {len(records)} records")
+    rows = [
+        row_of(component, report, 0 if calls is None else calls[n]) for n, (component, report) in enumerate(records)
+    ]
+    return rows if calls is not None else numbered(rows)
+
+
+def numbered(rows: Sequence[BoundaryRow]) -> list[BoundaryRow]:
+    """``rows`` with their calls inferred from the boundary order (see :func:`infer_calls`)."""
+    calls = _number_calls([(row.boundary, row.action) for row in rows])
+    return [dataclasses.replace(row, call=call) for row, call in zip(rows, calls, strict=True)]

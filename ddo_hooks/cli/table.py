@@ -233,17 +233,29 @@ def total_rows(rows: Sequence[tuple[object, BoundaryRow]], *, width: int = TABLE
     body: list[list[Cell]] = []
     previous = None
     for label, group in groups.items():
-        deltas = [row.delta for _, row in group if row.delta is not None]
-        elapsed = [row.elapsed_seconds for _, row in group if row.elapsed_seconds is not None]
-        repinned = [row.repinned_bytes for _, row in group if row.repinned_bytes is not None]
-        repin_time = [row.repin_seconds for _, row in group if row.repin_seconds is not None]
-        counts = [sum(row.kind == kind for _, row in group) for kind in ("executed", "noop", "refused")]
+        calls: set[tuple[object, int]] = set()
+        counts = dict.fromkeys(("executed", "noop", "refused"), 0)
+        released: int | None = None  # the positive deltas' sum, once any delta is known
+        elapsed: list[float] = []
+        repinned: list[int] = []
+        repin_time: list[float] = []
+        for run, row in group:  # one pass: 100,000 rows are totalled several times over
+            calls.add((run, row.call))
+            counts[row.kind] = counts.get(row.kind, 0) + 1
+            if row.delta is not None:
+                released = (released or 0) + max(row.delta, 0)
+            if row.elapsed_seconds is not None:
+                elapsed.append(row.elapsed_seconds)
+            if row.repinned_bytes is not None:
+                repinned.append(row.repinned_bytes)
+            if row.repin_seconds is not None:
+                repin_time.append(row.repin_seconds)
         body.append(
             [
                 label_cell(label, previous),
-                str(len({(run, row.call) for run, row in group})),
-                *map(str, counts),
-                size_cell(sum(d for d in deltas if d > 0)) if deltas else "-",
+                str(len(calls)),
+                *(str(counts[kind]) for kind in ("executed", "noop", "refused")),
+                size_cell(released),
                 ms_cell(sum(elapsed)) if elapsed else "-",
                 size_cell(sum(repinned)) if repinned else "-",
                 ms_cell(sum(repin_time)) if repin_time else "-",

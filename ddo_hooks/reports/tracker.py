@@ -313,9 +313,21 @@ def text_lines(text: str) -> Iterator[str]:
         >>> list(text_lines(text)) == text.splitlines()
         True
     """
+    if not any(mark in text for mark in _OTHER_LINE_BREAKS):  # the usual JSON Lines: only "\n" ends a line
+        start, size = 0, len(text)
+        while start < size:
+            end = text.find("\n", start)
+            end = size if end < 0 else end
+            yield text[start:end]
+            start = end + 1
+        return
     start = 0
     while start < len(text):
         end = text.find("\n", start)
         end = len(text) if end < 0 else end + 1
-        yield from text[start:end].splitlines()  # the other line breaks (\r, \u2028, ...) as splitlines has them
+        yield from text[start:end].splitlines()  # the other line breaks as splitlines has them
         start = end
+
+
+_OTHER_LINE_BREAKS = ("\r", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029")
+"""What ``str.splitlines`` also ends a line at, besides ``"\\n"``."""
