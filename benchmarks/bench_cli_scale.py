@@ -144,22 +144,30 @@ def run_once(argv: list[str], timeout: float) -> dict[str, Any]:
             break
         if time.perf_counter() - start > timeout:
             os.killpg(proc.pid, signal.SIGKILL)
-            os.wait4(proc.pid, 0)
+            _, _, usage = os.wait4(proc.pid, 0)
             proc.returncode = -9
-            return {"wall_s": None, "cpu_s": None, "peak_rss_mib": None, "timed_out": True}
+            return {  # what it had used when it was stopped: lower bounds
+                "wall_s": None, "cpu_s": None, "peak_rss_mib": None, "timed_out": True,
+                "cpu_s_when_stopped": usage.ru_utime + usage.ru_stime, "peak_rss_mib_when_stopped": _mib(usage),
+                "load": os.getloadavg()[0],
+            }  # fmt: skip
         time.sleep(0.02)
     wall = time.perf_counter() - start
     proc.returncode = os.waitstatus_to_exitcode(status)
     error = proc.stderr.read().decode() if proc.stderr else ""
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(argv[2:5])}... exited {proc.returncode}: {error[-2000:]}")
-    rss_unit = 1 if sys.platform == "darwin" else 1024  # ru_maxrss: bytes on macOS, KiB on Linux
     return {
         "wall_s": wall,
         "cpu_s": usage.ru_utime + usage.ru_stime,
-        "peak_rss_mib": usage.ru_maxrss * rss_unit / MiB,
+        "peak_rss_mib": _mib(usage),
         "timed_out": False,
+        "load": os.getloadavg()[0],  # the 1-minute load average when it ended: other work on the machine
     }
+
+
+def _mib(usage: Any) -> float:
+    return usage.ru_maxrss * (1 if sys.platform == "darwin" else 1024) / MiB  # ru_maxrss: bytes on macOS, KiB on Linux
 
 
 def _figure(values: list[float | None]) -> dict[str, Any]:
@@ -189,10 +197,16 @@ def report(results: dict[str, Any]) -> None:
             met = met and (target[1] is None or rss["median"] < target[1])
             limits = f"< {target[0]:g} s" + ("" if target[1] is None else f", < {target[1]:g} MiB")
             verdict = f"{limits}: {'met' if met else 'not met'}"
-        timed_out = f" ({case['timed_out']} timed out)" if case["timed_out"] else ""
         print(f"{name:<18} {_shown(wall, 2):>24} {_shown(cpu, 2):>24} {_shown(rss, 1):>24}  {per:>14}  {verdict}")
-        if timed_out:
-            print(f"{'':<18} {timed_out} after {results['timeout_s']:g} s")
+        if case["timed_out"]:
+            stopped = [run["cpu_s_when_stopped"] for run in case["runs"] if run["timed_out"]]
+            print(
+                f"{'':<18} {case['timed_out']} stopped after {results['timeout_s']:g} s, having used "
+                f"{min(stopped):.1f}-{max(stopped):.1f} s of CPU"
+            )
+    loads = [run["load"] for case in results["cases"].values() for run in case["runs"]]
+    cpus = results["machine"]["cpus"]
+    print(f"1-minute load average at the end of each run: {min(loads):.1f}-{max(loads):.1f} ({cpus} CPUs)")
 
 
 def _commit() -> str | None:
