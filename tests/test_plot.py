@@ -106,6 +106,24 @@ def test_many_releases_are_a_few_artists_not_a_few_per_release(
         assert drawn["ticks"][1] == calls
 
 
+def test_a_reading_beyond_a_float_is_refused_with_where_it_is(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    import json
+
+    entry = gpu_run("a1", calls=(3,)).entries()[0]
+    report = entry.report.model_dump(mode="json")
+    section = report["setup"]["host_cache_release"]
+    section["before"]["allocated_bytes"] = 10**400  # a valid Bytes value: any integer >= 0
+    section["allocator_bytes_delta"] = 10**400 - section["after"]["allocated_bytes"]
+    record = {"component": entry.component, "report": report, "envelope": entry.envelope.model_dump(mode="json")}
+    path = tmp_path / "absurd.jsonl"
+    path.write_text(json.dumps(record) + "\n", encoding="utf-8")
+    assert main(["plot", str(path), "-o", str(tmp_path / "run.png")]) == 1
+    assert capsys.readouterr().err == (
+        "run a1a1a1a1, call 3, before_transformer: 1.00e400 B is too large to draw (more than a float holds); "
+        "ddo-hooks summarize shows it\n"
+    )
+
+
 def test_without_matplotlib_plot_says_how_to_install_it(
     tmp_path: Path, runs: list[Path], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ):

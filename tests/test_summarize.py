@@ -153,6 +153,29 @@ def test_every_line_fits_100_columns(capsys, tmp_path):
     assert "rank 3 of 8, 3 calls, 18 reports" in out
 
 
+def test_absurd_numbers_keep_every_line_within_100_columns(capsys, tmp_path):
+    """Any integer and any finite number is valid in a report: the cells write long ones as 1.00e30."""
+    from support.report_runs import envelope, executed
+
+    release = executed("before_vae", 272 * MiB).model_dump(mode="json")
+    section = release["setup"]["host_cache_release"]
+    section["elapsed_seconds"] = 1e300
+    section["before"]["allocated_bytes"] = 10**400
+    section["allocator_bytes_delta"] = 10**400 - section["after"]["allocated_bytes"]
+    section["host_before"]["rss_bytes"] = 10**30
+    section["host_after"]["cgroup_memory_bytes"] = 10**300
+    huge = envelope("ab", 10**30, "before_vae", n=1, rank=10**30, world=10**31, pid=10**30).model_dump(mode="json")
+    record = {"component": "host_cache_before_vae", "report": release, "envelope": huge}
+    path = tmp_path / "absurd.jsonl"
+    path.write_text(f"{json.dumps(record)}\n", encoding="utf-8")
+    out = _summarize(capsys, path)
+    wide = [line for line in out.splitlines() if len(line) > TABLE_WIDTH]
+    assert not wide, "\n".join(wide)
+    assert re.search(r"^1\.00e30 +before_vae +executed +1\.00e400 B → +", out, re.MULTILINE)
+    assert "1.00e+303 ms" in out  # elapsed, in the table and in the totals
+    assert "run abababab, host gpu-node-1, pid 1.00e30, rank 1.00e30 of 1.00e31, 1 call, 1 report" in _flat(out)
+
+
 def test_a_table_too_wide_wraps_its_cells_and_keeps_the_boundary_names():
     from ddo_hooks.cli.table import boundary_rows, format_table
 

@@ -27,12 +27,14 @@ Examples:
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ddo_hooks.boundaries import BOUNDARIES, HOST_CACHE_RELEASE
+from ddo_hooks.cli.cells import number_cell, size_cell
 from ddo_hooks.cli.summarize import ReportSource, Run, collect
 from ddo_hooks.cli.table import BoundaryRow
 from ddo_hooks.errors import DDOError, ReportError
@@ -170,6 +172,7 @@ def draw_runs(files: Iterable[ReportSource], out: str | os.PathLike[str], *, tit
             "plot (on a CPU-only torch every release is a no-op that observes nothing); plot the reports of a run "
             "on a CUDA machine"
         )
+    _refuse_undrawable(series)
     plt = _matplotlib()
     from matplotlib.lines import Line2D
 
@@ -211,7 +214,7 @@ def draw_runs(files: Iterable[ReportSource], out: str | os.PathLike[str], *, tit
                 arrowprops={"arrowstyle": "->", "color": colour, "lw": 1.2},
             )
             pinned.annotate(
-                f"{_MINUS}{format_size(row.delta)}",
+                f"{_MINUS}{size_cell(row.delta)}",
                 xy=(x + _SHIFT, (row.owned_before + row.owned_after) / 2 / unit),
                 xytext=(5, -11 * index),
                 textcoords="offset points",
@@ -247,6 +250,20 @@ def draw_runs(files: Iterable[ReportSource], out: str | os.PathLike[str], *, tit
     fig.savefig(target, dpi=110, format="png")
     plt.close(fig)
     return target
+
+
+def _refuse_undrawable(series: Sequence[tuple[Run, Sequence[Point]]]) -> None:
+    """Refuse a reading beyond what a float holds (about 1.8e308 bytes: valid in a report, not on an axis)."""
+    for run, points in series:
+        for point in points:
+            row = point.row
+            for value in (row.owned_before, row.owned_after, row.rss_before, row.rss_after):
+                if value is not None and value > sys.float_info.max:
+                    where = f"{run.name}, call {number_cell(point.call)}, {point.boundary}"
+                    raise ReportError(
+                        f"{where}: {size_cell(value)} is too large to draw (more than a float holds); "
+                        "ddo-hooks summarize shows it"
+                    )
 
 
 def _trace(

@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
+from ddo_hooks.cli.cells import number_cell
 from ddo_hooks.cli.layout import TABLE_WIDTH, wrap_text
 from ddo_hooks.cli.rows import BoundaryRow, numbered, row_of
 from ddo_hooks.cli.table import MEMORY_NOTE, format_memory_table, format_table, total_rows
@@ -107,7 +108,7 @@ class Run:
         """``run 3f2a9c1e`` (``run 3f2a9c1e pid 4242`` when its id is shared), or ``FILE (no envelope)``."""
         if not self.run_id:
             return f"{self.files[0]} (no envelope)"
-        return f"run {self.run_id[:8]}" + (f" pid {self.pid}" if self.shared_id else "")
+        return f"run {self.run_id[:8]}" + (f" pid {number_cell(self.pid)}" if self.shared_id else "")  # type: ignore[arg-type]
 
     @property
     def rank(self) -> int | None:
@@ -119,9 +120,9 @@ class Run:
         texts = []
         for rank, world in self.ranks:
             if rank is None:
-                texts.append(f"world size {world}")
+                texts.append(f"world size {number_cell(world)}")  # type: ignore[arg-type]
             else:
-                texts.append(f"rank {rank}" + ("" if world is None else f" of {world}"))
+                texts.append(f"rank {number_cell(rank)}" + ("" if world is None else f" of {number_cell(world)}"))
         return ", ".join(texts)
 
     def rows(self) -> list[BoundaryRow]:
@@ -138,7 +139,7 @@ class Run:
                 "calls inferred from the boundary order",
                 width=width,
             )
-        parts = [] if self.pid is None else [f"pid {self.pid}"]
+        parts = [] if self.pid is None else [f"pid {number_cell(self.pid)}"]
         if self.ranks:
             parts.append(self.rank_text())
         parts.append(count)
@@ -295,8 +296,8 @@ def summary_lines(files: Iterable[ReportSource], *, arrow: str = "→", width: i
         )
     for run_id, pids in _shared_ids(runs).items():
         yield wrap_text(
-            f"{len(pids)} processes recorded run {run_id[:8]} (pids {', '.join(map(str, pids))}; a process forked "
-            "after attach keeps its parent's run id): each is shown as a run of its own",
+            f"{len(pids)} processes recorded run {run_id[:8]} (pids {', '.join(map(number_cell, pids))}; a process "
+            "forked after attach keeps its parent's run id): each is shown as a run of its own",
             width=width,
         )
     for run in runs:

@@ -31,10 +31,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ddo_hooks.boundaries import BOUNDARIES
-from ddo_hooks.cli.cells import arrow_for, label_cell, label_cells, ms_cell, pair_cell, size_cell, status_cell
+from ddo_hooks.cli.cells import (
+    arrow_for,
+    label_cell,
+    label_cells,
+    ms_cell,
+    number_cell,
+    pair_cell,
+    size_cell,
+    status_cell,
+)
 from ddo_hooks.cli.layout import TABLE_WIDTH, Cell, Column, render_table, wrap_text
 from ddo_hooks.cli.rows import BoundaryRow, boundary_rows, infer_calls
-from ddo_hooks.sizes import format_size
 
 __all__ = [
     "BoundaryRow",
@@ -90,7 +98,7 @@ def format_table(rows: Sequence[BoundaryRow], *, arrow: str = "→", width: int 
     ]
     body: list[list[Cell]] = [
         [
-            str(row.call),
+            number_cell(row.call),
             label,
             status_cell(row.status),
             pair_cell(row.owned_before, row.owned_after, arrow),
@@ -146,9 +154,16 @@ def format_rss_table(rows: Sequence[BoundaryRow], *, observer: str, arrow: str =
         rss = seen.get(key)
         change = "-"
         if rss is not None and previous is not None and key != last_key:
-            change = ("+" if rss > previous else "") + format_size(rss - previous)
+            change = ("+" if rss > previous else "") + size_cell(rss - previous)
         body.append(
-            [str(row.call), label, status_cell(row.status), size_cell(rss), change, ms_cell(row.elapsed_seconds)]
+            [
+                number_cell(row.call),
+                label,
+                status_cell(row.status),
+                size_cell(rss),
+                change,
+                ms_cell(row.elapsed_seconds),
+            ]
         )
         if rss is not None and key != last_key:
             previous, last_key = rss, key
@@ -179,7 +194,7 @@ def format_memory_table(rows: Sequence[BoundaryRow], *, width: int = TABLE_WIDTH
     columns = [Column("call"), Column("boundary", wrap=1, cut=1, floor=_BOUNDARY_WIDTH)]
     columns += [Column(name) for name in ("RSS", "anon", "file", "shmem", "pinned owned", "cgroup")]
     body: list[list[Cell]] = [
-        [str(row.call), label]
+        [number_cell(row.call), label]
         + [size_cell(row.memory_after.get(name)) for name in ("rss", "anon", "file", "shmem")]  # type: ignore[union-attr]
         + [size_cell(row.owned_after), size_cell(row.memory_after.get("cgroup"))]  # type: ignore[union-attr]
         for row, label in shown
