@@ -109,13 +109,43 @@ def test_records_without_an_envelope_have_their_calls_inferred_and_the_output_sa
 
 
 def test_a_record_in_two_files_is_counted_once(capsys, tmp_path, ranks):
-    copy = tmp_path / "sink-copy.jsonl"
-    copy.write_text(ranks[1].read_text(encoding="utf-8"), encoding="utf-8")
+    copy = tmp_path / "sink-copy.jsonl"  # the sink's records, and one more the other file lacks
+    more = gpu_run("c3", rank=1, world=2, calls=(9,), host="gpu-node-2", pid=777, start=90).to_jsonl()
+    copy.write_text(ranks[1].read_text(encoding="utf-8") + more, encoding="utf-8")
     out = _summarize(capsys, ranks[1], copy)
     assert "left out 12 records seen twice" in out
     assert re.findall(r"^run .*$", out, flags=re.MULTILINE) == [
-        "run c3c3c3c3, host gpu-node-2, pid 777, rank 1 of 2, 2 calls, 12 reports"
+        "run c3c3c3c3, host gpu-node-2, pid 777, rank 1 of 2, 3 calls, 18 reports"
     ]
+
+
+def _without_envelopes(tmp_path: Path, name: str) -> Path:
+    """An old file: two calls' records, no envelope."""
+    lines = [json.dumps({"component": e.component, "report": e.report.model_dump(mode="json")})
+             for e in gpu_run("a1").entries()]  # fmt: skip
+    path = tmp_path / name
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("again", ["the same path", "another path to it", "a copy"])
+def test_a_file_given_twice_or_copied_is_read_once_with_a_warning(capsys, tmp_path, again):
+    """Records without an envelope cannot be told apart: only the file can, by its bytes."""
+    old = _without_envelopes(tmp_path, "old.jsonl")
+    if again == "the same path":
+        second, said = old, f"the same file as {old}, given twice"
+    elif again == "another path to it":
+        second, said = tmp_path / "link.jsonl", f"the same file as {old}, given twice"
+        second.symlink_to(old)
+    else:
+        second, said = tmp_path / "copy.jsonl", f"the same bytes as {old} (a copy)"
+        second.write_bytes(old.read_bytes())
+    assert main(["summarize", str(old), str(second)]) == 0
+    out, err = capsys.readouterr()
+    assert err == f"warning: {second}: {said}; read once, so that its records count once\n"
+    assert re.findall(r"^totals .*$", out, flags=re.MULTILINE) == ["totals per boundary across calls:"]
+    assert re.search(r"^before_transformer +2 +2 +0 +0 ", out, re.MULTILINE)  # 2 calls, not 4
+    assert str(second) not in out.replace(str(old), "")
 
 
 def test_a_process_forked_after_attach_is_a_run_of_its_own(capsys, tmp_path):

@@ -2,15 +2,19 @@
 
 ``summarize`` and ``plot`` read report files with :func:`read_reports`: each file is opened when
 it is reached and its records validated as they are read, so that only what a command keeps of a
-record stays in memory. A policy given where reports are expected (or the other way round) is
-refused with the command that reads it (:func:`other_kind`).
+record stays in memory; a file given twice, or a copy of one, is read once. A policy given where
+reports are expected (or the other way round) is refused with the command that reads it
+(:func:`other_kind`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import filecmp
 import gc
+import os
+import stat
 import sys
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -67,11 +71,18 @@ def looks_like(path: str) -> str | None:
 def read_reports(paths: Sequence[str]) -> Iterator[Any]:
     """Each report file, opened when it is reached (its records validated as they are read).
 
-    A policy given instead is refused with the command that reads it.
+    A file given twice, or a file whose bytes are those of a file given before (a copy), is read
+    once, with a warning: records without an envelope cannot be told apart, so they would count
+    twice. A policy given instead is refused with the command that reads it.
     """
     from ddo_hooks.reports.files import open_report_file
 
+    given: list[tuple[str, os.stat_result]] = []
     for path in paths:
+        same = _same_as(path, given)
+        if same is not None:
+            print(f"warning: {path}: {same}; read once, so that its records count once", file=sys.stderr)
+            continue
         try:
             opened = open_report_file(path, cut_last_line=True)
         except DDOError as e:
@@ -79,6 +90,24 @@ def read_reports(paths: Sequence[str]) -> Iterator[Any]:
         for warning in opened.warnings:
             print(f"warning: {warning}", file=sys.stderr)
         yield dataclasses.replace(opened, entries=_entries_of(opened.entries, path))
+
+
+def _same_as(path: str, given: list[tuple[str, os.stat_result]]) -> str | None:
+    """How ``path`` repeats a file given before (the same file, or its bytes), or ``None``; adds it to ``given``."""
+    try:
+        info = os.stat(path)
+    except (OSError, ValueError):  # opening it says what is wrong
+        return None
+    if not stat.S_ISREG(info.st_mode):
+        return None
+    for earlier, seen in given:
+        if os.path.samestat(info, seen):
+            return f"the same file as {earlier}, given twice"
+    for earlier, seen in given:  # only files of one size can hold the same bytes
+        if info.st_size == seen.st_size and filecmp.cmp(path, earlier, shallow=False):
+            return f"the same bytes as {earlier} (a copy)"
+    given.append((path, info))
+    return None
 
 
 def _entries_of(entries: Iterator[Any], path: str) -> Iterator[Any]:
