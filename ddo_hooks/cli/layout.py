@@ -115,7 +115,8 @@ def render_table(columns: Sequence[Column], rows: Sequence[Sequence[Cell]], *, w
         The lines, without trailing spaces. Every line fits ``width`` unless a column that may
         neither wrap nor be cut is wider on its own.
     """
-    distinct = [{cell: _pieces(cell) for cell in dict.fromkeys(row[i] for row in rows)} for i in range(len(columns))]
+    by_column = list(zip(*rows, strict=True)) if rows else [()] * len(columns)
+    distinct = [{cell: _pieces(cell) for cell in dict.fromkeys(cells)} for cells in by_column]
     body_natural = [max((len("".join(pieces)) for pieces in cells.values()), default=0) for cells in distinct]
     widths = [max(n, len("".join(_words(c.title)))) for n, c in zip(body_natural, columns, strict=True)]
 
