@@ -209,6 +209,38 @@ def report(results: dict[str, Any]) -> None:
     print(f"1-minute load average at the end of each run: {min(loads):.1f}-{max(loads):.1f} ({cpus} CPUs)")
 
 
+DASH = "\u2013"  # as docs/benchmarks.md writes a range
+
+
+def _cell(figure: dict[str, Any], digits: int) -> str:
+    return f"{figure['median']:.{digits}f} ({figure['min']:.{digits}f}{DASH}{figure['max']:.{digits}f})"
+
+
+def case_text(name: str, records: int) -> str:
+    """``\\`plot\\`, 30,000 releases``: how docs/benchmarks.md names a case."""
+    kind = name.partition("-")[0]
+    return f"`{kind}`, {records:,} {'releases' if kind == 'plot' else 'records'}"
+
+
+def markdown_row(results: dict[str, Any], name: str, label: str) -> str:
+    """The row of docs/benchmarks.md for one case of a results file: CPU s, wall s, peak RSS MiB, median (min-max).
+
+    A command stopped at the time limit shows what it had used by then, as lower bounds.
+    """
+    case = results["cases"][name]
+    if case["timed_out"] == len(case["runs"]):
+        used = [run.get("cpu_s_when_stopped") for run in case["runs"]]  # not recorded by the first version
+        peak = [run.get("peak_rss_mib_when_stopped") for run in case["runs"]]
+        cells = [
+            "-" if None in used else f"> {min(used):.0f}",  # type: ignore[type-var]
+            f"> {results['timeout_s']:.0f} (stopped)",
+            "-" if None in peak else f"> {min(peak):.0f}",  # type: ignore[type-var]
+        ]
+    else:
+        cells = [_cell(case["cpu_s"], 2), _cell(case["wall_s"], 2), _cell(case["peak_rss_mib"], 1)]
+    return f"| {case_text(name, case['records'])} | {label} | {len(case['runs'])} | " + " | ".join(cells) + " |"
+
+
 def _commit() -> str | None:
     try:
         found = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True)
