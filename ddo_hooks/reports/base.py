@@ -69,10 +69,10 @@ PhaseLabel = Annotated[str, Field(pattern=PHASE_PATTERN)]
 
 
 FROM_CHECKED_JSON = {"strings_from_checked_json": True}
-"""The validation context of data parsed by ``pydantic_core.from_json`` from UTF-8 text.
+"""The validation context of a report validated from UTF-8 JSON text by pydantic_core.
 
-That parser refuses a lone surrogate (``"\\ud800"``), which ``json.loads`` lets through, and text
-decoded from UTF-8 holds none: every string of such data can be written as JSON, so a report
+Its JSON parser refuses a lone surrogate (``"\\ud800"``), which ``json.loads`` lets through, and text
+decoded from UTF-8 holds none: every string of such a report can be written as JSON, so a report
 validated with this context skips writing itself out to prove it
 (:meth:`RouteReport._writable_as_json`, a third of a release report's validation). Every other
 check runs.

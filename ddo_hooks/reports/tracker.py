@@ -23,13 +23,12 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from pydantic import BaseModel, ValidationError
-from pydantic_core import from_json
 
 from ddo_hooks._diagnostics import json_error_sentence, show_repr, show_value
 from ddo_hooks.errors import InvalidArgumentError, ReportError
 from ddo_hooks.reports.base import FROM_CHECKED_JSON
-from ddo_hooks.reports.envelope import RecordEnvelope
-from ddo_hooks.reports.parse import REPORT_ADAPTER, REPORT_TYPES, parse_report
+from ddo_hooks.reports.envelope import RecordEnvelope, ReportRecord
+from ddo_hooks.reports.parse import REPORT_TYPES, parse_report
 
 __all__ = [
     "MAX_COMPONENT_LENGTH",
@@ -258,13 +257,13 @@ def read_entries(text: str) -> list[Entry]:
 def iter_entries(text: str) -> Iterator[Entry]:
     r"""Each record of JSON Lines, validated when it is reached (see :func:`read_reports`).
 
-    A caller may keep what it needs of each record and let the rest go. A line is parsed with
-    ``pydantic_core.from_json`` and validated with :data:`~ddo_hooks.reports.base.FROM_CHECKED_JSON`;
-    a line that this fast path does not accept is read again exactly as before (``json.loads``, then
-    each check in turn), which accepts it or raises the error that names its line. The fast parser
-    accepts no text that ``json.loads`` refuses and refuses more (a lone surrogate, an integer of
-    more than 4,300 digits, nesting deeper than 200), so every line is accepted or refused as before
-    (``tests/test_fuzz.py`` compares the two).
+    A caller may keep what it needs of each record and let the rest go. A line is validated as a
+    :class:`~ddo_hooks.reports.envelope.ReportRecord` straight from its JSON text by pydantic_core,
+    with :data:`~ddo_hooks.reports.base.FROM_CHECKED_JSON`; a line that this fast path does not
+    accept is read again exactly as before (``json.loads``, then each check in turn), which accepts
+    it or raises the error that names its line. The fast parser accepts no text that ``json.loads``
+    refuses and refuses more (a lone surrogate, an integer of more than 4,300 digits, nesting deeper
+    than 200), so every line is accepted or refused as before (``tests/test_fuzz.py`` compares the two).
 
     Raises:
         ReportError: A line is not JSON or not a valid record; the message names the line.
@@ -290,19 +289,17 @@ def iter_entries(text: str) -> Iterator[Entry]:
 
 
 def _checked_entry(line: str) -> Entry | None:
-    """The record of a line as :func:`_record_from_json` would read it, or ``None`` for the slow path to say why not."""
+    """The record of a line as :func:`_record_from_json` would read it, or ``None`` for the slow path to say why not.
+
+    One pass of pydantic_core over the JSON text: strict JSON mode takes what strict Python mode
+    takes from ``json.loads`` here, since every field a JSON string or array could fill laxly (the
+    timestamp, the tuples of names) is lax in both.
+    """
     try:
-        item = from_json(line, cache_strings=False)
-    except ValueError:
+        record = ReportRecord.model_validate_json(line, context=FROM_CHECKED_JSON)
+    except ValueError:  # ValidationError, for JSON it cannot read as for a record it refuses
         return None
-    if not isinstance(item, dict) or set(item) not in RECORD_KEYS or not _valid_component(item["component"]):
-        return None
-    try:
-        report = REPORT_ADAPTER.validate_python(item["report"], context=FROM_CHECKED_JSON)
-        envelope = item.get("envelope")
-        return Entry(item["component"], report, None if envelope is None else RecordEnvelope.model_validate(envelope))
-    except ValidationError:
-        return None
+    return Entry(record.component, record.report, record.envelope)
 
 
 def text_lines(text: str) -> Iterator[str]:
