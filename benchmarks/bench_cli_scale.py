@@ -213,6 +213,8 @@ DASH = "\u2013"  # as docs/benchmarks.md writes a range
 
 
 def _cell(figure: dict[str, Any], digits: int) -> str:
+    if figure["n"] == 1:
+        return f"{figure['median']:.{digits}f}"
     return f"{figure['median']:.{digits}f} ({figure['min']:.{digits}f}{DASH}{figure['max']:.{digits}f})"
 
 
