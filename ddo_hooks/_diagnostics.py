@@ -41,6 +41,7 @@ __all__ = [
     "read_text_file",
     "show_repr",
     "show_value",
+    "special_file_kind",
     "where",
 ]
 
@@ -92,7 +93,7 @@ def read_text_file(
         cause = IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), source)
         raise error(f"{source}: is a directory, not a {kind} file; {directory_fix}") from cause
     if not stat.S_ISREG(info.st_mode):
-        what = _special_file(info.st_mode)
+        what = special_file_kind(info.st_mode)
         raise error(f"{source}: is {what}, not a regular file; save the {kind} to a file and pass that file's path")
     if info.st_size > max_bytes:
         raise error(_too_large(source, kind, f"{info.st_size:,} bytes", max_bytes))
@@ -124,7 +125,8 @@ def _too_large(source: str, kind: str, size: str, max_bytes: int) -> str:
     )
 
 
-def _special_file(mode: int) -> str:
+def special_file_kind(mode: int) -> str:
+    """What a file that is not a regular file or a directory is, from its ``st_mode``: ``a FIFO (named pipe)``, ..."""
     for test, what in (
         (stat.S_ISFIFO, "a FIFO (named pipe)"),
         (stat.S_ISCHR, "a character device"),

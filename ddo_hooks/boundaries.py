@@ -92,6 +92,7 @@ RefusalReason = Literal[
     "concurrent_call",
     "not_reached",
     "action_refused",
+    "action_failed",
 ]
 """Why a boundary was refused or not run (see :data:`REFUSAL_REASONS`)."""
 
@@ -117,6 +118,10 @@ REFUSAL_REASONS: dict[str, str] = {
         '(`output_type="latent"`), or decoded where no boundary may run; the detail says which.'
     ),
     "action_refused": "An action refused to run (it raised `BoundaryRefusedError` with a reason of its own).",
+    "action_failed": (
+        "An action raised in a deferred `after_call` (`idle:`), where no call could raise it: the detail holds "
+        "the error, which is also logged; the boundary's later actions still run."
+    ),
 }
 """Each refusal reason code with when it applies (the docs' table; a test keeps it equal to
 :data:`RefusalReason`)."""

@@ -23,7 +23,7 @@ from ddo_hooks import (
     register_action,
     unregister_action,
 )
-from ddo_hooks.hooks.actions import ENTRY_POINT_GROUP, available_actions, resolve_action
+from ddo_hooks.hooks.actions import ENTRY_POINT_GROUP, BoundaryContext, available_actions, resolve_action
 from ddo_hooks.policy.model import HookPolicy
 from ddo_hooks.release.allocator import use_backend
 from ddo_hooks.testing.tiny_pipelines import build_pipeline, call_kwargs, embed_prompt
@@ -95,6 +95,48 @@ def test_an_action_returning_something_else_is_an_error_naming_it(registered):
         pytest.raises(InvalidArgumentError, match="action 'sloppy' returned dict"),
     ):
         pipe(**call_kwargs("sd"))
+
+
+def a_context(action: str = "note", boundary: str = "after_call") -> BoundaryContext:
+    return BoundaryContext(
+        pipeline=None,
+        boundary=boundary,
+        action=action,
+        call_index=1,
+        device="cuda",
+        tracker=MetricsTracker(),
+        policy=HookPolicy.default(),
+    )
+
+
+@pytest.mark.parametrize(
+    ("arguments", "problem"),
+    [
+        ({"status": "exploded"}, "status: 'exploded' is not one of executed, noop"),
+        ({"status": "executed", "detail": 5}, "detail: Input should be a valid string, got 5"),
+        ({"status": "executed", "data": {1, 2}}, "data: Input should be a valid dictionary, got a set"),
+        ({"status": "executed", "data": []}, "data: Input should be a valid dictionary, got a list"),
+        ({"status": "executed", "data": {"ratio": float("nan")}}, "nan at data.ratio is not a JSON number"),
+        ({"status": "executed", "data": {1: 2}}, "Input should be a valid string, got 1"),
+        ({"status": "executed", "detail": "half \ud800"}, "a string holds half of a surrogate pair"),
+    ],
+    ids=["status", "detail", "set", "empty-list", "nan", "int-key", "surrogate"],
+)
+def test_action_report_raises_the_documented_invalid_argument_error_naming_the_action(arguments, problem):
+    with pytest.raises(InvalidArgumentError) as caught:
+        a_context().action_report(**arguments)
+    message = str(caught.value)
+    assert message.startswith("action 'note' at after_call: its report is not valid (")
+    assert problem in message
+    assert message.endswith(
+        "pass status 'executed' or 'noop', a str detail and JSON data (a dict of str keys to dicts, lists, str, "
+        "finite numbers, bools and None)"
+    )
+
+
+def test_action_report_keeps_a_valid_report_and_takes_no_data_as_an_empty_dict():
+    report = a_context().action_report("noop", detail="nothing to do")
+    assert (report.body.status, report.body.detail, report.body.data) == ("noop", "nothing to do", {})
 
 
 def test_an_action_that_refuses_is_recorded_as_a_refusal(registered):

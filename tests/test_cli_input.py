@@ -196,7 +196,8 @@ def test_summarize_and_plot_read_the_records_before_a_last_line_cut_by_a_crash(t
     path.write_text("\n".join([*lines[:-1], lines[-1][:40]]), encoding="utf-8")  # no newline: cut mid-record
     assert main(["summarize", str(path)]) == 0
     out, err = capsys.readouterr()
-    assert " ".join(out.split()).startswith(f"{path}: {len(lines) - 1} reports (JSON Lines)")  # wraps at 100
+    # the line wraps at 100 columns wherever the temporary folder's length puts it
+    assert " ".join(out.split()).startswith(f"{path}: {len(lines) - 1} reports (JSON Lines)")
     assert err == f"warning: {path}:{len(lines)}: the last line is cut off (not complete JSON: its writer stopped " \
         "mid-line, e.g. in a crash); its record is left out\n"  # fmt: skip
     if importlib.util.find_spec("matplotlib") is not None:

@@ -55,6 +55,27 @@ def test_a_negative_index_is_refused():
         parse_cuda_device(-1)
 
 
+@pytest.mark.parametrize(
+    ("device", "shown"),
+    [
+        ("cuda:" + "9" * 5000, "'cuda:" + "9" * 51 + "..."),  # int() refuses more than 4,300 digits
+        ("cuda:" + "9" * 11, "'cuda:99999999999'"),
+        (10**5000, "an int of about 5,001 digits"),
+        (2**31, "2147483648"),
+    ],
+    ids=["5000-digits", "11-digits", "int-5000-digits", "int-2**31"],
+)
+def test_an_index_too_long_for_any_machine_is_refused_with_the_value_cut(device: object, shown: str):
+    expected = (
+        rf"^device={re.escape(shown)} is not a valid device; use {FORMS}$"
+        if isinstance(device, str)
+        else rf"^device={re.escape(shown)}: a device index must be below 2147483648$"
+    )
+    with pytest.raises(InvalidArgumentError, match=expected):
+        parse_cuda_device(device)
+    assert parse_cuda_device("cuda:2147483647") == parse_cuda_device(2**31 - 1) == 2**31 - 1
+
+
 def test_the_message_names_the_argument_it_was_given():
     with pytest.raises(InvalidArgumentError, match=r"^target='cpu' is not a CUDA device"):
         parse_cuda_device("cpu", argument="target")

@@ -34,21 +34,33 @@ def module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def imports(path: Path, *, top_level_only: bool = False) -> list[tuple[int, str]]:
-    """``(line, module)`` of every ddo_hooks import in a file (inside functions too, unless told)."""
+def imports(path: Path, *, runtime_only: bool = False) -> list[tuple[int, str]]:
+    """``(line, module)`` of every ddo_hooks import in a file, inside functions too (``runtime_only``: not
+    those under ``if TYPE_CHECKING:``)."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
-    nodes = tree.body if top_level_only else list(ast.walk(tree))
+    skipped = _type_checking_only(tree) if runtime_only else set()
+    nodes = [node for node in ast.walk(tree) if id(node) not in skipped]
     found = []
     for node in nodes:
         if isinstance(node, ast.Import):
             found += [(node.lineno, alias.name) for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            found.append((node.lineno, node.module))
-            # `from ddo_hooks.release import guard` imports the module ddo_hooks.release.guard
-            found += [
-                (node.lineno, f"{node.module}.{a.name}") for a in node.names if _is_module(f"{node.module}.{a.name}")
-            ]
+            # `from ddo_hooks.release import guard` imports the module ddo_hooks.release.guard (and its
+            # package, as every import of a module does: that edge is left out here, as for `import a.b`)
+            modules = [f"{node.module}.{a.name}" for a in node.names if _is_module(f"{node.module}.{a.name}")]
+            if len(modules) < len(node.names):
+                found.append((node.lineno, node.module))
+            found += [(node.lineno, module) for module in modules]
     return [(line, name) for line, name in found if name == "ddo_hooks" or name.startswith("ddo_hooks.")]
+
+
+def _type_checking_only(tree: ast.Module) -> set[int]:
+    """The ids of the nodes under ``if TYPE_CHECKING:``: imports that never run."""
+    skipped: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            skipped.update(id(sub) for statement in node.body for sub in ast.walk(statement))
+    return skipped
 
 
 def _is_module(name: str) -> bool:
@@ -76,7 +88,8 @@ def test_no_module_imports_a_layer_above_its_own(path: Path):
 
 
 def test_no_import_cycles_between_modules():
-    graph = {module_name(p): {n for _, n in imports(p, top_level_only=True)} for p in MODULES}
+    """Lazy imports inside functions count too: a cycle they close is still a cycle of the layout."""
+    graph = {module_name(p): {n for _, n in imports(p, runtime_only=True)} for p in MODULES}
     done: set[str] = set()
 
     def visit(node: str, stack: tuple[str, ...]) -> None:
@@ -97,6 +110,10 @@ def test_the_layer_check_sees_an_upward_import(tmp_path):
     bad = tmp_path / "bad.py"
     bad.write_text("def f():\n    from ddo_hooks.hooks.attachment import attach\n", encoding="utf-8")
     assert imports(bad) == [(2, "ddo_hooks.hooks.attachment")]
+    assert imports(bad, runtime_only=True) == [(2, "ddo_hooks.hooks.attachment")]  # lazy: seen by the cycle check
+    typed = tmp_path / "typed.py"
+    typed.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import ddo_hooks.hooks\n")
+    assert imports(typed, runtime_only=True) == []
     assert LAYERS.index(layer_of("ddo_hooks.hooks.attachment")) > LAYERS.index("release")
 
 

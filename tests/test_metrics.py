@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from support.fakes import FakeHostAllocator
@@ -10,7 +11,7 @@ from support.fakes import FakeHostAllocator
 from ddo_hooks import HostCacheReleaseReport, MetricsTracker, release_pytorch_host_cache
 from ddo_hooks.errors import InvalidArgumentError, ReportError
 from ddo_hooks.release.allocator import use_backend
-from ddo_hooks.reports.tracker import read_reports
+from ddo_hooks.reports.tracker import MAX_RECORDS, read_reports
 
 
 def noop(phase: str = "before_transformer") -> HostCacheReleaseReport:
@@ -155,3 +156,19 @@ def test_an_invalid_record_in_a_json_document_is_refused_naming_its_index(tracke
     data["records"][1]["report"]["schema_version"] = 2
     with pytest.raises(ReportError, match=r"^records\[1\]\.report: not a valid DDO report: .*schema_version"):
         MetricsTracker.from_json(json.dumps(data))
+
+
+@pytest.mark.parametrize("bad", [-1, 100_001, 2**63, True, 1.0, "300"])
+def test_max_records_is_none_or_an_int_from_0_to_the_bound(bad):
+    with pytest.raises(
+        InvalidArgumentError,
+        match=rf"^max_records={re.escape(repr(bad))} must be None \(keep every record\) or an int from 0 to 100,000; "
+        r"keep fewer in memory, or keep them all with None",
+    ):
+        MetricsTracker(max_records=bad)
+
+
+def test_max_records_at_the_bound_keeps_that_many():
+    tracker = MetricsTracker(max_records=MAX_RECORDS)
+    tracker.record_ddo_metrics(noop(), component="c")
+    assert (tracker.max_records, len(tracker.records())) == (MAX_RECORDS, 1)

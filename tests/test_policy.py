@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -13,11 +14,14 @@ from pydantic import ValidationError
 
 import ddo_hooks
 from ddo_hooks.boundaries import BOUNDARIES, HOST_CACHE_RELEASE
+from ddo_hooks.cli.main import main
 from ddo_hooks.cli.schema import SCHEMA_DIR, render
 from ddo_hooks.errors import InvalidArgumentError, PolicyError
 from ddo_hooks.policy.model import HookPolicy, policy_json_schema
 from ddo_hooks.policy.parts import ActionSpec
 from ddo_hooks.policy.yaml_loader import PolicyLoader, load_yaml
+from ddo_hooks.reports.tracker import MAX_RECORDS
+from ddo_hooks.testing.tiny_pipelines import build_pipeline
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 DEFAULT_YAML = Path(ddo_hooks.__file__).parent / "policy" / "presets" / "default.yaml"
@@ -223,6 +227,12 @@ WRONG_VALUES = [
     (V + "device: cpu\n", r"^policy\.yaml:2:1: device: 'cpu' is not a CUDA device; use 'cuda' or 'cuda:N'$"),
     (V + "device: 0\n", r"device: 0 is not a CUDA device"),
     (V + "device: ' cuda'\n", r"device: ' cuda' is not a CUDA device"),
+    (V + "keep_reports: 9223372036854775808\n",
+     r"^policy\.yaml:2:1: keep_reports: 9223372036854775808 is more than 100,000, the most reports an attachment "
+     r"keeps in memory; keep fewer, and read every report from report_sink$"),
+    (V + "keep_reports: 100001\n", r"keep_reports: 100001 is more than 100,000, the most reports"),
+    (V + "keep_reports: -1\n",
+     r"^policy\.yaml:2:1: keep_reports: -1 is negative; use 0 \(none in memory: read report_sink\) to 100,000$"),
     (V + "release: {min_releasable_bytes: -5}\n",
      r"^policy\.yaml:2:11: release\.min_releasable_bytes: -5 is negative; use a non-negative int of bytes"),
     (V + "release: {min_releasable_bytes: -5MiB}\n", r"min_releasable_bytes: '-5MiB' is negative"),
@@ -595,3 +605,25 @@ def test_a_number_too_long_to_convert_is_a_policy_error_at_its_position():
     text = "version: 1\nrelease:\n  min_releasable_bytes: " + "9" * 5000 + "\n"
     with pytest.raises(PolicyError, match=r"^p\.yaml:3:25: release\.min_releasable_bytes: cannot be read as a value"):
         HookPolicy.from_yaml_text(text, source="p.yaml")
+
+
+# -- keep_reports is bounded where attach can keep them ----------------------------------------
+
+
+def test_keep_reports_is_bounded_in_the_model_and_the_schema_by_the_trackers_bound():
+    assert MAX_RECORDS == 100_000
+    assert HookPolicy.from_mapping({"version": 1, "keep_reports": MAX_RECORDS}).keep_reports == MAX_RECORDS
+    for too_many in (MAX_RECORDS + 1, 2**63, 10**5000):
+        with pytest.raises(PolicyError, match=r"^<mapping>: keep_reports: .* is more than 100,000, the most reports"):
+            HookPolicy.from_mapping({"version": 1, "keep_reports": too_many})
+    bound = policy_json_schema()["properties"]["keep_reports"]
+    assert (bound["minimum"], bound["maximum"]) == (0, MAX_RECORDS)
+    checked_in = json.loads((SCHEMA_DIR / "hook-policy.schema.json").read_text(encoding="utf-8"))
+    assert checked_in["properties"]["keep_reports"]["maximum"] == MAX_RECORDS
+
+
+def test_a_policy_keeping_the_most_reports_attaches_and_one_keeping_more_fails_validate_policy(tmp_path):
+    most = HookPolicy.from_mapping({"version": 1, "keep_reports": MAX_RECORDS})
+    with ddo_hooks.attach(build_pipeline("sd"), most) as attachment:
+        assert attachment.tracker.max_records == MAX_RECORDS
+    assert main(["validate-policy", str(write(tmp_path, V + f"keep_reports: {2**63}\n"))]) == 1

@@ -16,9 +16,11 @@ from support.fakes import FakeHostAllocator, pin_like_streams
 
 from ddo_hooks import HookPolicy, attach, parse_report
 from ddo_hooks._compat import diffusers as diffusers_compat
+from ddo_hooks._compat import torch as torch_compat
 from ddo_hooks.errors import InvalidArgumentError
 from ddo_hooks.release import guard
 from ddo_hooks.release.allocator import use_backend
+from ddo_hooks.release.pinned_copies import Left, inspect_component
 from ddo_hooks.release.repack import repack_pinned_copies
 from ddo_hooks.release.slabs import rounded_size
 from ddo_hooks.testing.tiny_pipelines import build_pipeline, call_kwargs
@@ -370,3 +372,30 @@ def test_a_release_that_fails_at_attach_propagates_and_leaves_no_hook_behind(fak
     assert not [name for r in registries for name in HOOK_NAMES.values() if r.get_hook(name) is not None]
     fake.release_error = None
     attach(pipe).detach()  # and it can be attached again
+
+
+@pytest.mark.skipif(torch_compat.is_cuda_build(), reason="what a build of torch without CUDA does")
+def test_a_cpu_build_never_asks_a_tensor_whether_it_is_pinned(monkeypatch):
+    """On a CPU build ``Tensor.is_pinned()`` may raise (older torch); the real backend answers ``False`` unasked.
+
+    The pipeline's components keep the CPU copies ``use_stream=True`` makes; the real backend is in use (no
+    fake), and every tensor's ``is_pinned`` records the call and raises, as on such a build.
+    """
+    pipe = offloaded("flux", FakeHostAllocator())  # the fake only makes the copies; it is not the backend
+    asked: list[tuple[int, ...]] = []
+
+    def is_pinned(self: torch.Tensor, *args: object) -> bool:
+        asked.append(tuple(self.shape))
+        raise RuntimeError("is_pinned() on a build of torch without CUDA")
+
+    monkeypatch.setattr(torch.Tensor, "is_pinned", is_pinned)
+    with pytest.raises(Left) as left:  # where the backend is asked about each copy
+        inspect_component("transformer", pipe.transformer)
+    assert (left.value.status, left.value.reason) == ("skipped", "not_pinned")
+    with attach(pipe) as attachment:  # the repack at attach, and a real release at every boundary
+        pipe(**call_kwargs("flux"))
+    assert attachment.repack_report.repack.noop_reason == "unsupported_build"
+    assert [(r.release.status, r.release.noop_reason) for r in attachment.reports] == [
+        ("noop", "unsupported_build")
+    ] * 3
+    assert asked == []

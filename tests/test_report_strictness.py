@@ -13,7 +13,7 @@ from pydantic import ValidationError
 from support.report_corpus import base_reports, corpus, schema_validator
 
 from ddo_hooks import MetricsTracker, parse_report, release_pytorch_host_cache
-from ddo_hooks.errors import ReportError
+from ddo_hooks.errors import InvalidArgumentError, ReportError
 from ddo_hooks.hooks.actions import BoundaryContext
 from ddo_hooks.policy.model import HookPolicy
 from ddo_hooks.reports.boundary import ActionResult
@@ -117,7 +117,7 @@ def test_the_models_and_the_schema_accept_the_same_documents():
 
 
 @pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
-def test_action_data_with_nan_or_infinity_is_refused_with_a_report_error(bad: float):
+def test_action_data_with_nan_or_infinity_is_refused_naming_the_path(bad: float):
     with pytest.raises(ReportError, match=r"^the boundary_action report of 'log' is invalid: data: .* at data\.a\[1\]"):
         ActionResult(action="log", boundary="after_call", status="executed", data={"a": [1, {"b": 2}, bad][::2]})
     context = BoundaryContext(
@@ -129,12 +129,31 @@ def test_action_data_with_nan_or_infinity_is_refused_with_a_report_error(bad: fl
         tracker=MetricsTracker(),
         policy=HookPolicy.default(),
     )
-    with pytest.raises(ReportError, match=r"is not a JSON number; store a finite number, a string or null"):
-        context.action_report("executed", data={"ratio": bad})
+    with pytest.raises(InvalidArgumentError, match=r"is not a JSON number; store a finite number, a string or null"):
+        context.action_report("executed", data={"ratio": bad})  # the argument the action passed is what is wrong
     document = base_reports()[4]
     document["setup"]["boundary_action"]["data"]["ratio"] = bad
     with pytest.raises(ReportError, match=r"data: .* at data\.ratio is not a JSON number"):
         parse_report(document)
+
+
+@pytest.mark.parametrize("bad", [10**4300, -(10**4300), 10**5000], ids=["10**4300", "-10**4300", "10**5000"])
+def test_action_data_with_an_int_json_cannot_write_is_refused_naming_the_path(bad: int):
+    with pytest.raises(ReportError, match=r"at data\.a\[1\] has more than 4,300 digits, which Python's json refuses"):
+        ActionResult(action="log", boundary="after_call", status="executed", data={"a": [1, bad]})
+    context = BoundaryContext(
+        pipeline=None,
+        boundary="after_call",
+        action="log",
+        call_index=1,
+        device="cuda",
+        tracker=MetricsTracker(),
+        policy=HookPolicy.default(),
+    )
+    with pytest.raises(InvalidArgumentError, match=r"has more than 4,300 digits.*; store it as a string"):
+        context.action_report("executed", data={"big": bad})
+    largest = ActionResult(action="log", boundary="after_call", status="executed", data={"a": 10**4300 - 1})
+    assert json.loads(json.dumps(largest.model_dump(mode="json")))["data"]["a"] == 10**4300 - 1
 
 
 def test_a_string_json_cannot_hold_is_refused():

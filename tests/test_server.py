@@ -5,10 +5,12 @@ Concurrency tests synchronize with events (with timeouts), never with sleeps.
 
 from __future__ import annotations
 
+import errno
 import gc
 import json
 import logging
 import os
+import re
 import threading
 import weakref
 
@@ -268,13 +270,19 @@ def test_with_a_sink_nothing_needs_to_stay_in_memory(tmp_path):
 # -- the report sink -------------------------------------------------------------------------------
 
 
-def test_a_sink_that_cannot_take_a_byte_is_refused_at_attach_time(tmp_path):
+def test_a_sink_that_cannot_take_a_byte_is_refused_at_attach_time(tmp_path, monkeypatch):
     full = tmp_path / "full.jsonl"
-    full.symlink_to("/dev/full")
     pipe = build_pipeline("sd")
     policy = HookPolicy.from_mapping({"version": 1, "report_sink": str(full)})
+
+    def full_disk(fd, data):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "write", full_disk)
     with pytest.raises(PolicyError, match=r"report_sink '.*full\.jsonl' cannot be written: No space left on device"):
         attach(pipe, policy)
+    monkeypatch.undo()
+    assert full.read_bytes() == b""
 
 
 def sink_policy(path, failure="continue"):
@@ -330,6 +338,101 @@ def test_a_failed_write_never_leaves_a_partial_line(tmp_path, monkeypatch):
     assert sink.write(json.dumps({"n": 3})) is True
     assert [json.loads(line) for line in path.read_text().splitlines()] == [{"n": 1}, {"n": 3}]
     assert "No space left on device" in sink.failures[0]
+
+
+posix_only = pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="FIFOs are POSIX")
+
+NOT_REGULAR = "not a regular file; point report_sink at a regular file (a missing one is created), or set it to null"
+
+
+def without_blocking(fifo, run):
+    """``run()`` in a thread, whose result or error it returns; if it blocks on ``fifo``, unblock it and fail.
+
+    A writer that opens a FIFO without O_NONBLOCK waits for a reader: after the hang guard a reader is
+    opened, which lets the writer go on, and the test fails instead of hanging the suite.
+    """
+    outcome = {}
+
+    def target():
+        try:
+            outcome["value"] = run()
+        except BaseException as e:  # handed to the test's thread
+            outcome["error"] = e
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    thread.join(WAIT)
+    if thread.is_alive():
+        reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+        thread.join(WAIT)
+        os.close(reader)
+        pytest.fail(f"blocked opening the FIFO {fifo}, which has no reader")
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome.get("value")
+
+
+def special_file(tmp_path, kind: str):
+    path = tmp_path / kind
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "directory":
+        path.mkdir()
+    else:
+        path.symlink_to("/dev/null")
+    return path
+
+
+@posix_only
+@pytest.mark.parametrize(
+    ("kind", "what"),
+    [("fifo", "a FIFO (named pipe)"), ("directory", "a directory"), ("dev-null", "a character device")],
+)
+def test_a_sink_that_is_not_a_regular_file_is_refused_at_attach_naming_the_policy_line(tmp_path, kind, what):
+    path = special_file(tmp_path, kind)
+    policy_file = tmp_path / "policy.yaml"
+    policy_file.write_text(f"version: 1\nreport_sink: {kind}\n")
+    pipe = build_pipeline("sd")
+    expected = rf"^.*policy\.yaml:2:1: report_sink '.*{kind}' is {re.escape(what)}, {re.escape(NOT_REGULAR)}"
+    with pytest.raises(PolicyError, match=expected):
+        without_blocking(path, lambda: attach(pipe, policy_file))
+    attach(pipe).detach()  # nothing was left attached
+
+
+@posix_only
+@pytest.mark.parametrize("failure", ["continue", "raise"])
+def test_a_sink_replaced_by_a_fifo_mid_run_never_blocks_the_call(tmp_path, caplog, failure):
+    path = tmp_path / "r.jsonl"
+    pipe = build_pipeline("sd")
+    with attach(pipe, sink_policy(path, failure)) as attachment:
+        path.unlink()
+        os.mkfifo(path)  # e.g. a log reader's pipe put in its place, the reader since gone
+        with caplog.at_level(logging.WARNING, logger="ddo_hooks"):
+            if failure == "raise":
+                with pytest.raises(ReportSinkError, match=re.escape(f"is a FIFO (named pipe), {NOT_REGULAR}")):
+                    without_blocking(path, lambda: pipe(**call_kwargs("sd")))
+                return
+            images = without_blocking(path, lambda: pipe(**call_kwargs("sd")).images)
+    assert images.shape == (1, 3, 32, 32)
+    assert len(attachment.sink_failures) == 3
+    assert f"r.jsonl' is a FIFO (named pipe), {NOT_REGULAR}" in attachment.sink_failures[0]
+    assert len([r for r in caplog.records if "report_sink" in r.getMessage()]) == 1
+
+
+@posix_only
+def test_a_sink_replaced_by_a_fifo_with_a_reader_still_gets_no_line(tmp_path):
+    path = tmp_path / "r.jsonl"
+    pipe = build_pipeline("sd")
+    with attach(pipe, sink_policy(path)) as attachment:
+        path.unlink()
+        os.mkfifo(path)
+        reader = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a writer could open it now without waiting
+        try:
+            without_blocking(path, lambda: pipe(**call_kwargs("sd")))
+            assert os.read(reader, 4096) == b""  # no writer has it open, and none wrote a byte
+        finally:
+            os.close(reader)
+    assert len(attachment.sink_failures) == 3
 
 
 def test_write_jsonl_never_leaves_a_truncated_file_where_a_valid_one_was(tmp_path, monkeypatch):

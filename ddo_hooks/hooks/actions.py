@@ -29,7 +29,9 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import ValidationError
 
 from ddo_hooks.boundaries import ACTION_NAME_PATTERN, BUILT_IN_ACTIONS, component_name
-from ddo_hooks.errors import InvalidArgumentError, PolicyError
+from ddo_hooks.errors import InvalidArgumentError, PolicyError, ReportError
+from ddo_hooks.hooks.builtin_actions import BUILT_IN
+from ddo_hooks.reports.base import describe_errors
 from ddo_hooks.reports.boundary import ActionReport, ActionResult, ActionResultSetup
 from ddo_hooks.reports.parse import REPORT_TYPES
 
@@ -98,24 +100,27 @@ class BoundaryContext:
     def action_report(self, status: Literal["executed", "noop"], *, detail: str = "", data: Any = None) -> ActionReport:
         """Build a validated ``boundary_action`` report for this action at this boundary.
 
+        Args:
+            status: ``"executed"`` or ``"noop"``.
+            detail: A sentence for people.
+            data: A dict of JSON data (str keys; numbers finite), or ``None`` for none.
+
         Raises:
             InvalidArgumentError: ``status``, ``detail`` or ``data`` is not valid (e.g. data that
                 is not JSON: a set, NaN); the message names the action and the field.
         """
+        fields = {"status": status, "detail": detail, "data": {} if data is None else data}
         try:
-            result = ActionResult(
-                action=self.action, boundary=self.boundary, status=status, detail=detail, data=data or {}
-            )
-        except ValidationError as e:
-            problems = "; ".join(
-                f"{'.'.join(map(str, item['loc'])) or 'report'}: {item['msg']}" for item in e.errors(include_url=False)
-            )
+            result = ActionResult(action=self.action, boundary=self.boundary, **fields)
+            return ActionReport(setup=ActionResultSetup(boundary_action=result))
+        except (ReportError, ValidationError) as e:
+            cause = e.__cause__ if isinstance(e, ReportError) else e
+            problems = describe_errors(cause) if isinstance(cause, ValidationError) else str(e)
             raise InvalidArgumentError(
                 f"action {self.action!r} at {self.boundary}: its report is not valid ({problems}); "
-                "pass status 'executed' or 'noop', a str detail and JSON data (dicts, lists, str, finite numbers, "
-                "bools, None)"
+                "pass status 'executed' or 'noop', a str detail and JSON data (a dict of str keys to dicts, lists, "
+                "str, finite numbers, bools and None)"
             ) from e
-        return ActionReport(setup=ActionResultSetup(boundary_action=result))
 
 
 ActionFunction = Callable[[BoundaryContext], Any]
@@ -150,7 +155,9 @@ class RegisteredAction:
         return report
 
 
-_REGISTRY: dict[str, RegisteredAction] = {}
+_REGISTRY: dict[str, RegisteredAction] = {
+    name: RegisteredAction(name, function, prefix) for name, (function, prefix) in BUILT_IN.items()
+}
 
 
 def register_action(
@@ -193,18 +200,12 @@ def unregister_action(name: str) -> None:
     del _REGISTRY[name]
 
 
-def _builtins() -> None:
-    """Register the built-in actions (:mod:`ddo_hooks.hooks.builtin_actions`) on first use."""
-    import ddo_hooks.hooks.builtin_actions  # noqa: F401 - registers on import
-
-
 def _entry_point_names() -> dict[str, Any]:
     return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
 
 
 def available_actions() -> tuple[str, ...]:
     """Every action name a policy can use: registered ones and installed entry points."""
-    _builtins()
     return tuple(sorted(set(_REGISTRY) | set(_entry_point_names())))
 
 
@@ -218,7 +219,6 @@ def resolve_action(name: str, *, where: str = "") -> RegisteredAction:
     Raises:
         PolicyError: No such action; the message suggests the closest names.
     """
-    _builtins()
     if name in _REGISTRY:
         return _REGISTRY[name]
     eps = _entry_point_names()

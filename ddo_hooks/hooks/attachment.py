@@ -21,28 +21,20 @@ Examples:
 
 from __future__ import annotations
 
-import collections
 import contextlib
-import functools
-import json
 import os
-import threading
 import weakref
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from ddo_hooks.boundaries import AFTER_CALL, BOUNDARIES, REFUSAL_REASONS
-from ddo_hooks.errors import BoundaryRefusedError, InvalidArgumentError, PolicyError, ReportSinkError
-from ddo_hooks.hooks.actions import BoundaryContext, RegisteredAction, resolve_action
+from ddo_hooks.boundaries import BOUNDARIES
+from ddo_hooks.errors import BoundaryRefusedError, InvalidArgumentError, ReportSinkError
 from ddo_hooks.hooks.components import Components
-from ddo_hooks.hooks.idle import Handle
-from ddo_hooks.hooks.idle import scheduler as idle_scheduler
-from ddo_hooks.hooks.phases import Call, CallPhases, Phase
-from ddo_hooks.hooks.sink import ReportSink
+from ddo_hooks.hooks.phases import CallPhases, Phase
+from ddo_hooks.hooks.recorder import Recorder
+from ddo_hooks.hooks.runner import BoundaryRunner
 from ddo_hooks.policy.model import HookPolicy
 from ddo_hooks.release import guard
-from ddo_hooks.reports.boundary import BoundaryRefusal, BoundaryRefusalReport, BoundaryRefusalSetup
-from ddo_hooks.reports.envelope import RecordEnvelope, new_run_id
 from ddo_hooks.reports.tracker import MetricsTracker
 
 if TYPE_CHECKING:
@@ -107,6 +99,16 @@ def attach(
     return attachment
 
 
+def _other_holder(pipeline: Any, module: Any) -> str | None:
+    """The class name of another attached pipeline that holds ``module`` as a component, or ``None``."""
+    if module is None:
+        return None
+    for other in list(_ATTACHED):
+        if other is not pipeline and any(value is module for value in other.components.values()):
+            return type(other).__name__
+    return None
+
+
 class Attachment:
     """The handle of a policy attached to a pipeline. Create it with :func:`attach`."""
 
@@ -115,17 +117,11 @@ class Attachment:
         self.policy = policy
         self.tracker = tracker
         self._owner = type(pipeline).__name__
-        self.run_id = new_run_id()
-        """This attachment's run id, in the envelope of every record it makes."""
-        self._reports: collections.deque[Any] = collections.deque(maxlen=policy.keep_reports)
-        self._lock = threading.RLock()
         self._detached = False
-        self._actions = self._resolve_actions()
-        self._sink = self._prepare_sink()
+        self._recorder = Recorder(policy, tracker)
         self._components = Components(pipeline)
-        self._state: dict[str, dict[str, Any]] = {}  # each action's own state across boundaries
-        self._pending: tuple[Handle, int] | None = None  # a deferred after_call, and its call
-        self.machine = CallPhases(self._owner, self._on_due, self._on_missed, on_start=self._on_start)
+        self._runner = BoundaryRunner(self._pipeline, policy, self._recorder, self._components)
+        self.machine: CallPhases = self._runner.machine
         from ddo_hooks.hooks.signals import PipelineSignals  # imports diffusers' hook registry
 
         self._signals = PipelineSignals(pipeline, self.machine)
@@ -143,22 +139,29 @@ class Attachment:
         return self._pipeline()
 
     @property
+    def run_id(self) -> str:
+        """This attachment's run id in this process, in the envelope of every record it makes.
+
+        A child forked after :func:`attach` records under a run id of its own.
+        """
+        return self._recorder.run_id
+
+    @property
     def reports(self) -> list[Any]:
-        """The reports this attachment recorded, in order (refusals included); at most ``keep_reports``."""
-        with self._lock:
-            return list(self._reports)
+        """The reports this attachment recorded that its tracker keeps, in order (refusals included).
+
+        The tracker is the one store; the one :func:`attach` makes keeps the policy's ``keep_reports``.
+        """
+        return self._recorder.reports()
 
     def drain_reports(self) -> list[Any]:
-        """Return the reports kept in memory, in order, and forget them."""
-        with self._lock:
-            drained = list(self._reports)
-            self._reports.clear()
-            return drained
+        """Return this attachment's reports the tracker keeps, in order, and take them out of it."""
+        return self._recorder.drain()
 
     @property
     def sink_failures(self) -> list[str]:
         """The last failures to write to ``report_sink`` (empty when every write succeeded)."""
-        return [] if self._sink is None else list(self._sink.failures)
+        return self._recorder.failures()
 
     @property
     def phase(self) -> Phase:
@@ -207,10 +210,10 @@ class Attachment:
             where = "in this thread (from a hook or callback of the call)" if running is own else "in another thread"
             if running.phase is Phase.DENOISING:
                 detail = f"{self._owner} is inside its denoising loop (call {running.index}, {where})"
-                return self._refuse_all(name, "denoising", detail, "host", index)
+                return self._runner.refuse_all(name, "denoising", detail, "host", index)
             detail = f"call {running.index} of {self._owner} is running {where}"
-            return self._refuse_all(name, "inference_in_progress", detail, "host", index)
-        return self._run(name, "host", None)
+            return self._runner.refuse_all(name, "inference_in_progress", detail, "host", index)
+        return self._runner.run(name, "host", None)
 
     def drop(self, *names: str) -> None:
         """Take components off the pipeline so that the next boundary frees them, at once and cheaply.
@@ -241,12 +244,27 @@ class Attachment:
             )
         if not names:
             raise InvalidArgumentError("drop() needs at least one component name, e.g. drop('text_encoder')")
+        wrong = next((name for name in names if not isinstance(name, str)), None)
+        if wrong is not None:
+            raise InvalidArgumentError(
+                f"drop() takes component names as separate strings, e.g. drop('text_encoder', 'text_encoder_2'); "
+                f"got {type(wrong).__name__} {wrong!r}"
+                + (f" (unpack it: drop(*{wrong!r}))" if isinstance(wrong, (list, tuple)) else "")
+            )
         components = pipe.components
         unknown = [name for name in names if name not in components]
         if unknown:
             raise InvalidArgumentError(
                 f"{self._owner} has no component {unknown[0]!r}; its components: {', '.join(components)}"
             )
+        for name in names:
+            holder = _other_holder(pipe, components[name])
+            if holder is not None:
+                raise InvalidArgumentError(
+                    f"{self._owner}.{name} is also a component of an attached {holder} (from_pipe shares "
+                    "components): dropping it would strip the hooks that pipeline runs on; drop it there too, or "
+                    "detach that pipeline first"
+                )
         running = self.machine.calls()
         if running:
             raise BoundaryRefusedError(
@@ -267,15 +285,26 @@ class Attachment:
             yield
 
     def detach(self) -> None:
-        """Remove every hook, wrapper and attribute this attachment added; a second call does nothing."""
+        """Remove every hook, wrapper and attribute this attachment added; a second call does nothing.
+
+        A deferred ``after_call`` still waiting is recorded as cancelled. Detaching always completes;
+        if that record could not be written and the policy says ``report_sink_failure: raise``, the
+        :class:`~ddo_hooks.errors.ReportSinkError` is raised afterwards.
+        """
         if self._detached:
             return
-        self._cancel_pending("the attachment was detached before the idle delay passed")
         self._detached = True
+        failure = None
+        try:
+            self._runner.close("the attachment was detached before the idle delay passed")
+        except ReportSinkError as e:
+            failure = e
         self._signals.remove()
         pipe = self.pipeline
         if pipe is not None and _ATTACHED.get(pipe) is self:
             del _ATTACHED[pipe]
+        if failure is not None:
+            raise failure
 
     def __enter__(self) -> Attachment:
         return self
@@ -285,22 +314,9 @@ class Attachment:
 
     def __repr__(self) -> str:
         state = "detached" if self._detached else self.machine.phase.value
-        return f"<Attachment {self._owner} {state} calls={self.call_index} reports={len(self._reports)}>"
+        return f"<Attachment {self._owner} {state} calls={self.call_index} reports={len(self.reports)}>"
 
     # -- setup ----------------------------------------------------------------------------
-    def _resolve_actions(self) -> dict[str, list[tuple[Any, RegisteredAction]]]:
-        resolved: dict[str, list[tuple[Any, RegisteredAction]]] = {}
-        for boundary in BOUNDARIES:
-            specs = self.policy.actions(boundary)
-            resolved[boundary] = [
-                (
-                    spec,
-                    resolve_action(spec.name, where=self.policy.locate(("boundaries", boundary, "actions", i))),
-                )
-                for i, spec in enumerate(specs)
-            ]
-        return resolved
-
     def _repack(self, pipeline: DiffusionPipeline) -> PinnedCopyRepackReport:
         """Repack group offloading's pinned copies to their exact size, once, before the first call."""
         from ddo_hooks.release.repack import repack_pinned_copies
@@ -311,143 +327,14 @@ class Attachment:
             self.detach()
             raise
         if report.repack.status == "executed" or any(c.status == "refused" for c in report.repack.components):
-            self._record("pinned_copy_repack", report, None, 0)
+            self._recorder.record("pinned_copy_repack", report, None, 0)
         return report
 
-    def _prepare_sink(self) -> ReportSink | None:
-        """Resolve the policy's report sink and write to it once now, so a bad path fails here, not mid-call."""
-        if self.policy.report_sink is None:
-            return None
-        sink = ReportSink(self.policy.resolve_path(self.policy.report_sink), on_failure=self.policy.report_sink_failure)
-        try:
-            sink.probe()
-        except ReportSinkError as e:
-            raise PolicyError(f"{self.policy.locate(('report_sink',))}: {e}") from e
-        return sink
-
-    # -- boundaries -----------------------------------------------------------------------
-    def _enabled(self, boundary: str) -> bool:
-        return not self._detached and self.policy.enabled and self.policy.boundary(boundary).enabled
-
-    def _on_due(self, boundary: str, call: Call) -> None:
-        """A boundary of ``call`` is due at a quiet point of that call."""
-        if not self._enabled(boundary):
-            return
-        idle = self.policy.boundary(boundary).idle
-        if idle is not None:  # after_call, deferred until the pipeline has been idle this long
-            handle = idle_scheduler().call_later(idle, functools.partial(self._run_deferred, boundary, call.index))
-            with self._lock:
-                self._pending = (handle, call.index)
-            return
-        others = [other for other in self.machine.calls() if other is not call]
-        if others:
-            detail = f"call {others[0].index} of this {self._owner} is running in another thread"
-            self._refuse_all(boundary, "concurrent_call", detail, "pipeline", call.index)
-            return
-        self._run(boundary, "pipeline", call)
-
-    def _on_start(self, call: Call) -> None:
-        """A call starts: a deferred boundary still waiting is cancelled (the pipeline was not idle)."""
-        if self._pending is not None:
-            idle = self.policy.boundary(AFTER_CALL).idle
-            self._cancel_pending(f"call {call.index} started before {self._owner} had been idle for {idle:g} s")
-
-    def _cancel_pending(self, why: str) -> None:
-        with self._lock:
-            pending, self._pending = self._pending, None
-        if pending is not None:
-            handle, index = pending
-            handle.cancel()
-            self._refuse_all(
-                AFTER_CALL, "not_reached", f"the deferred after_call was cancelled: {why}", "pipeline", index
-            )
-
-    def _run_deferred(self, boundary: str, index: int) -> None:
-        """The idle delay passed: run the deferred boundary now, at a quiet point of the process."""
-        with self._lock:
-            if self._pending is None or self._pending[1] != index or self._detached:
-                return  # cancelled meanwhile
-            self._pending = None
-        self._run(boundary, "pipeline", None, index)
-
-    def _on_missed(self, boundary: str, call: Call, detail: str) -> None:
-        """``call`` ended without reaching ``boundary``."""
-        if self._enabled(boundary):
-            self._refuse_all(boundary, "not_reached", detail, "pipeline", call.index)
-
-    def _run(self, boundary: str, requested_by: str, call: Call | None, index: int | None = None) -> list[Any]:
-        if index is None:
-            index = self.machine.call_index if call is None else call.index
-        with guard.quiet_point(None if call is None else call.section):
-            busy = guard.busy_reason()
-            if busy is not None:
-                return self._refuse_all(boundary, busy[0], busy[1], requested_by, index)
-            pipe = self.pipeline
-            dropped = self._components.note(pipe)
-            left = self._components.take_left()
-            produced = []
-            for spec, action in self._actions[boundary]:
-                context = BoundaryContext(
-                    pipeline=pipe,
-                    boundary=boundary,
-                    action=action.name,
-                    call_index=index,
-                    device=self.policy.device,
-                    tracker=self.tracker,
-                    policy=self.policy,
-                    options=dict(spec.options),
-                    dropped=dropped,
-                    left=left,
-                    state=self._state.setdefault(action.name, {}),
-                    on_survivors=self._components.forget,
-                )
-                try:
-                    report = action(context)
-                except BoundaryRefusedError as e:
-                    reason, detail = e.reason, str(e)
-                    if reason not in REFUSAL_REASONS:
-                        reason, detail = "action_refused", f"{e.reason}: {e}"
-                    report = self._refusal(boundary, action, reason, detail, requested_by, index)
-                if report is None:
-                    continue
-                self._record(action.component(boundary), report, boundary, index)
-                produced.append(report)
-        return produced
-
-    def _refusal(
-        self, boundary: str, action: RegisteredAction, reason: str, detail: str, requested_by: str, index: int
-    ) -> BoundaryRefusalReport:
-        refusal = BoundaryRefusal(
-            boundary=boundary,
-            action=action.name,
-            reason=reason,  # type: ignore[arg-type]
-            detail=detail,
-            requested_by=requested_by,  # type: ignore[arg-type]
-            call_index=index,
-        )
-        return BoundaryRefusalReport(setup=BoundaryRefusalSetup(boundary_refusal=refusal))
-
-    def _refuse_all(self, boundary: str, reason: str, detail: str, requested_by: str, index: int) -> list[Any]:
-        produced = []
-        for _, action in self._actions[boundary]:
-            report = self._refusal(boundary, action, reason, detail, requested_by, index)
-            self._record(action.component(boundary), report, boundary, index)
-            produced.append(report)
-        return produced
-
+    # -- records ----------------------------------------------------------------------------
     def record(self, report: Any, *, component: str, boundary: str | None = None) -> None:
         """Record a report with this attachment's envelope: in the tracker, in memory and in the sink.
 
         The boundaries record their own reports; use this for a report made elsewhere (e.g. the
         auxiliary source detachment of ``apply_dynamic_offload``).
         """
-        self._record(component, report, boundary, self.machine.call_index)
-
-    def _record(self, component: str, report: Any, boundary: str | None, index: int) -> None:
-        envelope = RecordEnvelope.now(run_id=self.run_id, call_index=index, boundary=boundary)
-        self.tracker.record_ddo_metrics(report, component=component, envelope=envelope)
-        with self._lock:
-            self._reports.append(report)
-        if self._sink is not None:
-            line = {"component": component, "report": report.model_dump(mode="json")}
-            self._sink.write(json.dumps({**line, "envelope": envelope.model_dump(mode="json")}))
+        self._recorder.record(component, report, boundary, self.machine.call_index)

@@ -1,7 +1,7 @@
 """The built-in boundary actions: ``host_cache_release`` and ``malloc_trim``.
 
-Both are registered when an action is first looked up (:func:`ddo_hooks.hooks.actions.resolve_action`)
-and receive their settings as options, like any action. ``host_cache_release`` runs the release
+:mod:`ddo_hooks.hooks.actions` registers both from :data:`BUILT_IN` (this module imports nothing of it)
+and they receive their settings as options, like any action. ``host_cache_release`` runs the release
 core with the policy's ``release`` settings (overridden per boundary) and remembers its last
 allocator snapshot, so that each report says what was pinned since the previous boundary.
 ``malloc_trim`` is a separate opt-in: after a release it asks glibc to return freed heap pages to
@@ -23,15 +23,17 @@ import ctypes.util
 import functools
 import sys
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from ddo_hooks.boundaries import HOST_CACHE_COMPONENT_PREFIX, HOST_CACHE_RELEASE, MALLOC_TRIM
-from ddo_hooks.hooks.actions import BoundaryContext, register_action
 
-__all__ = ["host_cache_release", "malloc_trim"]
+if TYPE_CHECKING:
+    from ddo_hooks.hooks.actions import BoundaryContext
+
+__all__ = ["BUILT_IN", "host_cache_release", "malloc_trim"]
 
 
-@register_action(HOST_CACHE_RELEASE, component_prefix=HOST_CACHE_COMPONENT_PREFIX)
 def host_cache_release(ctx: BoundaryContext) -> Any:
     """The built-in release: :func:`~ddo_hooks.release_pytorch_host_cache` with its options.
 
@@ -76,7 +78,6 @@ def _malloc_trim() -> Any:
     return trim
 
 
-@register_action(MALLOC_TRIM)
 def malloc_trim(ctx: BoundaryContext) -> Any:
     """Return freed heap pages to the OS (glibc ``malloc_trim(0)``); an explicit no-op where there is none.
 
@@ -95,3 +96,10 @@ def malloc_trim(ctx: BoundaryContext) -> Any:
     after = observe_host().rss_bytes
     data = {"returned": returned, "rss_before": before, "rss_after": after, "seconds": seconds}
     return ctx.action_report("executed", detail=f"malloc_trim(0) returned {returned}", data=data)
+
+
+BUILT_IN: dict[str, tuple[Callable[[BoundaryContext], Any], str]] = {
+    HOST_CACHE_RELEASE: (host_cache_release, HOST_CACHE_COMPONENT_PREFIX),
+    MALLOC_TRIM: (malloc_trim, MALLOC_TRIM),
+}
+"""Each built-in action's function and the prefix of its tracker component."""

@@ -4,7 +4,7 @@ A policy's ``after_call: {idle: 2s}`` asks for the ``after_call`` actions to run
 pipeline has been idle for two seconds, and not at all when the next call starts before that.
 The attachment schedules them here. :class:`ThreadScheduler` (the default) runs them on a daemon
 timer thread; tests use :func:`use_scheduler` with a fake clock. Pending runs are cancelled at
-interpreter exit.
+interpreter exit; a forked child starts with none.
 
 Examples:
     >>> ran = []
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import os
 import threading
 import weakref
 from collections.abc import Callable, Iterator
@@ -61,6 +62,10 @@ class ThreadScheduler:
 def _cancel_pending() -> None:
     for timer in list(_PENDING):
         timer.cancel()
+
+
+if hasattr(os, "register_at_fork"):  # a forked child has none of the parent's timer threads
+    os.register_at_fork(after_in_child=_PENDING.clear)
 
 
 _SCHEDULER: Scheduler = ThreadScheduler()

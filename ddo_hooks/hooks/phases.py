@@ -229,6 +229,12 @@ class CallPhases:
             self._stop_loop(call)  # a loop without a progress bar ends where the decode starts
         self._due(BEFORE_VAE, call)
 
+    def after_fork(self) -> None:
+        """In a forked child only the forking thread lives: the calls of the others never end there."""
+        self._lock = threading.Lock()
+        me = threading.get_ident()
+        self._calls = {thread: call for thread, call in self._calls.items() if thread == me}
+
     # -- transitions -------------------------------------------------------------------------
     def _due(self, boundary: str, call: Call) -> None:
         if boundary not in call.fired:

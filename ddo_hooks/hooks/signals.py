@@ -31,12 +31,14 @@ import re
 import threading
 import weakref
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from diffusers import DiffusionPipeline
 from diffusers.hooks import ModelHook
 
+from ddo_hooks._compat import diffusers as diffusers_compat
 from ddo_hooks.errors import InvalidArgumentError
 from ddo_hooks.hooks.mechanics import InstalledHook, WrappedAttribute, install_hook, wrap_attribute
 from ddo_hooks.hooks.phases import Call, CallPhases, Phase
@@ -85,35 +87,77 @@ HOOK_NAMES = {"denoiser": "ddo_hooks.denoiser", "decode": "ddo_hooks.vae_decode"
 _SIGNALS: weakref.WeakKeyDictionary[Any, PipelineSignals] = weakref.WeakKeyDictionary()
 _CALL_CLASSES: dict[type, type] = {}
 _ORIGINAL_CLASS: dict[type, type] = {}
-_classes_lock = threading.Lock()
+_classes_lock = threading.Lock()  # the class swaps, and the machines of shared signal hooks
 
 
-class DenoiserSignal(ModelHook):
-    """Tells the machine a denoiser forward is starting; a dictionary lookup inside the loop."""
+class _Signal(ModelHook):
+    """A signal hook on one module, shared by every attached pipeline that holds the module.
 
-    def __init__(self, machine: CallPhases) -> None:
-        super().__init__()
-        self.machine = machine
-
-    def pre_forward(self, module: torch.nn.Module, *args: Any, **kwargs: Any) -> tuple[tuple[Any, ...], dict]:
-        """Signal the machine unless this thread's call is already in a loop; pass the arguments on."""
-        call = self.machine.current()
-        if call is not None and call.phase is not Phase.DENOISING:
-            self.machine.denoiser_forward()
-        return args, kwargs
-
-
-class DecodeSignal(ModelHook):
-    """Tells the machine a VAE started decoding (``vae.decode`` is not ``forward``; these submodules are)."""
+    ``from_pipe`` builds pipelines on the same components. Each machine reacts to a forward only
+    inside a call of its own pipeline in this thread.
+    """
 
     def __init__(self, machine: CallPhases) -> None:
         super().__init__()
-        self.machine = machine
+        self.machines = [machine]
+        self.installed: InstalledHook | None = None
+
+
+class DenoiserSignal(_Signal):
+    """Tells the machines a denoiser forward is starting; a dictionary lookup inside the loop."""
 
     def pre_forward(self, module: torch.nn.Module, *args: Any, **kwargs: Any) -> tuple[tuple[Any, ...], dict]:
-        """Signal the machine; pass the arguments on."""
-        self.machine.decode_start()
+        """Signal each machine unless its call in this thread is already in a loop; pass the arguments on."""
+        for machine in self.machines:
+            call = machine.current()
+            if call is not None and call.phase is not Phase.DENOISING:
+                machine.denoiser_forward()
         return args, kwargs
+
+
+class DecodeSignal(_Signal):
+    """Tells the machines a VAE started decoding (``vae.decode`` is not ``forward``; these submodules are)."""
+
+    def pre_forward(self, module: torch.nn.Module, *args: Any, **kwargs: Any) -> tuple[tuple[Any, ...], dict]:
+        """Signal each machine; pass the arguments on."""
+        for machine in self.machines:
+            machine.decode_start()
+        return args, kwargs
+
+
+@dataclass
+class _Joined:
+    """One machine's place in a shared signal hook; the last to leave removes the hook.
+
+    The hook is held weakly: its module's registry holds it, and it holds the module's forward.
+    """
+
+    signal_ref: weakref.ref[_Signal]
+    machine: CallPhases
+
+    def remove(self) -> None:
+        signal = self.signal_ref()
+        if signal is None:
+            return  # the module was collected, and its hooks with it
+        with _classes_lock:
+            if self.machine in signal.machines:
+                signal.machines.remove(self.machine)
+            if not signal.machines and signal.installed is not None:
+                signal.installed.remove()
+                signal.installed = None
+
+
+def _join(module: torch.nn.Module, kind: type[_Signal], name: str, machine: CallPhases) -> _Joined:
+    """Add ``machine`` to the signal hook ``name`` of ``module``, installing the hook if it is the first."""
+    with _classes_lock:
+        registry = diffusers_compat.registry_of(module)
+        signal = None if registry is None else registry.hooks.get(name)
+        if isinstance(signal, kind) and signal.installed is not None:
+            signal.machines.append(machine)
+        else:
+            signal = kind(machine)
+            signal.installed = install_hook(module, signal, name)
+        return _Joined(weakref.ref(signal), machine)
 
 
 class LoopBar:
@@ -200,7 +244,7 @@ class PipelineSignals:
         self.machine = machine
         self.owner = type(pipeline).__name__
         self.active = False
-        self._hooks: list[InstalledHook] = []
+        self._hooks: list[_Joined] = []
         self._attributes: list[WrappedAttribute] = []
         self._swapped: type | None = None
 
@@ -295,11 +339,11 @@ class PipelineSignals:
             self._swapped = made
         _SIGNALS[pipe] = self
         for module in self.denoisers():
-            self._hooks.append(install_hook(module, DenoiserSignal(machine), HOOK_NAMES["denoiser"]))
+            self._hooks.append(_join(module, DenoiserSignal, HOOK_NAMES["denoiser"], machine))
         decoders = self.decode_modules()
         machine.has_decoder = bool(decoders)
         for module in decoders:
-            self._hooks.append(install_hook(module, DecodeSignal(machine), HOOK_NAMES["decode"]))
+            self._hooks.append(_join(module, DecodeSignal, HOOK_NAMES["decode"], machine))
         for each in self.pipelines():
             self._attributes.append(wrap_attribute(each, "progress_bar", self._progress_bar))
             owner = type(each).__name__

@@ -8,6 +8,13 @@ a partial line and the next report is not appended onto a fragment. A failure is
 ``continue`` (the default) keeps the call going, keeps the failure in :attr:`ReportSink.failures`
 (the last 100) and logs it once, so that a failed log write never costs the user the image.
 
+The sink is a regular file (a missing one is created). A FIFO, a directory, a device (``/dev/null``,
+``/dev/stdout`` when it is a terminal or a pipe) or a socket is refused: :meth:`ReportSink.probe`
+refuses it at attach, and a write finding the path replaced by one fails like any other write.
+The path is looked at with :func:`os.stat` before it is opened, and opened with ``O_NONBLOCK``, so
+a FIFO whose reader went away never blocks a call; and only a regular file can be cut back after
+a failed write, which is what keeps every line whole.
+
 Examples:
     >>> import pathlib, tempfile
     >>> folder = pathlib.Path(tempfile.mkdtemp())
@@ -30,6 +37,7 @@ import threading
 from pathlib import Path
 from typing import Literal
 
+from ddo_hooks._diagnostics import special_file_kind
 from ddo_hooks.errors import ReportSinkError
 
 __all__ = ["MAX_FAILURES_KEPT", "ReportSink", "missing_folder"]
@@ -38,6 +46,9 @@ MAX_FAILURES_KEPT = 100
 """How many sink failures are kept in memory (the newest); :attr:`ReportSink.failure_count` counts all."""
 
 _log = logging.getLogger("ddo_hooks")
+
+# O_NONBLOCK: opening a FIFO that has no reader fails at once instead of waiting for one.
+_FLAGS = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
 
 
 def missing_folder(path: Path) -> str | None:
@@ -70,7 +81,8 @@ class ReportSink:
         """Check that a line can be written now: append a newline, then cut the file back.
 
         Raises:
-            ReportSinkError: The folder is missing, or the file cannot be opened or written.
+            ReportSinkError: The folder is missing, the path is not a regular file, or the file
+                cannot be opened or written.
         """
         problem = missing_folder(self.path)
         if problem is not None:
@@ -91,37 +103,63 @@ class ReportSink:
         except ReportSinkError as e:
             if self.on_failure == "raise":
                 raise
-            with self._lock:
-                self.failures.append(str(e))
-                self.failure_count += 1
-                first = self.failure_count == 1
-            if first:
-                _log.warning("%s (the call goes on; further failures are only counted in sink_failures)", e)
+            self.note(e)
             return False
         return True
+
+    def note(self, error: ReportSinkError) -> None:
+        """Keep a failure in :attr:`failures` and log the first.
+
+        For a failed write nobody is told of: with ``continue``, or with ``raise`` where no call
+        could raise it (a deferred ``after_call``).
+        """
+        with self._lock:
+            self.failures.append(str(error))
+            self.failure_count += 1
+            first = self.failure_count == 1
+        if first:
+            _log.warning("%s (the call goes on; further failures are only counted in sink_failures)", error)
+
+    def after_fork(self) -> None:
+        """In a forked child: a lock another thread of the parent held at the fork is never released there."""
+        self._lock = threading.Lock()
 
     def _append(self, data: bytes, *, keep: bool) -> None:
         with self._lock:
             try:
-                fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+                self._check_regular(os.stat(self.path).st_mode)  # a special file is never opened
+            except FileNotFoundError:
+                pass  # created below
             except OSError as e:
                 raise self._error("cannot be opened", e) from e
             try:
+                fd = os.open(self.path, _FLAGS, 0o666)
+            except OSError as e:  # also a FIFO put in its place since: ENXIO, never a wait for a reader
+                raise self._error("cannot be opened", e) from e
+            try:
                 info = os.fstat(fd)
+                self._check_regular(info.st_mode)
                 size = info.st_size
                 try:
                     written = os.write(fd, data)
                     if written != len(data):
                         raise OSError(f"only {written} of {len(data)} bytes were written (is the disk full?)")
                 except OSError as e:
-                    if stat.S_ISREG(info.st_mode):
-                        with contextlib.suppress(OSError):
-                            os.ftruncate(fd, size)  # never leave a partial line
+                    with contextlib.suppress(OSError):
+                        os.ftruncate(fd, size)  # never leave a partial line
                     raise self._error("cannot be written", e) from e
-                if not keep and stat.S_ISREG(info.st_mode):
+                if not keep:
                     os.ftruncate(fd, size)
             finally:
                 os.close(fd)
+
+    def _check_regular(self, mode: int) -> None:
+        if not stat.S_ISREG(mode):
+            what = "a directory" if stat.S_ISDIR(mode) else special_file_kind(mode)
+            raise ReportSinkError(
+                f"report_sink {str(self.path)!r} is {what}, not a regular file; point report_sink at a regular "
+                "file (a missing one is created), or set it to null for no sink"
+            )
 
     def _error(self, what: str, e: OSError) -> ReportSinkError:
         reason = e.strerror or str(e)

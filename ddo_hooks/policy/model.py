@@ -53,6 +53,7 @@ from ddo_hooks.policy.parts import (
     validate_device,
 )
 from ddo_hooks.policy.yaml_loader import LoadedYaml, compose_policy_yaml, read_policy_file
+from ddo_hooks.reports.tracker import MAX_RECORDS
 
 __all__ = ["PRESETS", "SUPPORTED_VERSIONS", "HookPolicy", "policy_json_schema"]
 
@@ -86,6 +87,22 @@ def _sink_problem(value: str) -> str | None:
     return None
 
 
+def _keep_reports(value: object) -> object:
+    """``keep_reports`` in range; other types go on to the strict int check, which names them."""
+    if type(value) is int and value < 0:
+        raise located_error(
+            "keep_reports",
+            f"{{value}} is negative; use 0 (none in memory: read report_sink) to {MAX_RECORDS:,}",
+            value=value,
+        )
+    if type(value) is int and value > MAX_RECORDS:
+        problem = f"{{value}} is more than {MAX_RECORDS:,}, the most reports an attachment keeps in memory"
+        raise located_error(
+            "keep_reports", f"{problem}; keep fewer, and read every report from report_sink", value=value
+        )
+    return value
+
+
 class HookPolicy(Model):
     """A hook policy, schema version 1. Build it with :meth:`from_yaml` or :meth:`from_mapping`.
 
@@ -106,10 +123,10 @@ class HookPolicy(Model):
     report_sink_failure: Literal["continue", "raise"] = "continue"
     """What a failed write to ``report_sink`` does: ``continue`` (the call goes on; the failure is kept
     in ``attachment.sink_failures`` and logged once) or ``raise`` (a ``ReportSinkError`` ends the call)."""
-    keep_reports: Annotated[StrictInt, Field(ge=0)] = 300
+    keep_reports: Annotated[StrictInt, Field(ge=0, le=MAX_RECORDS), BeforeValidator(_keep_reports)] = 300
     """How many reports an attachment keeps in memory (``attachment.reports``, and the tracker it makes
     when given none), the newest; older ones are dropped from memory. ``0`` keeps none: read them
-    from ``report_sink``."""
+    from ``report_sink``. At most 100,000 (each is a Python object of a few KB)."""
     release: ReleasePolicy = Field(default_factory=ReleasePolicy)
     """Settings of the built-in ``host_cache_release`` action at every boundary; the action's
     ``options`` at one boundary override them there."""

@@ -15,6 +15,7 @@ import re
 import sys
 from typing import TYPE_CHECKING, Union
 
+from ddo_hooks._diagnostics import show_repr
 from ddo_hooks.errors import InvalidArgumentError
 
 if TYPE_CHECKING:
@@ -27,7 +28,9 @@ DeviceLike = Union[str, int, "torch.device"]
 
 ACCEPTED_DEVICE_FORMS = "'cuda', 'cuda:N', torch.device('cuda[:N]') or an int N >= 0"
 
-_CUDA_RE = re.compile(r"cuda(?::([0-9]+))?")
+_CUDA_RE = re.compile(r"cuda(?::([0-9]{1,10}))?")  # ten digits hold any index below the bound
+_INDEX_BOUND = 2**31
+"""Device indices are below this (torch keeps them in small ints; the device count decides the rest)."""
 
 
 def parse_cuda_device(device: object, *, argument: str = "device") -> int | None:
@@ -49,6 +52,8 @@ def parse_cuda_device(device: object, *, argument: str = "device") -> int | None
     if isinstance(device, int):
         if device < 0:
             raise InvalidArgumentError(f"{argument}={device!r}: a device index must be >= 0")
+        if device >= _INDEX_BOUND:
+            raise InvalidArgumentError(f"{argument}={show_repr(device)}: a device index must be below {_INDEX_BOUND}")
         return device
     torch = sys.modules.get("torch")  # a torch.device can only exist once torch is imported
     if torch is not None and isinstance(device, torch.device):
@@ -61,7 +66,7 @@ def parse_cuda_device(device: object, *, argument: str = "device") -> int | None
     if isinstance(device, str):
         text = device
         match = _CUDA_RE.fullmatch(text)
-        if match:
+        if match and (match.group(1) is None or int(match.group(1)) < _INDEX_BOUND):
             return None if match.group(1) is None else int(match.group(1))
         kind = text.split(":", 1)[0]
         if kind in {"cpu", "mps", "xpu", "meta", "hip", "npu", "xla"}:
@@ -69,4 +74,5 @@ def parse_cuda_device(device: object, *, argument: str = "device") -> int | None
                 f"{argument}={device!r} is not a CUDA device: the pinned host cache belongs to CUDA; "
                 f"use {ACCEPTED_DEVICE_FORMS}"
             )
-    raise InvalidArgumentError(f"{argument}={device!r} is not a valid device; use {ACCEPTED_DEVICE_FORMS}")
+    shown = show_repr(device) if isinstance(device, str) else repr(device)  # a long string is cut
+    raise InvalidArgumentError(f"{argument}={shown} is not a valid device; use {ACCEPTED_DEVICE_FORMS}")

@@ -27,6 +27,7 @@ Examples:
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -34,7 +35,17 @@ from typing import Literal
 
 from ddo_hooks.errors import BoundaryRefusedError, InvalidArgumentError
 
-__all__ = ["Section", "SectionKind", "busy_reason", "enter", "exit", "quiet_point", "releasing", "section"]
+__all__ = [
+    "Section",
+    "SectionKind",
+    "boundary_slot",
+    "busy_reason",
+    "enter",
+    "exit",
+    "quiet_point",
+    "releasing",
+    "section",
+]
 
 SectionKind = Literal["loading", "denoising", "inference"]
 """``loading``: components load, move or are re-hooked. ``denoising``: a denoising loop runs.
@@ -62,6 +73,7 @@ class Section:
 _condition = threading.Condition()
 _open: list[Section] = []
 _release_thread: int | None = None
+_boundary_held = False  # the slot is held by boundary_slot(): the holder's own releases run in it
 _quiet = threading.local()  # .section: the section whose quiet point this thread is at
 
 
@@ -112,7 +124,7 @@ def section(kind: SectionKind, owner: str) -> Iterator[Section]:
 def busy_reason() -> tuple[str, str] | None:
     """Why a release would be refused right now, as ``(reason, sentence)``, or ``None``."""
     with _condition:
-        return _busy_locked()
+        return None if _nested() else _busy_locked()
 
 
 def _busy_locked() -> tuple[str, str] | None:
@@ -147,19 +159,68 @@ def quiet_point(own: Section | None) -> Iterator[None]:
 def releasing() -> Iterator[None]:
     """Take the release slot, or refuse at once if the process is not quiet.
 
+    Inside :func:`boundary_slot` of the same thread the slot is held already, and a release runs in it.
+
     Raises:
         BoundaryRefusedError: A section is open or another release runs; ``reason`` says which.
     """
-    global _release_thread
+    if _nested():
+        yield
+        return
+    with _taken(boundary=False):
+        yield
+
+
+@contextlib.contextmanager
+def boundary_slot() -> Iterator[None]:
+    """Take the release slot for every action of a boundary, or refuse at once as :func:`releasing` does.
+
+    The boundary's own releases run inside it; nothing else of the process starts a section or a
+    release until it ends. A boundary requested inside another boundary's slot is refused
+    (``release_in_progress``).
+
+    Raises:
+        BoundaryRefusedError: A section is open or another release or boundary runs.
+    """
+    with _taken(boundary=True):
+        yield
+
+
+def _nested() -> bool:
+    with _condition:
+        return _boundary_held and _release_thread == threading.get_ident()
+
+
+@contextlib.contextmanager
+def _taken(*, boundary: bool) -> Iterator[None]:
+    global _release_thread, _boundary_held
     with _condition:
         busy = _busy_locked()
         if busy is not None:
             reason, sentence = busy
             raise BoundaryRefusedError(reason, f"host-cache release refused: {sentence}")
-        _release_thread = threading.get_ident()
+        _release_thread, _boundary_held = threading.get_ident(), boundary
     try:
         yield
     finally:
         with _condition:
-            _release_thread = None
+            _release_thread, _boundary_held = None, False
             _condition.notify_all()
+
+
+def _after_fork_in_child() -> None:
+    """Start over in a forked child, where only the forking thread lives.
+
+    Sections and a release slot that other threads of the parent held would never be given back
+    there, and the condition's lock may have been held at the fork.
+    """
+    global _condition, _release_thread, _boundary_held
+    me = threading.get_ident()
+    _condition = threading.Condition()
+    _open[:] = [held for held in _open if held.thread == me]
+    if _release_thread != me:
+        _release_thread, _boundary_held = None, False
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

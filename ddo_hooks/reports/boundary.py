@@ -120,25 +120,37 @@ class ActionResult(ReportModel):
     detail: str = ""
     """A sentence for people."""
     data: dict[str, JsonValue] = Field(default_factory=dict)
-    """Any JSON data the action wants to keep (numbers finite: no NaN or infinity)."""
+    """Any JSON data the action wants to keep (numbers finite: no NaN or infinity; ints of at most 4,300 digits)."""
 
     @field_validator("data", mode="before")
     @classmethod
-    def _finite_numbers(cls, value: Any) -> Any:
-        if (found := _non_finite(value)) is not None:
+    def _json_numbers(cls, value: Any) -> Any:
+        if (found := _unwritable_number(value)) is not None:
             path, number = found
-            where = format_key_path(("data", *path))
-            message = f"{show_repr(number)} at {where} is not a JSON number; store a finite number, a string or null"
+            where = f"{show_repr(number)} at {format_key_path(('data', *path))}"
+            if isinstance(number, float):
+                message = f"{where} is not a JSON number; store a finite number, a string or null"
+            else:
+                message = (
+                    f"{where} has more than {_MAX_DIGITS:,} digits, which Python's json refuses; store it as a string"
+                )
             raise PydanticCustomError("json_number", message)
         return value
 
 
-def _non_finite(value: Any) -> tuple[KeyPath, float] | None:
-    """The first NaN or infinity in nested lists and mappings, and its path (without recursion)."""
+_MAX_DIGITS = 4300
+"""The longest int Python's json writes and reads (``sys.get_int_max_str_digits()``'s default)."""
+_TOO_LONG = 10**_MAX_DIGITS
+
+
+def _unwritable_number(value: Any) -> tuple[KeyPath, float | int] | None:
+    """The first NaN, infinity or too long int in nested lists and mappings, and its path (without recursion)."""
     stack: list[tuple[KeyPath, Any]] = [((), value)]
     while stack:
         path, item = stack.pop()
         if isinstance(item, float) and not math.isfinite(item):
+            return path, item
+        if isinstance(item, int) and not isinstance(item, bool) and abs(item) >= _TOO_LONG:
             return path, item
         if isinstance(item, dict):
             stack.extend(((*path, key), child) for key, child in reversed(item.items()))

@@ -4,7 +4,8 @@ A DDO report stays exactly as the specification defines it. The *record* that ca
 the tracker, the JSON Lines sink, ``attachment.reports``' tracker and saved runs) adds an
 envelope: one run id per attachment, the call index within the run, the boundary, a UTC
 timestamp, the process id, the host name, and the rank and world size when the process is one
-of several (``torch.distributed`` initialized, or ``RANK``/``LOCAL_RANK``/``WORLD_SIZE`` set).
+of several (``torch.distributed`` initialized, or ``RANK``/``LOCAL_RANK``/``WORLD_SIZE`` set; a
+launcher variable that is not usable leaves both out and is warned about once, see :func:`process_rank`).
 Files written before the envelope existed still load: their records have none.
 
 Examples:
@@ -19,23 +20,31 @@ Examples:
 
 from __future__ import annotations
 
+import logging
 import os
+import re
 import socket
 import sys
+import threading
 import uuid
 from datetime import datetime, timezone
 from typing import Annotated, Any, Literal
 
 from pydantic import AwareDatetime, Field, StrictInt
 
+from ddo_hooks._diagnostics import show_repr
+from ddo_hooks.boundaries import BOUNDARIES
+from ddo_hooks.errors import InvalidArgumentError
 from ddo_hooks.reports.base import Bytes, PhaseLabel, ReportModel
 from ddo_hooks.reports.parse import DDOReport
 
 __all__ = [
     "COMPONENT_PATTERN",
     "ENVELOPE_VERSION",
+    "MAX_WORLD_SIZE",
     "RecordEnvelope",
     "ReportRecord",
+    "check_boundary",
     "new_run_id",
     "process_rank",
     "record_json_schema",
@@ -55,9 +64,46 @@ def new_run_id() -> str:
     return uuid.uuid4().hex
 
 
-def _int_env(name: str) -> int | None:
+MAX_WORLD_SIZE = 2**31 - 1
+"""The largest world size a launcher variable may give (torch keeps ranks in 32-bit ints)."""
+
+_LEAST = {"RANK": 0, "LOCAL_RANK": 0, "WORLD_SIZE": 1}  # each launcher variable and its least valid value
+_DIGITS = re.compile(r"[0-9]{1,10}")  # ASCII digits only: str.isdigit() also takes '²', which int() refuses
+_WARNED: set[tuple[str, ...]] = set()  # what was warned about in this process
+_WARNED_LOCK = threading.Lock()
+_log = logging.getLogger("ddo_hooks")
+
+
+def _bounds(name: str) -> tuple[int, int]:
+    """The least and the largest valid value of launcher variable ``name`` (a rank stays below any world size)."""
+    least = _LEAST[name]
+    return least, MAX_WORLD_SIZE - 1 if least == 0 else MAX_WORLD_SIZE
+
+
+def _warn_once(key: tuple[str, ...], message: str) -> None:
+    """Log ``message`` once per ``key`` in this process: a launcher variable is read at every record."""
+    with _WARNED_LOCK:
+        if key in _WARNED:
+            return
+        _WARNED.add(key)
+    _log.warning("%s", message)
+
+
+def _launcher_variable(name: str) -> tuple[int | None, bool]:
+    """The value of launcher variable ``name`` (``None`` when unset or empty), and whether it is usable."""
     value = os.environ.get(name, "")
-    return int(value) if value.isdigit() else None
+    if not value:
+        return None, True
+    number = int(value) if _DIGITS.fullmatch(value) else -1
+    least, most = _bounds(name)
+    if least <= number <= most:
+        return number, True
+    _warn_once(
+        (name, value),
+        f"the launcher variable {name}={show_repr(value)} is not usable: {name} must be a whole number from "
+        f"{least} to {most}, in ASCII digits; records carry no rank or world size until it is fixed or unset",
+    )
+    return None, False
 
 
 def process_rank() -> tuple[int | None, int | None]:
@@ -65,16 +111,48 @@ def process_rank() -> tuple[int | None, int | None]:
 
     From ``torch.distributed`` when it is initialized (never imported here), else from the
     ``RANK`` (or ``LOCAL_RANK``) and ``WORLD_SIZE`` variables that torchrun and accelerate set.
+    A variable that is set but unusable (not a whole number in range, in ASCII digits), or a rank
+    not below the world size, gives ``(None, None)`` and a warning once per value and process on
+    the ``ddo_hooks`` logger: a record is never refused for what the launcher set.
     """
     distributed = sys.modules.get("torch.distributed")
     if distributed is not None and distributed.is_available() and distributed.is_initialized():
         return int(distributed.get_rank()), int(distributed.get_world_size())
-    rank = _int_env("RANK")
-    rank = _int_env("LOCAL_RANK") if rank is None else rank
-    world = _int_env("WORLD_SIZE")
-    if rank is None and world is None:
+    found = {name: _launcher_variable(name) for name in _LEAST}
+    if not all(usable for _, usable in found.values()):
+        return None, None
+    rank_name = "RANK" if found["RANK"][0] is not None else "LOCAL_RANK"
+    rank, world = found[rank_name][0], found["WORLD_SIZE"][0]
+    if rank is not None and world is not None and rank >= world:
+        _warn_once(
+            (rank_name, str(rank), str(world)),
+            f"the launcher variables {rank_name}={rank} and WORLD_SIZE={world} disagree: a rank counts from 0 and "
+            "stays below the world size; records carry no rank or world size until they agree",
+        )
         return None, None
     return rank, world
+
+
+def check_boundary(boundary: object) -> str | None:
+    """``boundary`` when it is one of :data:`~ddo_hooks.boundaries.BOUNDARIES` or ``None``, for a record's envelope.
+
+    Raises:
+        InvalidArgumentError: Any other value; the message names the argument and the boundaries.
+
+    Examples:
+        >>> check_boundary("after_call"), check_boundary(None)
+        ('after_call', None)
+        >>> check_boundary("Bad!")
+        Traceback (most recent call last):
+        ...
+        ddo_hooks.errors.InvalidArgumentError: boundary='Bad!' is not a boundary; pass one of before_transformer, ...
+    """
+    if boundary is None or (isinstance(boundary, str) and boundary in BOUNDARIES):
+        return boundary
+    raise InvalidArgumentError(
+        f"boundary={show_repr(boundary)} is not a boundary; pass one of {', '.join(BOUNDARIES)}, "
+        "or None for a report made outside a boundary"
+    )
 
 
 class RecordEnvelope(ReportModel):
@@ -101,12 +179,17 @@ class RecordEnvelope(ReportModel):
 
     @classmethod
     def now(cls, *, run_id: str, call_index: int, boundary: str | None) -> RecordEnvelope:
-        """The envelope of a record made now, in this process."""
+        """The envelope of a record made now, in this process.
+
+        Raises:
+            InvalidArgumentError: ``boundary`` is neither a boundary nor ``None`` (see :func:`check_boundary`).
+        """
+        checked = check_boundary(boundary)
         rank, world = process_rank()
         return cls(
             run_id=run_id,
             call_index=call_index,
-            boundary=boundary,
+            boundary=checked,
             timestamp=datetime.now(timezone.utc),
             pid=os.getpid(),
             host=_HOST,

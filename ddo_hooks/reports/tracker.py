@@ -18,6 +18,7 @@ import json
 import os
 import re
 import threading
+import weakref
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -32,6 +33,7 @@ from ddo_hooks.reports.parse import REPORT_TYPES, parse_report
 
 __all__ = [
     "MAX_COMPONENT_LENGTH",
+    "MAX_RECORDS",
     "Entry",
     "MetricsTracker",
     "RecordedReport",
@@ -46,6 +48,13 @@ MAX_COMPONENT_LENGTH = 128
 
 _COMPONENT_RE = re.compile(rf"^[A-Za-z0-9][A-Za-z0-9_.\-]{{0,{MAX_COMPONENT_LENGTH - 1}}}$")
 
+MAX_RECORDS = 100_000
+"""The most records a tracker with a bound (``max_records``) or an attachment (``keep_reports``) keeps.
+
+Each one is a pydantic object: an executed release report with its envelope took about 12 KB of
+Python memory when measured (a no-op one about 4 KB), so the bound is about 1.2 GB. A longer
+history belongs on disk, in the policy's ``report_sink``."""
+
 RecordedReport = tuple[str, Any]
 """A ``(component, report)`` pair, in recording order."""
 
@@ -58,6 +67,18 @@ class Entry(NamedTuple):
     envelope: RecordEnvelope | None = None
 
 
+_TRACKERS: weakref.WeakSet[MetricsTracker] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for tracker in list(_TRACKERS):  # another thread of the parent may have held the lock at the fork
+        tracker._lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 class MetricsTracker:
     """Keeps validated DDO reports by component, in the order they were recorded.
 
@@ -68,19 +89,23 @@ class MetricsTracker:
 
     Args:
         max_records: Keep at most this many records, the newest (older ones are dropped and
-            counted in :attr:`evicted`); ``None`` keeps every record. The tracker an attachment
-            makes for itself keeps the policy's ``keep_reports``.
+            counted in :attr:`evicted`), from 0 to :data:`MAX_RECORDS`; ``None`` keeps every
+            record. The tracker an attachment makes for itself keeps the policy's ``keep_reports``.
 
     Raises:
-        InvalidArgumentError: ``max_records`` is not ``None`` or an int >= 0.
+        InvalidArgumentError: ``max_records`` is not ``None`` or an int from 0 to :data:`MAX_RECORDS`.
     """
 
     def __init__(self, *, max_records: int | None = None) -> None:
         if max_records is not None and (
-            isinstance(max_records, bool) or not isinstance(max_records, int) or max_records < 0
+            isinstance(max_records, bool) or not isinstance(max_records, int) or not 0 <= max_records <= MAX_RECORDS
         ):
-            raise InvalidArgumentError(f"max_records={max_records!r} must be None or an int >= 0")
+            raise InvalidArgumentError(
+                f"max_records={show_repr(max_records)} must be None (keep every record) or an int from 0 to "
+                f"{MAX_RECORDS:,}; keep fewer in memory, or keep them all with None"
+            )
         self._lock = threading.Lock()
+        _TRACKERS.add(self)
         self._records: collections.deque[Entry] = collections.deque(maxlen=max_records)
         self.max_records = max_records
         self.evicted = 0
@@ -110,11 +135,23 @@ class MetricsTracker:
                 self.evicted += 1
             self._records.append(Entry(component, report, envelope))
 
-    def drain(self) -> list[Entry]:
-        """Return every record, in order, and forget them (e.g. after writing them elsewhere)."""
+    def drain(self, *, run_id: str | None = None) -> list[Entry]:
+        """Return every record, in order, and forget them (e.g. after writing them elsewhere).
+
+        Args:
+            run_id: Only the records of this run (an attachment's :attr:`~ddo_hooks.Attachment.run_id`);
+                the others stay.
+        """
         with self._lock:
-            drained = list(self._records)
-            self._records.clear()
+            if run_id is None:
+                drained = list(self._records)
+                self._records.clear()
+                return drained
+            drained = [e for e in self._records if e.envelope is not None and e.envelope.run_id == run_id]
+            if drained:
+                kept = [e for e in self._records if e.envelope is None or e.envelope.run_id != run_id]
+                self._records.clear()
+                self._records.extend(kept)
             return drained
 
     def clear(self) -> None:

@@ -1,0 +1,300 @@
+"""Running an attachment's boundaries: the actions, in the release slot, and one outcome for each.
+
+The phase machine says when a boundary of a call is due; :class:`BoundaryRunner` runs the policy's
+actions there, all of them in one hold of the process-wide release slot
+(:func:`ddo_hooks.release.guard.boundary_slot`), so that no action runs beside a call, a loading
+section or a release of another attached pipeline. A boundary that may not run is recorded as a
+``phase_boundary_refusal`` for each of its actions. Every call gets exactly one outcome per action
+and boundary, also an ``after_call`` deferred until the pipeline has been idle (``idle:``): it runs,
+or it is recorded as not reached when the next call starts, the attachment is detached, the pipeline
+is collected or the interpreter exits first. A deferred boundary runs on a timer thread, where no
+caller can be told of a failure: an action that raises there is recorded as ``action_failed`` and
+logged, and a sink failure is kept in ``sink_failures``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import functools
+import logging
+import os
+import threading
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ddo_hooks.boundaries import AFTER_CALL, BOUNDARIES, REFUSAL_REASONS
+from ddo_hooks.errors import BoundaryRefusedError, ReportSinkError
+from ddo_hooks.hooks.actions import BoundaryContext, RegisteredAction, resolve_action
+from ddo_hooks.hooks.components import Components
+from ddo_hooks.hooks.idle import Handle
+from ddo_hooks.hooks.idle import scheduler as idle_scheduler
+from ddo_hooks.hooks.phases import Call, CallPhases
+from ddo_hooks.hooks.recorder import Recorder
+from ddo_hooks.policy.model import HookPolicy
+from ddo_hooks.release import guard
+from ddo_hooks.reports.boundary import BoundaryRefusal, BoundaryRefusalReport, BoundaryRefusalSetup
+
+__all__ = ["BoundaryRunner"]
+
+_log = logging.getLogger("ddo_hooks")
+_RUNNERS: weakref.WeakSet[BoundaryRunner] = weakref.WeakSet()
+
+
+@dataclass(eq=False)
+class _Deferred:
+    """A boundary of one call waiting for the idle delay."""
+
+    boundary: str
+    call: Call
+    handle: Handle | None = None
+
+    @property
+    def index(self) -> int:
+        return self.call.index
+
+
+class BoundaryRunner:
+    """The boundaries of one attached pipeline.
+
+    Args:
+        pipeline: The pipeline, held weakly.
+        policy: The attached policy.
+        recorder: Where every outcome is recorded.
+        components: What left the pipeline between boundaries.
+    """
+
+    def __init__(
+        self, pipeline: weakref.ref[Any], policy: HookPolicy, recorder: Recorder, components: Components
+    ) -> None:
+        self._pipeline = pipeline
+        self.owner = type(pipeline()).__name__
+        self.policy = policy
+        self.recorder = recorder
+        self.components = components
+        self.actions = _resolve_actions(policy)
+        self.closed = False
+        self._state: dict[str, dict[str, Any]] = {}  # each action's own state across boundaries
+        self._lock = threading.RLock()
+        self._deferred: dict[int, _Deferred] = {}  # by call index
+        self.machine = CallPhases(self.owner, self._on_due, self._on_missed, on_start=self._on_start)
+        _RUNNERS.add(self)
+
+    # -- from the phase machine --------------------------------------------------------------
+    def enabled(self, boundary: str) -> bool:
+        """Whether the policy runs ``boundary`` and the attachment is still on."""
+        return not self.closed and self.policy.enabled and self.policy.boundary(boundary).enabled
+
+    def _on_due(self, boundary: str, call: Call) -> None:
+        """A boundary of ``call`` is due at a quiet point of that call."""
+        if not self.enabled(boundary):
+            return
+        others = [other for other in self.machine.calls() if other is not call]
+        if others:
+            detail = f"call {others[0].index} of this {self.owner} is running in another thread"
+            self.refuse_all(boundary, "concurrent_call", detail, "pipeline", call.index)
+            return
+        idle = self.policy.boundary(boundary).idle
+        if idle is None:
+            self.run(boundary, "pipeline", call)
+            return
+        deferred = _Deferred(boundary, call)  # pending before its timer can fire, however short the delay
+        with self._lock:
+            self._deferred[call.index] = deferred
+        deferred.handle = idle_scheduler().call_later(idle, functools.partial(self._run_deferred, deferred))
+
+    def _on_start(self, call: Call) -> None:
+        """A call starts: a deferred boundary still waiting is cancelled (the pipeline was not idle)."""
+        if self._deferred:
+            idle = self.policy.boundary(AFTER_CALL).idle
+            self.cancel_deferred(f"call {call.index} started before {self.owner} had been idle for {idle:g} s")
+
+    def _on_missed(self, boundary: str, call: Call, detail: str) -> None:
+        """``call`` ended without reaching ``boundary``."""
+        if self.enabled(boundary):
+            self.refuse_all(boundary, "not_reached", detail, "pipeline", call.index)
+
+    # -- deferred boundaries -----------------------------------------------------------------
+    def cancel_deferred(self, why: str) -> None:
+        """Cancel every deferred boundary still waiting, each recorded as not reached because of ``why``.
+
+        Raises:
+            ReportSinkError: A record could not be written and the policy says ``raise`` (the
+                others are still recorded).
+        """
+        with self._lock:
+            waiting = sorted(self._deferred.values(), key=lambda d: d.index)
+            self._deferred.clear()
+        failure = None
+        for deferred in waiting:
+            if deferred.handle is not None:
+                deferred.handle.cancel()
+            detail = f"the deferred {deferred.boundary} was cancelled: {why}"
+            try:
+                self.refuse_all(deferred.boundary, "not_reached", detail, "pipeline", deferred.index)
+            except ReportSinkError as e:
+                failure = failure or e
+        if failure is not None:
+            raise failure
+
+    def _run_deferred(self, deferred: _Deferred) -> None:
+        """The idle delay passed (on a timer thread): run the boundary, and keep whatever fails."""
+        with self._lock:
+            if self._deferred.get(deferred.index) is not deferred:
+                return  # cancelled meanwhile, and recorded as such
+            del self._deferred[deferred.index]
+        try:
+            if self._pipeline() is None:
+                detail = f"the {self.owner} was collected before the idle delay passed"
+                self.refuse_all(deferred.boundary, "not_reached", detail, "pipeline", deferred.index)
+            else:
+                self.run(deferred.boundary, "pipeline", deferred.call, deferred=True)
+        except ReportSinkError as e:
+            self.recorder.note_sink_failure(e)
+
+    # -- running -------------------------------------------------------------------------------
+    def run(
+        self, boundary: str, requested_by: str, call: Call | None, index: int | None = None, *, deferred: bool = False
+    ) -> list[Any]:
+        """Run ``boundary``'s actions in one hold of the release slot, or refuse them all.
+
+        Args:
+            boundary: The boundary.
+            requested_by: ``pipeline`` (a call's signal) or ``host`` (a request).
+            call: The call whose quiet point this is (``None``: a host request). A deferred run
+                passes its call too: with no delay it can start before that call's end has
+                closed its section.
+            index: The call index to record (default: ``call``'s, else the latest).
+            deferred: On a timer thread: an action that raises is recorded as ``action_failed``
+                and the next one runs, since no caller could be told.
+
+        Returns:
+            The reports produced.
+        """
+        if index is None:
+            index = self.machine.call_index if call is None else call.index
+        with guard.quiet_point(None if call is None else call.section), contextlib.ExitStack() as slot:
+            try:
+                slot.enter_context(guard.boundary_slot())
+            except BoundaryRefusedError as e:
+                return self.refuse_all(boundary, e.reason, _sentence(e), requested_by, index)
+            return self._run_actions(boundary, requested_by, index, deferred)
+
+    def _run_actions(self, boundary: str, requested_by: str, index: int, deferred: bool) -> list[Any]:
+        pipe = self._pipeline()
+        dropped = self.components.note(pipe)
+        left = self.components.take_left()
+        produced = []
+        for spec, action in self.actions[boundary]:
+            context = BoundaryContext(
+                pipeline=pipe,
+                boundary=boundary,
+                action=action.name,
+                call_index=index,
+                device=self.policy.device,
+                tracker=self.recorder.tracker,
+                policy=self.policy,
+                options=dict(spec.options),
+                dropped=dropped,
+                left=left,
+                state=self._state.setdefault(action.name, {}),
+                on_survivors=self.components.forget,
+            )
+            try:
+                report = action(context)
+            except BoundaryRefusedError as e:
+                reason, detail = e.reason, str(e)
+                if reason not in REFUSAL_REASONS:
+                    reason, detail = "action_refused", f"{e.reason}: {e}"
+                report = self._refusal(boundary, action, reason, detail, requested_by, index)
+            except Exception as e:
+                if not deferred:
+                    raise
+                _log.warning("ddo_hooks: action %r of the deferred %s failed", action.name, boundary, exc_info=True)
+                detail = f"it raised {type(e).__name__}: {e}"
+                report = self._refusal(boundary, action, "action_failed", detail, requested_by, index)
+            if report is None:
+                continue
+            self.recorder.record(action.component(boundary), report, boundary, index)
+            produced.append(report)
+        return produced
+
+    def _refusal(
+        self, boundary: str, action: RegisteredAction, reason: str, detail: str, requested_by: str, index: int
+    ) -> BoundaryRefusalReport:
+        refusal = BoundaryRefusal(
+            boundary=boundary,
+            action=action.name,
+            reason=reason,  # type: ignore[arg-type]
+            detail=detail,
+            requested_by=requested_by,  # type: ignore[arg-type]
+            call_index=index,
+        )
+        return BoundaryRefusalReport(setup=BoundaryRefusalSetup(boundary_refusal=refusal))
+
+    def refuse_all(self, boundary: str, reason: str, detail: str, requested_by: str, index: int) -> list[Any]:
+        """Record a refusal for every action of ``boundary``; return them."""
+        produced = []
+        for _, action in self.actions[boundary]:
+            report = self._refusal(boundary, action, reason, detail, requested_by, index)
+            self.recorder.record(action.component(boundary), report, boundary, index)
+            produced.append(report)
+        return produced
+
+    # -- the process -------------------------------------------------------------------------
+    def close(self, why: str) -> None:
+        """Run nothing more; the deferred boundaries still waiting are recorded as cancelled because of ``why``.
+
+        Raises:
+            ReportSinkError: As :meth:`cancel_deferred`.
+        """
+        self.closed = True
+        _RUNNERS.discard(self)
+        self.cancel_deferred(why)
+
+    def _after_fork(self) -> None:
+        """Start over in a forked child.
+
+        No timer of the parent runs there (the parent records those outcomes), no other thread's call
+        goes on, and the child records under a run of its own.
+        """
+        self._lock = threading.RLock()
+        self._deferred.clear()
+        self.machine.after_fork()
+        self.recorder.after_fork()
+
+
+def _sentence(error: BoundaryRefusedError) -> str:
+    return str(error).removeprefix("host-cache release refused: ")
+
+
+def _resolve_actions(policy: HookPolicy) -> dict[str, list[tuple[Any, RegisteredAction]]]:
+    return {
+        boundary: [
+            (spec, resolve_action(spec.name, where=policy.locate(("boundaries", boundary, "actions", i))))
+            for i, spec in enumerate(policy.actions(boundary))
+        ]
+        for boundary in BOUNDARIES
+    }
+
+
+def _each_runner(what: Callable[[BoundaryRunner], None]) -> None:
+    for runner in list(_RUNNERS):
+        try:
+            what(runner)
+        except Exception:  # at exit or in a fresh child: nobody to raise to
+            _log.warning("ddo_hooks: %s failed for %s", getattr(what, "__name__", what), runner.owner, exc_info=True)
+
+
+@atexit.register  # registered after the idle scheduler's own, so it runs first (atexit is last in, first out)
+def _at_exit() -> None:
+    def interpreter_exits(runner: BoundaryRunner) -> None:
+        runner.cancel_deferred("the interpreter exited before the idle delay passed")
+
+    _each_runner(interpreter_exits)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=lambda: _each_runner(BoundaryRunner._after_fork))
