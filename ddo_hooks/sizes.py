@@ -168,12 +168,11 @@ def format_size(n: int) -> str:
     sign, magnitude = ("-" if n < 0 else ""), abs(n)
     if magnitude < 1024:
         return f"{sign}{magnitude} B"
-    value = float(magnitude)
-    for unit in _BINARY_UNITS:
-        value /= 1024
-        if round(value, 1) < 1024 or unit == _BINARY_UNITS[-1]:
-            return f"{sign}{value:.1f} {unit}"
-    raise AssertionError("unreachable")
+    unit = min((magnitude.bit_length() - 1) // 10, len(_BINARY_UNITS))  # the largest unit <= magnitude: 1 is KiB
+    value = float(magnitude) / 1024.0**unit
+    if unit < len(_BINARY_UNITS) and value >= 1023.9 and round(value, 1) >= 1024:  # 1023.96 KiB shows as 1.0 MiB
+        unit, value = unit + 1, value / 1024
+    return f"{sign}{value:.1f} {_BINARY_UNITS[unit - 1]}"
 
 
 def _validate_size(value: object) -> int:

@@ -1,4 +1,5 @@
-"""The pinned-memory benchmark end to end on the CPU: tiny models, the JSON and the printed table.
+"""Benchmarks end to end on the CPU: the pinned-memory one (tiny models, the JSON and the printed table),
+and bench_cli_scale with a few records.
 
 The GPU figures come from the GPU machine; here the flow, the JSON layout and the analysis are checked.
 Arms 1 and 4 run as the benchmark runs them (a subprocess per arm); arms 2 and 3, workflow (a) and model
@@ -165,3 +166,19 @@ def test_the_floor_benchmarks_arms_and_twins_run_on_the_tiny_weights(run: dict[s
     twins = floor.run_twins({**spec, "preset": "default", "reps": 2})
     plain, repacked = twins["calls"]["plain"], twins["calls"]["repacked"]
     assert [c["digest"] for c in plain] == [c["digest"] for c in repacked]
+
+
+def test_the_cli_scale_benchmark_runs_small_cases(tmp_path: Path) -> None:
+    """bench_cli_scale end to end with a few records: its files are valid reports and its JSON holds the figures."""
+    import importlib.util
+
+    cases = "summarize-40" + (",plot-30" if importlib.util.find_spec("matplotlib") else "")
+    command = [sys.executable, str(BENCH / "bench_cli_scale.py"), "--repeats", "1", "--cases", cases]
+    command += ["--per-file", "20", "--out", str(tmp_path)]
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=ROOT, check=False)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]  # each command exited 0
+    doc = json.loads((tmp_path / "bench_cli_scale.json").read_text())
+    summarize = doc["cases"]["summarize-40"]
+    assert (summarize["records"], summarize["files"], summarize["timed_out"]) == (40, 2, 0)
+    assert {"wall_s", "cpu_s", "peak_rss_mib", "load"} <= set(summarize["runs"][0])
+    assert "summarize-40" in proc.stdout

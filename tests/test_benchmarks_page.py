@@ -268,3 +268,30 @@ def test_the_readmes_plot_is_drawn_from_the_checked_in_results(tmp_path: Path):
     assert totals["lowest-peak\n(repacked)"] == 5.89
     drawn = plot.draw(tmp_path / "floor.png")
     assert _png_size(drawn) == _png_size(ROOT / "docs" / "img" / "pinned-floor.png"), "regenerate it with plot_floor.py"
+
+
+def test_the_cli_scale_table_is_that_of_the_checked_in_results():
+    bench = load_file(ROOT / "benchmarks" / "bench_cli_scale.py", "bench_cli_scale")
+    results = ROOT / "benchmarks" / "results"
+    before, long_before, first, after = (
+        json.loads((results / f"bench_cli_scale-{name}.json").read_text(encoding="utf-8"))
+        for name in ("before-rerun", "before-plot30000", "before", "after")
+    )
+    cases = ("plot-300", "plot-2000", "plot-30000", "summarize-100000")
+    rows = [bench.markdown_row(long_before if case == "plot-30000" else before, case, "before") for case in cases]
+    rows += [bench.markdown_row(after, case, "after") for case in cases]
+    text = PAGE.read_text(encoding="utf-8")
+    missing = [row for row in rows if row not in text]
+    assert not missing, "docs/benchmarks.md lacks these rows of benchmarks/results/:\n" + "\n".join(missing)
+    assert first["cases"]["plot-30000"]["timed_out"] == 3  # "stopped it each time at its limit of 400 s"
+    assert first["timeout_s"] == 400
+    assert long_before["timeout_s"] == 1800
+    for doc, shown in ((before, "before runs"), (after, "after runs")):
+        loads = [run["load"] for case in doc["cases"].values() for run in case["runs"]]
+        assert f"{min(loads):.1f}{DASH}{max(loads):.1f} at the end of the {shown}" in " ".join(text.split())
+    assert f"under a load of {long_before['cases']['plot-30000']['runs'][0]['load']:.1f}" in " ".join(text.split())
+    summarize, plot = after["cases"]["summarize-100000"], after["cases"]["plot-30000"]
+    assert plot["wall_s"]["median"] < 10  # the targets the page says were met, and the one not met
+    assert summarize["peak_rss_mib"]["median"] < 200
+    assert f"**not met** ({summarize['wall_s']['median']:.1f} s)" in text
+    assert summarize["wall_s"]["median"] >= 5

@@ -30,7 +30,9 @@ from test_policy import documents, valid_documents
 from ddo_hooks import HookPolicy, parse_report
 from ddo_hooks.cli import main
 from ddo_hooks.errors import DDOError
+from ddo_hooks.reports.envelope import RecordEnvelope
 from ddo_hooks.reports.files import load_report_file
+from ddo_hooks.reports.tracker import _checked_entry, _record_from_json, text_lines
 
 EXAMPLES = int(os.environ.get("DDO_FUZZ_EXAMPLES", "150"))
 fuzz = settings(
@@ -121,6 +123,30 @@ def test_fuzz_any_report_file_gives_records_or_a_report_error(tmp_path: Path, li
     path.write_bytes("\n".join(lines).encode("utf-8", "surrogatepass") + tail)
     result = only_own_errors(lambda: load_report_file(path))
     assert isinstance(result, DDOError) or result.records
+
+
+ENVELOPE = RecordEnvelope.now(run_id="ab" * 16, call_index=1, boundary="after_call").model_dump(mode="json")
+record_lines = st.one_of(
+    report_texts,
+    st.tuples(st.randoms(use_true_random=False), st.sampled_from(BASES)).map(
+        lambda pair: mutate_json_text(pair[0], {"component": "c", "report": pair[1], "envelope": ENVELOPE})
+    ),
+)
+
+
+@fuzz
+@given(record_lines)
+def test_fuzz_a_line_the_fast_reader_takes_reads_the_same_the_careful_way(line: str):
+    """iter_entries tries pydantic_core's parser first and skips a check it proved; json.loads must agree."""
+    fast = _checked_entry(line)
+    if fast is not None:
+        assert _record_from_json(json.loads(line), "line 1") == fast
+
+
+@fuzz
+@given(st.lists(st.sampled_from(["a", " ", "{}", "\n", "\r", "\r\n", "\x0b", "\x1e", "\x85", "\u2028"])).map("".join))
+def test_fuzz_text_lines_are_splitlines_one_at_a_time(text: str):
+    assert list(text_lines(text)) == text.splitlines()
 
 
 # -- the file commands, in process ------------------------------------------------------------------

@@ -63,6 +63,67 @@ def test_the_series_are_the_runs_and_the_axis_is_each_call_and_boundary(runs: li
     assert len(released) == 4  # before_transformer and before_vae of both calls are annotated
 
 
+def test_a_process_forked_after_attach_is_a_series_of_its_own(tmp_path: Path):
+    from ddo_hooks.cli.plot import release_points, series_label
+    from ddo_hooks.cli.summarize import collect_runs
+    from ddo_hooks.reports.files import load_report_file
+
+    records = [*gpu_run("f6", calls=(1,), pid=100).entries(), *gpu_run("f6", calls=(1,), pid=101).entries()]
+    path = MetricsTracker.from_records(records).write_jsonl(tmp_path / "fork.jsonl")
+    found, _ = collect_runs([load_report_file(path)])
+    assert [series_label(run, hosts=False) for run in found] == ["run f6f6f6f6 pid 100", "run f6f6f6f6 pid 101"]
+    assert [len(release_points(run)) for run in found] == [3, 3]  # each its own call 1, not one call of 6
+
+
+@pytest.mark.parametrize("calls", [2, 25])
+def test_many_releases_are_a_few_artists_not_a_few_per_release(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, calls: int
+):
+    pytest.importorskip("matplotlib", reason="the plot extra is not installed (pip install -e '.[dev]' adds it)")
+    from matplotlib.figure import Figure
+
+    from ddo_hooks.cli.plot import MARKED_POSITIONS
+
+    drawn: dict[str, list[int]] = {}
+    save = Figure.savefig
+
+    def count_then_save(figure: Figure, *args: object, **kwargs: object) -> None:
+        drawn["lines"] = [len(ax.get_lines()) for ax in figure.axes]
+        drawn["texts"] = [len(ax.texts) for ax in figure.axes]
+        drawn["ticks"] = [len(ax.get_xticks()) for ax in figure.axes]
+        save(figure, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", count_then_save)
+    path = gpu_run("a1", calls=range(1, calls + 1)).write_jsonl(tmp_path / "run.jsonl")
+    assert main(["plot", str(path), "-o", str(tmp_path / "run.png")]) == 0
+    if 3 * calls <= MARKED_POSITIONS:  # each boundary labelled, each call named, each release marked
+        assert drawn["lines"] == [3 + calls - 1] * 2  # before, after, the line through them; a line between calls
+        assert drawn["texts"][0] == calls + 2 * 2 * calls  # "call N"; an arrow and the bytes of 2 releases a call
+        assert drawn["ticks"][1] == 3 * calls
+    else:  # the same artists for 75 boundaries as for 30,000
+        assert drawn["lines"] == [2, 2]  # before and after
+        assert drawn["texts"] == [0, 0]
+        assert drawn["ticks"][1] == calls
+
+
+def test_a_reading_beyond_a_float_is_refused_with_where_it_is(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    import json
+
+    entry = gpu_run("a1", calls=(3,)).entries()[0]
+    report = entry.report.model_dump(mode="json")
+    section = report["setup"]["host_cache_release"]
+    section["before"]["allocated_bytes"] = 10**400  # a valid Bytes value: any integer >= 0
+    section["allocator_bytes_delta"] = 10**400 - section["after"]["allocated_bytes"]
+    record = {"component": entry.component, "report": report, "envelope": entry.envelope.model_dump(mode="json")}
+    path = tmp_path / "absurd.jsonl"
+    path.write_text(json.dumps(record) + "\n", encoding="utf-8")
+    assert main(["plot", str(path), "-o", str(tmp_path / "run.png")]) == 1
+    assert capsys.readouterr().err == (
+        "run a1a1a1a1, call 3, before_transformer: 1.00e400 B is too large to draw (more than a float holds); "
+        "ddo-hooks summarize shows it\n"
+    )
+
+
 def test_without_matplotlib_plot_says_how_to_install_it(
     tmp_path: Path, runs: list[Path], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ):

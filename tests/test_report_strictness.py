@@ -174,3 +174,16 @@ def test_every_report_the_models_accept_is_valid_json():
         assert json.loads(report.model_dump_json()) == document or report.model_dump(mode="json") != document
         json.dumps(report.model_dump(mode="json"), allow_nan=False)
         assert parse_report(report.model_dump_json()) == report
+
+
+def test_a_saved_record_with_half_a_surrogate_pair_is_refused_at_its_line(tmp_path):
+    """The fast reader skips writing a report out to check its strings only when its parser proved them whole."""
+    from ddo_hooks.reports.files import load_report_file
+
+    good = json.dumps({"component": "host_cache_after_call", "report": noop()})
+    bad = good.replace('"detail": "', '"detail": "half a pair \\ud800 ', 1)
+    assert "\\ud800" in bad
+    path = tmp_path / "r.jsonl"
+    path.write_text(f"{good}\n{bad}\n", encoding="utf-8")
+    with pytest.raises(ReportError, match=r"r\.jsonl:2:\d+: report: .*cannot be written as JSON: a string holds half"):
+        load_report_file(path)

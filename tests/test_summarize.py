@@ -104,18 +104,69 @@ def test_records_without_an_envelope_have_their_calls_inferred_and_the_output_sa
     )
     assert _flat(out).count(heading) == 1
     assert re.findall(r"^(\d) +after_call +no-op: disabled ", out, flags=re.MULTILINE) == ["1", "2"]
-    assert f"totals per boundary across calls, {old} (no envelope):" in out
+    assert f"totals per boundary across calls, {old} (no envelope):" in _flat(out)  # wrapped to 100 columns
     assert "totals per boundary across calls, all 2 runs:" in out
 
 
 def test_a_record_in_two_files_is_counted_once(capsys, tmp_path, ranks):
-    copy = tmp_path / "sink-copy.jsonl"
-    copy.write_text(ranks[1].read_text(encoding="utf-8"), encoding="utf-8")
+    copy = tmp_path / "sink-copy.jsonl"  # the sink's records, and one more the other file lacks
+    more = gpu_run("c3", rank=1, world=2, calls=(9,), host="gpu-node-2", pid=777, start=90).to_jsonl()
+    copy.write_text(ranks[1].read_text(encoding="utf-8") + more, encoding="utf-8")
     out = _summarize(capsys, ranks[1], copy)
     assert "left out 12 records seen twice" in out
     assert re.findall(r"^run .*$", out, flags=re.MULTILINE) == [
-        "run c3c3c3c3, host gpu-node-2, pid 777, rank 1 of 2, 2 calls, 12 reports"
+        "run c3c3c3c3, host gpu-node-2, pid 777, rank 1 of 2, 3 calls, 18 reports"
     ]
+
+
+def _without_envelopes(tmp_path: Path, name: str) -> Path:
+    """An old file: two calls' records, no envelope."""
+    lines = [json.dumps({"component": e.component, "report": e.report.model_dump(mode="json")})
+             for e in gpu_run("a1").entries()]  # fmt: skip
+    path = tmp_path / name
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("again", ["the same path", "another path to it", "a copy"])
+def test_a_file_given_twice_or_copied_is_read_once_with_a_warning(capsys, tmp_path, again):
+    """Records without an envelope cannot be told apart: only the file can, by its bytes."""
+    old = _without_envelopes(tmp_path, "old.jsonl")
+    if again == "the same path":
+        second, said = old, f"the same file as {old}, given twice"
+    elif again == "another path to it":
+        second, said = tmp_path / "link.jsonl", f"the same file as {old}, given twice"
+        second.symlink_to(old)
+    else:
+        second, said = tmp_path / "copy.jsonl", f"the same bytes as {old} (a copy)"
+        second.write_bytes(old.read_bytes())
+    assert main(["summarize", str(old), str(second)]) == 0
+    out, err = capsys.readouterr()
+    assert err == f"warning: {second}: {said}; read once, so that its records count once\n"
+    assert re.findall(r"^totals .*$", out, flags=re.MULTILINE) == ["totals per boundary across calls:"]
+    assert re.search(r"^before_transformer +2 +2 +0 +0 ", out, re.MULTILINE)  # 2 calls, not 4
+    assert str(second) not in out.replace(str(old), "")
+
+
+def test_a_process_forked_after_attach_is_a_run_of_its_own(capsys, tmp_path):
+    """Older files: a child forked after attach recorded its parent's run id, with its own pid and call indexes."""
+    parent = gpu_run("f6", calls=(1,), pid=100)
+    child = gpu_run("f6", calls=(1,), pid=101, start=20)
+    path = MetricsTracker.from_records([*parent.entries(), *child.entries()]).write_jsonl(tmp_path / "fork.jsonl")
+    out = _summarize(capsys, path)
+    assert re.findall(r"^run .*$", out, flags=re.MULTILINE) == [
+        "run f6f6f6f6, host gpu-node-1, pid 100, 1 call, 6 reports",
+        "run f6f6f6f6, host gpu-node-1, pid 101, 1 call, 6 reports",
+    ]
+    assert f"{path}: 12 reports (JSON Lines) from 2 runs" in _flat(out)
+    assert (
+        "2 processes recorded run f6f6f6f6 (pids 100, 101; a process forked after attach keeps its parent's run "
+        "id): each is shown as a run of its own"
+    ) in _flat(out)
+    assert "totals per boundary across calls, run f6f6f6f6 pid 100:" in out
+    assert "totals per boundary across calls, run f6f6f6f6 pid 101:" in out
+    everything = _section(out, "totals per boundary across calls, all 2 runs:")
+    assert re.search(r"^before_transformer +2 +2 +0 +0 ", everything, re.MULTILINE)  # two calls, not one
 
 
 def test_every_line_fits_100_columns(capsys, tmp_path):
@@ -130,6 +181,29 @@ def test_every_line_fits_100_columns(capsys, tmp_path):
     heading = next(line for line in out.splitlines() if line.startswith("run "))
     assert re.fullmatch(r"run d4d4d4d4, host gpu-node-17\.a-rather-long-\S*…, pid 1234567, rank 3 of 8, .*", heading)
     assert "rank 3 of 8, 3 calls, 18 reports" in out
+
+
+def test_absurd_numbers_keep_every_line_within_100_columns(capsys, tmp_path):
+    """Any integer and any finite number is valid in a report: the cells write long ones as 1.00e30."""
+    from support.report_runs import envelope, executed
+
+    release = executed("before_vae", 272 * MiB).model_dump(mode="json")
+    section = release["setup"]["host_cache_release"]
+    section["elapsed_seconds"] = 1e300
+    section["before"]["allocated_bytes"] = 10**400
+    section["allocator_bytes_delta"] = 10**400 - section["after"]["allocated_bytes"]
+    section["host_before"]["rss_bytes"] = 10**30
+    section["host_after"]["cgroup_memory_bytes"] = 10**300
+    huge = envelope("ab", 10**30, "before_vae", n=1, rank=10**30, world=10**31, pid=10**30).model_dump(mode="json")
+    record = {"component": "host_cache_before_vae", "report": release, "envelope": huge}
+    path = tmp_path / "absurd.jsonl"
+    path.write_text(f"{json.dumps(record)}\n", encoding="utf-8")
+    out = _summarize(capsys, path)
+    wide = [line for line in out.splitlines() if len(line) > TABLE_WIDTH]
+    assert not wide, "\n".join(wide)
+    assert re.search(r"^1\.00e30 +before_vae +executed +1\.00e400 B → +", out, re.MULTILINE)
+    assert "1.00e+303 ms" in out  # elapsed, in the table and in the totals
+    assert "run abababab, host gpu-node-1, pid 1.00e30, rank 1.00e30 of 1.00e31, 1 call, 1 report" in _flat(out)
 
 
 def test_a_table_too_wide_wraps_its_cells_and_keeps_the_boundary_names():

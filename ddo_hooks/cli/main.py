@@ -32,6 +32,7 @@ from typing import Any
 
 from ddo_hooks import __version__
 from ddo_hooks.cli.demo import DEFAULT_REPORT, FAMILIES
+from ddo_hooks.cli.inputs import cycle_collector_off, other_kind, read_reports
 from ddo_hooks.errors import DDOError, InvalidArgumentError
 from ddo_hooks.reports import REPORT_FILE_FORMS
 
@@ -105,7 +106,7 @@ def _validate_policy(args: argparse.Namespace) -> int:
     try:
         policy = _load_policy(args.file)
     except DDOError as e:
-        raise _other_kind(e, args.file, "report", "validate-report") from e
+        raise other_kind(e, args.file, "report", "validate-report") from e
     if not policy.enabled:
         print(f"{args.file}: valid policy (version {policy.version}), disabled (enabled: false): no boundary acts")
         return 0
@@ -158,57 +159,13 @@ def _size_lines(policy: Any, path: str) -> list[str]:
     return lines
 
 
-def _other_kind(error: DDOError, path: str, kind: str, command: str) -> DDOError:
-    """``error``, or one saying the file looks like a {kind} file and which command reads it."""
-    if _looks_like(path) != kind:
-        return error
-    what = "a file of DDO reports" if kind == "report" else "a hook policy"
-    return type(error)(
-        f"{path}: this looks like {what}, not a {'policy' if kind == 'report' else 'report file'};\n"
-        f"  check it with: ddo-hooks {command} {path}"
-    )
-
-
-def _looks_like(path: str) -> str | None:
-    """``"report"`` or ``"policy"`` when the file's first object has the keys of one, else ``None``."""
-    import json
-
-    from ddo_hooks._diagnostics import read_text_file
-    from ddo_hooks.errors import ReportError
-
-    try:
-        text = read_text_file(
-            path, kind="input", error=ReportError, max_bytes=64 * 1024 * 1024,
-            directory_fix="", binary_fix="", encoding_fix="",
-        )  # fmt: skip
-    except DDOError:
-        return None
-    first = next((line for line in text.splitlines() if line.strip()), "")
-    for candidate in (text, first):
-        try:
-            data = json.loads(candidate)
-        except (ValueError, RecursionError):
-            continue
-        if isinstance(data, dict) and {"component", "report", "schema_version", "route", "records"} & set(data):
-            return "report"
-    from ddo_hooks.policy.yaml_loader import load_yaml
-
-    try:
-        data, _ = load_yaml(text)
-    except DDOError:
-        return None
-    if isinstance(data, dict) and {"version", "boundaries", "release"} & set(data):
-        return "policy"
-    return None
-
-
 def _validate_report(args: argparse.Namespace) -> int:
     from ddo_hooks.reports.files import load_report_file
 
     try:
         loaded = load_report_file(args.file)
     except DDOError as e:
-        raise _other_kind(e, args.file, "policy", "validate-policy") from e
+        raise other_kind(e, args.file, "policy", "validate-policy") from e
     routes = Counter(report.route for _, report in loaded.records)
     components = list(dict.fromkeys(c for c, _ in loaded.records if c is not None))
     route_text = ", ".join(f"{route} x{n}" for route, n in routes.items())
@@ -233,26 +190,13 @@ def _schema(args: argparse.Namespace) -> int:
     return 0
 
 
-def _load_reports(paths: Sequence[str]) -> list[Any]:
-    """Each report file, loaded; a policy given instead is refused with the command that reads it."""
-    from ddo_hooks.reports.files import load_report_file
-
-    loaded = []
-    for path in paths:
-        try:
-            loaded.append(load_report_file(path, cut_last_line=True))
-        except DDOError as e:
-            raise _other_kind(e, path, "policy", "validate-policy") from e
-        for warning in loaded[-1].warnings:
-            print(f"warning: {warning}", file=sys.stderr)
-    return loaded
-
-
 def _summarize(args: argparse.Namespace) -> int:
-    from ddo_hooks.cli.summarize import format_summary
+    from ddo_hooks.cli.summarize import summary_lines
     from ddo_hooks.cli.table import arrow_for
 
-    print(format_summary(_load_reports(args.files), arrow=arrow_for(sys.stdout)))
+    with cycle_collector_off():
+        for piece in summary_lines(read_reports(args.files), arrow=arrow_for(sys.stdout)):
+            print(piece)
     return 0
 
 
@@ -270,7 +214,7 @@ def _plot(args: argparse.Namespace) -> int:
     problem = missing_folder(out)
     if problem is not None:
         raise InvalidArgumentError(f"-o {out}: {problem}")
-    written = draw_runs(_load_reports(args.files), out)
+    written = draw_runs(read_reports(args.files), out)
     print(f"wrote {written}")
     return 0
 

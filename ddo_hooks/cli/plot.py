@@ -1,7 +1,7 @@
 """``ddo-hooks plot FILE... -o run.png``: pinned bytes and process RSS at each boundary, drawn.
 
 From the ``host_cache_release`` reports of saved runs and their ``pinned_copy_repack`` report
-(grouped into runs as ``summarize`` does: :func:`~ddo_hooks.cli.summarize.collect_runs`), two
+(grouped into runs as ``summarize`` does: :func:`~ddo_hooks.cli.summarize.collect`), two
 panels share one x axis, the records in order, grouped and labelled by call and boundary (the
 repack at attach is ``call 0``, ``attach``):
 
@@ -11,8 +11,9 @@ repack at attach is ``call 0``, ``attach``):
 * the process RSS before and after (``.host_before.rss_bytes`` and ``.host_after.rss_bytes``).
 
 Each run (each worker or rank) is a series of its own colour; an open marker is a value before
-the boundary, a filled one after. Needs matplotlib (the ``plot`` extra), drawn
-with the Agg backend (no display needed).
+the boundary, a filled one after. Beyond :data:`MARKED_POSITIONS` boundaries, a few calls are
+named and each kind of marker is one artist per series. Needs matplotlib (the ``plot`` extra),
+drawn with the Agg backend (no display needed).
 
 Examples:
     >>> from ddo_hooks.cli.table import BoundaryRow
@@ -26,19 +27,21 @@ Examples:
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+import sys
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ddo_hooks.boundaries import BOUNDARIES, HOST_CACHE_RELEASE
-from ddo_hooks.cli.summarize import Run, collect_runs
+from ddo_hooks.cli.cells import number_cell, size_cell
+from ddo_hooks.cli.summarize import ReportSource, Run, collect
 from ddo_hooks.cli.table import BoundaryRow
 from ddo_hooks.errors import DDOError, ReportError
-from ddo_hooks.reports.files import ReportFile
 from ddo_hooks.sizes import format_size
 
 __all__ = [
+    "MARKED_POSITIONS",
     "PLOT_INSTALL",
     "Point",
     "byte_unit",
@@ -54,6 +57,12 @@ PLOT_INSTALL = "pip install 'matplotlib>=3.8' (the plot extra: pip install -e '.
 
 _MINUS = "\N{MINUS SIGN}"
 _SHIFT = 0.18  # how far before and after values sit left and right of their boundary's position
+
+MARKED_POSITIONS = 60
+"""Up to this many positions on the x axis (about what the widest figure, 30 inches, holds apart), each is
+labelled by its boundary, each call named and each release marked with what it gave back; beyond, the
+axis names a few calls and the before and after markers alone show each release (one artist per series,
+so that 30,000 releases draw in seconds)."""
 
 
 @dataclass(frozen=True)
@@ -137,11 +146,11 @@ def _matplotlib() -> Any:
     return plt
 
 
-def draw_runs(files: Sequence[ReportFile], out: str | os.PathLike[str], *, title: str | None = None) -> Path:
+def draw_runs(files: Iterable[ReportSource], out: str | os.PathLike[str], *, title: str | None = None) -> Path:
     """Draw the pinned bytes and the RSS of the runs in ``files`` into a PNG.
 
     Args:
-        files: The loaded report files.
+        files: The report files (each read once).
         out: The image to write (PNG; replaced if it exists).
         title: The figure's title (default: says what is drawn and from how many runs).
 
@@ -153,21 +162,23 @@ def draw_runs(files: Sequence[ReportFile], out: str | os.PathLike[str], *, title
         ReportError: No ``host_cache_release`` report holds a reading (a CPU-only torch's
             releases are no-ops that observe nothing).
     """
-    runs, _ = collect_runs(files)
-    series = [(run, release_points(run)) for run in runs]
+    collected = collect(files)
+    series = [(run, release_points(run)) for run in collected.runs]
     series = [(run, points) for run, points in series if points]
     if not series:
-        names = ", ".join(loaded.path for loaded in files)
+        names = ", ".join(tally.path for tally in collected.files)
         raise ReportError(
             f"{names}: no host_cache_release report holds a reading of pinned bytes or RSS, so there is nothing to "
             "plot (on a CPU-only torch every release is a no-op that observes nothing); plot the reports of a run "
             "on a CUDA machine"
         )
+    _refuse_undrawable(series)
     plt = _matplotlib()
     from matplotlib.lines import Line2D
 
     axis = positions([points for _, points in series])
     where = {key: x for x, key in enumerate(axis)}
+    marked = len(axis) <= MARKED_POSITIONS
     width = min(max(9.0, 2.0 + 0.6 * len(axis)), 30.0)
     fig, (pinned, rss) = plt.subplots(2, 1, sharex=True, figsize=(width, 8.5))
     colours = plt.get_cmap("tab10").colors
@@ -191,10 +202,10 @@ def draw_runs(files: Sequence[ReportFile], out: str | os.PathLike[str], *, title
         rows = rows_of[index]
         label = series_label(run, hosts=several_hosts)
         unit = units[pinned][1]
-        _trace(pinned, xs, [(r.owned_before, r.owned_after) for r in rows], colour, label, unit)
-        _trace(rss, xs, [(r.rss_before, r.rss_after) for r in rows], colour, None, units[rss][1])
+        _trace(pinned, xs, [(r.owned_before, r.owned_after) for r in rows], colour, label, unit, marked)
+        _trace(rss, xs, [(r.rss_before, r.rss_after) for r in rows], colour, None, units[rss][1], marked)
         for x, row in zip(xs, rows, strict=True):
-            if row.delta is None or row.delta <= 0 or row.owned_before is None or row.owned_after is None:
+            if not marked or row.delta is None or row.delta <= 0 or None in (row.owned_before, row.owned_after):
                 continue
             pinned.annotate(
                 "",
@@ -203,7 +214,7 @@ def draw_runs(files: Sequence[ReportFile], out: str | os.PathLike[str], *, title
                 arrowprops={"arrowstyle": "->", "color": colour, "lw": 1.2},
             )
             pinned.annotate(
-                f"{_MINUS}{format_size(row.delta)}",
+                f"{_MINUS}{size_cell(row.delta)}",
                 xy=(x + _SHIFT, (row.owned_before + row.owned_after) / 2 / unit),
                 xytext=(5, -11 * index),
                 textcoords="offset points",
@@ -224,8 +235,10 @@ def draw_runs(files: Sequence[ReportFile], out: str | os.PathLike[str], *, title
     markers = [
         Line2D([], [], color="0.3", marker="o", mfc="none", ls="none", label="before the boundary"),
         Line2D([], [], color="0.3", marker="o", ls="none", label="after the boundary"),
-        Line2D([], [], color="0.3", marker=r"$\searrow$", ls="none", ms=10, label=f"released ({_MINUS}bytes)"),
     ]
+    if marked:
+        released = f"released ({_MINUS}bytes)"
+        markers.append(Line2D([], [], color="0.3", marker=r"$\searrow$", ls="none", ms=10, label=released))
     handles = [*pinned.get_legend_handles_labels()[0], *markers]
     columns = 2 if width < 14 else 3
     fig.legend(handles=handles, loc="lower center", ncol=columns, fontsize=8, frameon=False)
@@ -239,6 +252,20 @@ def draw_runs(files: Sequence[ReportFile], out: str | os.PathLike[str], *, title
     return target
 
 
+def _refuse_undrawable(series: Sequence[tuple[Run, Sequence[Point]]]) -> None:
+    """Refuse a reading beyond what a float holds (about 1.8e308 bytes: valid in a report, not on an axis)."""
+    for run, points in series:
+        for point in points:
+            row = point.row
+            for value in (row.owned_before, row.owned_after, row.rss_before, row.rss_after):
+                if value is not None and value > sys.float_info.max:
+                    where = f"{run.name}, call {number_cell(point.call)}, {point.boundary}"
+                    raise ReportError(
+                        f"{where}: {size_cell(value)} is too large to draw (more than a float holds); "
+                        "ddo-hooks summarize shows it"
+                    )
+
+
 def _trace(
     ax: Any,
     xs: Sequence[float],
@@ -246,32 +273,52 @@ def _trace(
     colour: Any,
     label: str | None,
     unit: int,
+    marked: bool,
 ) -> None:
-    """One series: open markers before, filled after, a line through them in record order."""
+    """One series: open markers before, filled after, a line through them in record order (three artists).
+
+    Beyond :data:`MARKED_POSITIONS` (not ``marked``), smaller markers and no line.
+    """
     line_x: list[float] = []
     line_y: list[float] = []
-    for x, (before, after) in zip(xs, pairs, strict=True):
-        if before is not None:
-            line_x.append(x - _SHIFT)
-            line_y.append(before / unit)
-            ax.plot([x - _SHIFT], [before / unit], marker="o", mfc="white", color=colour, ls="none")
-        if after is not None:
-            line_x.append(x + _SHIFT)
-            line_y.append(after / unit)
-            ax.plot([x + _SHIFT], [after / unit], marker="o", color=colour, ls="none")
-    ax.plot(line_x, line_y, color=colour, lw=1.0, alpha=0.6, label=label)
+    ends: tuple[tuple[list[float], list[float]], tuple[list[float], list[float]]] = (([], []), ([], []))
+    for x, pair in zip(xs, pairs, strict=True):
+        for value, offset, (end_x, end_y) in zip(pair, (-_SHIFT, _SHIFT), ends, strict=True):
+            if value is not None:
+                line_x.append(x + offset)
+                line_y.append(value / unit)
+                end_x.append(x + offset)
+                end_y.append(value / unit)
+    (before_x, before_y), (after_x, after_y) = ends
+    size = 6.0 if marked else 3.0
+    ax.plot(before_x, before_y, marker="o", ms=size, mfc="white", color=colour, ls="none")
+    if marked:
+        ax.plot(after_x, after_y, marker="o", color=colour, ls="none")
+        ax.plot(line_x, line_y, color=colour, lw=1.0, alpha=0.6, label=label)
+    else:  # thousands of releases: a line through them would only fill the band the markers show
+        ax.plot(after_x, after_y, marker="o", ms=size, color=colour, ls="none", label=label)
 
 
 def _label_calls(top: Any, bottom: Any, axis: Sequence[tuple[int, str, int]]) -> None:
-    """Tick labels name the boundaries; each call is labelled above the top panel, calls split by lines."""
+    """Tick labels name the boundaries; each call is labelled above the top panel, calls split by lines.
+
+    Beyond :data:`MARKED_POSITIONS` positions, the ticks name at most 30 calls, at their first boundary.
+    """
     from matplotlib.transforms import blended_transform_factory
 
-    bottom.set_xticks(range(len(axis)))
-    bottom.set_xticklabels([boundary.replace("_", " ") for _, boundary, _ in axis], rotation=30, ha="right", fontsize=8)
     bottom.set_xlim(-0.6, len(axis) - 0.4)
     calls: dict[int, list[int]] = {}
     for x, (call, _, _) in enumerate(axis):
         calls.setdefault(call, []).append(x)
+    if len(axis) > MARKED_POSITIONS:
+        step = -(-len(calls) // 30)
+        shown = list(calls.items())[::step]
+        bottom.set_xticks([xs[0] for _, xs in shown])
+        bottom.set_xticklabels([f"call {call}" for call, _ in shown], rotation=30, ha="right", fontsize=8)
+        bottom.set_xlabel(f"{len(axis):,} boundaries of {len(calls):,} calls, in call order", fontsize=9)
+        return
+    bottom.set_xticks(range(len(axis)))
+    bottom.set_xticklabels([boundary.replace("_", " ") for _, boundary, _ in axis], rotation=30, ha="right", fontsize=8)
     where = blended_transform_factory(top.transData, top.transAxes)
     for n, (call, xs) in enumerate(calls.items()):
         top.text(sum(xs) / len(xs), 1.01, f"call {call}", transform=where, ha="center", va="bottom", fontsize=9)

@@ -1,9 +1,10 @@
 """``ddo-hooks summarize FILE...``: saved runs as tables, one per run, then totals.
 
 Each file is one worker's (or one rank's) report file. Records carry an envelope (run id, call,
-boundary, time, process, host, rank): records of one run (one attachment) are grouped by their
-run id, numbered by the envelope's call index, and headed with the run id's first 8 characters,
-the host, the pid and the rank when known. Records without an envelope (files written before
+boundary, time, process, host, rank): records of one run (one attachment in one process) are
+grouped by their run id and pid (a process forked after attach recorded its parent's run id: its
+records are a run of their own), numbered by the envelope's call index, and headed with the run
+id's first 8 characters, the host, the pid and the rank when known. Records without an envelope (files written before
 envelopes existed) form one group per file whose calls are inferred from the boundary order
 (:func:`~ddo_hooks.cli.table.infer_calls`), and the output says so. A record that appears twice
 (the same run, call, boundary, component and time, e.g. in a policy's ``report_sink`` and in the
@@ -15,6 +16,9 @@ bytes released (the sum of the positive ``allocator_bytes_delta``), the total el
 the bytes pinned between each boundary and the previous one with the time that took
 (``pinned_since_previous``: what the releases cost in re-pinning).
 
+Each record is validated and reduced to its table row (:class:`~ddo_hooks.cli.rows.BoundaryRow`)
+as it is read, so that 100,000 records cost their rows, not their reports.
+
 Examples:
     >>> from ddo_hooks import release_pytorch_host_cache
     >>> from ddo_hooks.reports.envelope import RecordEnvelope
@@ -25,51 +29,74 @@ Examples:
     >>> runs, duplicates = collect_runs([ReportFile("run.jsonl", "JSON Lines", [entry, entry])])
     >>> len(runs), duplicates, runs[0].heading().split(", host")[0]
     (1, 1, 'run 3f2a9c1e')
+    >>> runs[0].rows()[0].status
+    'no-op: disabled'
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
+from ddo_hooks.cli.cells import number_cell
 from ddo_hooks.cli.layout import TABLE_WIDTH, wrap_text
-from ddo_hooks.cli.table import (
-    MEMORY_NOTE,
-    BoundaryRow,
-    boundary_rows,
-    format_memory_table,
-    format_table,
-    infer_calls,
-    total_rows,
-)
-from ddo_hooks.reports.files import ReportFile
+from ddo_hooks.cli.rows import BoundaryRow, numbered, row_of
+from ddo_hooks.cli.table import MEMORY_NOTE, format_memory_table, format_table, total_rows
+from ddo_hooks.reports.tracker import Entry
 
-__all__ = ["Run", "collect_runs", "format_summary"]
+__all__ = [
+    "Collected",
+    "FileTally",
+    "ReportSource",
+    "Run",
+    "collect",
+    "collect_runs",
+    "format_summary",
+    "summary_lines",
+]
+
+
+class ReportSource(Protocol):
+    """A report file as the commands read it.
+
+    A :class:`~ddo_hooks.reports.files.ReportFile`, or an
+    :class:`~ddo_hooks.reports.files.OpenReportFile`, whose records are validated as they are read.
+    """
+
+    path: str
+    form: str
+
+    @property
+    def entries(self) -> Iterable[Entry]:
+        """The records, read once."""
 
 
 @dataclass
 class Run:
-    """The records of one run (one attachment), or of one file's records without an envelope.
+    """The records of one run (one attachment in one process), or of one file's records without an envelope.
 
     Attributes:
         run_id: The envelope's run id; ``None`` for records without an envelope.
+        pid: The process id (runs are told apart by run id and pid); ``None`` without an envelope.
         files: The files its records came from, in order.
-        records: ``(call, component, report)`` of each record, in call order.
+        records: The table row of each record, in call order.
         hosts: The host names seen (one, normally).
-        pids: The process ids seen.
         ranks: ``(rank, world_size)`` pairs seen; empty when not one of several processes.
         first_seen: The earliest record's time, when known.
+        shared_id: Whether another process recorded the same run id (a process forked after
+            attach): the run's name then says its pid.
     """
 
     run_id: str | None
+    pid: int | None = None
     files: list[str] = field(default_factory=list)
-    records: list[tuple[int, str | None, Any]] = field(default_factory=list)
+    records: list[BoundaryRow] = field(default_factory=list)
     hosts: list[str] = field(default_factory=list)
-    pids: list[int] = field(default_factory=list)
     ranks: list[tuple[int | None, int | None]] = field(default_factory=list)
     first_seen: datetime | None = None
+    shared_id: bool = False
 
     @property
     def inferred(self) -> bool:
@@ -78,8 +105,10 @@ class Run:
 
     @property
     def name(self) -> str:
-        """``run 3f2a9c1e``, or ``FILE (no envelope)``."""
-        return f"run {self.run_id[:8]}" if self.run_id else f"{self.files[0]} (no envelope)"
+        """``run 3f2a9c1e`` (``run 3f2a9c1e pid 4242`` when its id is shared), or ``FILE (no envelope)``."""
+        if not self.run_id:
+            return f"{self.files[0]} (no envelope)"
+        return f"run {self.run_id[:8]}" + (f" pid {number_cell(self.pid)}" if self.shared_id else "")  # type: ignore[arg-type]
 
     @property
     def rank(self) -> int | None:
@@ -91,81 +120,130 @@ class Run:
         texts = []
         for rank, world in self.ranks:
             if rank is None:
-                texts.append(f"world size {world}")
+                texts.append(f"world size {number_cell(world)}")  # type: ignore[arg-type]
             else:
-                texts.append(f"rank {rank}" + ("" if world is None else f" of {world}"))
+                texts.append(f"rank {number_cell(rank)}" + ("" if world is None else f" of {number_cell(world)}"))
         return ", ".join(texts)
 
     def rows(self) -> list[BoundaryRow]:
-        """Its table rows."""
-        return boundary_rows([(c, r) for _, c, r in self.records], [call for call, _, _ in self.records])
+        """Its table rows, in call order."""
+        return self.records
 
     def heading(self, width: int = TABLE_WIDTH) -> str:
         """What the run's table is headed with (the host is shortened to fit ``width``)."""
-        count = f"{_plural(len({call for call, _, _ in self.records}), 'call')}, {_plural(len(self.records), 'report')}"
+        calls = len({row.call for row in self.records})
+        count = f"{_plural(calls, 'call')}, {_plural(len(self.records), 'report')}"
         if self.inferred:
             return wrap_text(
                 f"{self.files[0]}: records without an envelope (no run id, host, pid or rank), {count}; "
                 "calls inferred from the boundary order",
                 width=width,
             )
-        parts = [f"pid {', '.join(map(str, self.pids))}"] if self.pids else []
+        parts = [] if self.pid is None else [f"pid {number_cell(self.pid)}"]
         if self.ranks:
             parts.append(self.rank_text())
         parts.append(count)
         rest = ", " + ", ".join(parts)
         host = ", ".join(self.hosts)
-        room = width - len(f"{self.name}, host ") - len(rest)
+        name = f"run {self.run_id[:8]}"  # type: ignore[index]
+        room = width - len(f"{name}, host ") - len(rest)
         if len(host) > room:
             host = host[: max(room - 1, 8)] + "…"
-        return f"{self.name}, host {host}{rest}"
+        return wrap_text(f"{name}, host {host}{rest}", width=width)
 
 
-def collect_runs(files: Sequence[ReportFile]) -> tuple[list[Run], int]:
-    """Group the records of report files into runs.
+@dataclass
+class FileTally:
+    """What one file held: its reports, those with an envelope, and the runs they belong to."""
+
+    path: str
+    form: str
+    reports: int = 0
+    with_envelope: int = 0
+    runs: set[tuple[str, int]] = field(default_factory=set)
+
+
+@dataclass
+class Collected:
+    """The runs of report files (see :func:`collect`)."""
+
+    runs: list[Run]
+    duplicates: int
+    files: list[FileTally]
+
+
+def collect(files: Iterable[ReportSource]) -> Collected:
+    """Group the records of report files into runs, keeping each record's table row only.
 
     Args:
-        files: The loaded files (:func:`~ddo_hooks.reports.files.load_report_file`).
+        files: The files (:func:`~ddo_hooks.reports.files.load_report_file` or
+            :func:`~ddo_hooks.reports.files.open_report_file`), each read once, in order.
 
     Returns:
         The runs (ordered by rank when known, then by their first record's time; groups without
-        an envelope last, in file order) and how many duplicate records were left out.
+        an envelope last, in file order), how many duplicate records were left out (the same run,
+        call, boundary, component, time and pid), and what each file held.
     """
-    runs: dict[str, Run] = {}
+    runs: dict[tuple[str, int], Run] = {}
     unlabelled: list[Run] = []
+    tallies: list[FileTally] = []
     seen: set[tuple[Any, ...]] = set()
+    strings: dict[str, str] = {}  # each text once across 100,000 rows
     duplicates = 0
     for loaded in files:
-        bare: list[tuple[str | None, Any]] = []
+        tally = FileTally(loaded.path, loaded.form)
+        tallies.append(tally)
+        bare: list[BoundaryRow] = []
         for component, report, envelope in loaded.entries:
+            tally.reports += 1
             if envelope is None:
-                bare.append((component, report))
+                bare.append(row_of(component, report, 0, strings))
                 continue
-            key = (envelope.run_id, envelope.call_index, envelope.boundary, component, envelope.timestamp, envelope.pid)
-            if key in seen:
+            tally.with_envelope += 1
+            run_id = strings.setdefault(envelope.run_id, envelope.run_id)
+            key = (run_id, envelope.pid)
+            boundary = envelope.boundary
+            unique = (
+                *key,
+                envelope.call_index,
+                boundary if boundary is None else strings.setdefault(boundary, boundary),
+                strings.setdefault(component, component),
+                envelope.timestamp,
+            )
+            if unique in seen:
                 duplicates += 1
                 continue
-            seen.add(key)
-            run = runs.setdefault(envelope.run_id, Run(envelope.run_id))
+            seen.add(unique)
+            tally.runs.add(key)
+            run = runs.get(key)
+            if run is None:
+                run = runs[key] = Run(run_id, envelope.pid)
             _add(run.files, loaded.path)
             _add(run.hosts, envelope.host)
-            _add(run.pids, envelope.pid)
             if envelope.rank is not None or envelope.world_size is not None:
                 _add(run.ranks, (envelope.rank, envelope.world_size))
             if run.first_seen is None or envelope.timestamp < run.first_seen:
                 run.first_seen = envelope.timestamp
-            run.records.append((envelope.call_index, component, report))
+            run.records.append(row_of(component, report, envelope.call_index, strings))
         if bare:
-            calls = infer_calls(bare)
-            records = [(call, c, r) for call, (c, r) in zip(calls, bare, strict=True)]
-            unlabelled.append(Run(None, files=[loaded.path], records=records))
+            unlabelled.append(Run(None, files=[loaded.path], records=numbered(bare)))
     ordered = sorted(
         runs.values(),
         key=lambda run: (run.rank is None, run.rank or 0, run.first_seen.timestamp() if run.first_seen else 0.0),
     )
+    processes: dict[str, int] = {}
     for run in ordered:
-        run.records.sort(key=lambda record: record[0])  # stable: the recorded order within a call
-    return [*ordered, *unlabelled], duplicates
+        run.records.sort(key=lambda row: row.call)  # stable: the recorded order within a call
+        processes[run.run_id] = processes.get(run.run_id, 0) + 1  # type: ignore[index]
+    for run in ordered:
+        run.shared_id = processes[run.run_id] > 1  # type: ignore[index]
+    return Collected([*ordered, *unlabelled], duplicates, tallies)
+
+
+def collect_runs(files: Iterable[ReportSource]) -> tuple[list[Run], int]:
+    """The runs of report files and how many duplicate records were left out (see :func:`collect`)."""
+    collected = collect(files)
+    return collected.runs, collected.duplicates
 
 
 def _plural(n: int, word: str) -> str:
@@ -177,59 +255,75 @@ def _add(items: list[Any], item: Any) -> None:
         items.append(item)
 
 
-def _file_line(loaded: ReportFile, runs: Sequence[Run], width: int) -> str:
-    count = len(loaded.entries)
-    with_envelope = sum(entry.envelope is not None for entry in loaded.entries)
-    text = f"{loaded.path}: {_plural(count, 'report')} ({loaded.form})"
-    if with_envelope:
-        ids = {run.run_id for run in runs if run.run_id and loaded.path in run.files}
-        text += f" from {_plural(len(ids), 'run')}"
-    if with_envelope < count:
-        text += f"; {count - with_envelope} without an envelope (written before envelopes existed): calls inferred "
+def _file_line(tally: FileTally, width: int) -> str:
+    text = f"{tally.path}: {_plural(tally.reports, 'report')} ({tally.form})"
+    if tally.with_envelope:
+        text += f" from {_plural(len(tally.runs), 'run')}"
+    if tally.with_envelope < tally.reports:
+        without = tally.reports - tally.with_envelope
+        text += f"; {without} without an envelope (written before envelopes existed): calls inferred "
         text += "from the boundary order"
     return wrap_text(text, width=width)
 
 
-def format_summary(files: Sequence[ReportFile], *, arrow: str = "→", width: int = TABLE_WIDTH) -> str:
+def format_summary(files: Iterable[ReportSource], *, arrow: str = "→", width: int = TABLE_WIDTH) -> str:
     """The summary of report files: a line per file, a table per run, then the totals.
 
     Args:
-        files: The loaded files, in the order given.
+        files: The files, in the order given (each read once).
         arrow: Between before and after values.
         width: The widest a line may be.
 
     Returns:
         The text, without a trailing newline.
     """
-    runs, duplicates = collect_runs(files)
-    lines = [_file_line(loaded, runs, width) for loaded in files]
-    if duplicates:
-        lines.append(
-            wrap_text(
-                f"left out {_plural(duplicates, 'record')} seen twice (the same run, call, "
-                "boundary, component and time, e.g. a report_sink and a copy of it)",
-                width=width,
-            )
-        )
-    rows = {id(run): run.rows() for run in runs}
-    for run in runs:
-        lines += ["", run.heading(width), format_table(rows[id(run)], arrow=arrow, width=width)]
-        if (memory := format_memory_table(rows[id(run)], width=width)) is not None:
-            lines += ["", wrap_text(MEMORY_NOTE + ":", width=width), memory]
-    for heading, group in _total_groups(runs):
-        pairs = [(id(run), row) for run in group for row in rows[id(run)]]
-        lines += ["", heading, total_rows(pairs, width=width)]
-    lines += [
-        "",
-        wrap_text(
-            "released: the sum of the positive allocator_bytes_delta (bytes the allocator gave back); "
-            "pinned since the previous: bytes pinned (the cost of a release: re-pinned) between the previous "
-            "boundary and this one, and the time pinning took; refused includes the boundaries a call did "
-            "not reach (not_reached)",
+    return "\n".join(summary_lines(files, arrow=arrow, width=width))
+
+
+def summary_lines(files: Iterable[ReportSource], *, arrow: str = "→", width: int = TABLE_WIDTH) -> Iterator[str]:
+    """:func:`format_summary` a piece at a time (a piece may hold several lines), to print as it is made.
+
+    Every file is read, and every record validated, before the first piece.
+    """
+    collected = collect(files)
+    runs = collected.runs
+    yield from (_file_line(tally, width) for tally in collected.files)
+    if collected.duplicates:
+        yield wrap_text(
+            f"left out {_plural(collected.duplicates, 'record')} seen twice (the same run, call, "
+            "boundary, component and time, e.g. a report_sink and a copy of it)",
             width=width,
-        ),
-    ]
-    return "\n".join(lines)
+        )
+    for run_id, pids in _shared_ids(runs).items():
+        yield wrap_text(
+            f"{len(pids)} processes recorded run {run_id[:8]} (pids {', '.join(map(number_cell, pids))}; a process "
+            "forked after attach keeps its parent's run id): each is shown as a run of its own",
+            width=width,
+        )
+    for run in runs:
+        yield from ("", run.heading(width), format_table(run.records, arrow=arrow, width=width))
+        if (memory := format_memory_table(run.records, width=width)) is not None:
+            yield from ("", wrap_text(MEMORY_NOTE + ":", width=width), memory)
+    for heading, group in _total_groups(runs):
+        pairs = [(id(run), row) for run in group for row in run.records]
+        yield from ("", wrap_text(heading, width=width), total_rows(pairs, width=width))
+    yield ""
+    yield wrap_text(
+        "released: the sum of the positive allocator_bytes_delta (bytes the allocator gave back); "
+        "pinned since the previous: bytes pinned (the cost of a release: re-pinned) between the previous "
+        "boundary and this one, and the time pinning took; refused includes the boundaries a call did "
+        "not reach (not_reached)",
+        width=width,
+    )
+
+
+def _shared_ids(runs: Sequence[Run]) -> dict[str, list[int]]:
+    """The run ids that several processes recorded, with their pids."""
+    pids: dict[str, list[int]] = {}
+    for run in runs:
+        if run.shared_id and run.run_id is not None and run.pid is not None:
+            pids.setdefault(run.run_id, []).append(run.pid)
+    return pids
 
 
 def _total_groups(runs: Sequence[Run]) -> list[tuple[str, list[Run]]]:

@@ -8,7 +8,8 @@ after, the signed ``allocator_bytes_delta`` (before minus after: positive is wha
 gave back), the process RSS before and after, and the elapsed time. Each distinct no-op or
 refusal reason seen is explained once, below the table, with the report's own ``detail``. Every
 line fits :data:`~ddo_hooks.cli.layout.TABLE_WIDTH` (100) columns: a table too wide wraps its
-cells (see :mod:`ddo_hooks.cli.layout`).
+cells (see :mod:`ddo_hooks.cli.layout`). The rows come from :mod:`ddo_hooks.cli.rows` (re-exported
+here), the text of their cells from :mod:`ddo_hooks.cli.cells`.
 
 Examples:
     >>> from ddo_hooks import release_pytorch_host_cache
@@ -28,12 +29,20 @@ Examples:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any, TextIO
 
-from ddo_hooks.boundaries import BOUNDARIES, HOST_CACHE_RELEASE
+from ddo_hooks.boundaries import BOUNDARIES
+from ddo_hooks.cli.cells import (
+    arrow_for,
+    label_cell,
+    label_cells,
+    ms_cell,
+    number_cell,
+    pair_cell,
+    size_cell,
+    status_cell,
+)
 from ddo_hooks.cli.layout import TABLE_WIDTH, Cell, Column, render_table, wrap_text
-from ddo_hooks.sizes import format_size
+from ddo_hooks.cli.rows import BoundaryRow, boundary_rows, infer_calls
 
 __all__ = [
     "BoundaryRow",
@@ -49,198 +58,8 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
-class BoundaryRow:
-    """One report, as a table row.
-
-    Attributes:
-        call: The pipeline call it belongs to, from 1.
-        boundary: ``before_transformer``, ``before_vae``, ``after_call`` (or another phase label).
-        action: The action that produced it (``host_cache_release`` for the built-in release).
-        kind: ``executed``, ``noop`` or ``refused``.
-        reason: The no-op or refusal reason code; ``None`` when executed (or for a user action).
-        detail: The report's sentence for people.
-        owned_before: Pinned bytes the allocator owned before, when read.
-        owned_after: Pinned bytes the allocator owned after, when read.
-        delta: ``allocator_bytes_delta`` (before minus after), when known.
-        rss_before: Process RSS before, when observed.
-        rss_after: Process RSS after, when observed.
-        elapsed_seconds: Time the boundary took; ``None`` for refusals and user actions.
-        repinned_bytes: Bytes pinned since the previous boundary (``pinned_since_previous``), when counted.
-        repin_seconds: Seconds spent pinning them, when counted.
-        memory_after: Which memory the process held after it (Linux): ``rss``, ``anon``, ``file``,
-            ``shmem`` (where pinned memory shows) and ``cgroup`` bytes, those observed.
-    """
-
-    call: int
-    boundary: str
-    action: str
-    kind: str
-    reason: str | None
-    detail: str
-    owned_before: int | None = None
-    owned_after: int | None = None
-    delta: int | None = None
-    rss_before: int | None = None
-    rss_after: int | None = None
-    elapsed_seconds: float | None = None
-    repinned_bytes: int | None = None
-    repin_seconds: float | None = None
-    memory_after: dict[str, int] | None = None
-
-    @property
-    def label(self) -> str:
-        """The boundary, with the action's name when it is not the built-in release."""
-        return self.boundary if self.action == HOST_CACHE_RELEASE else f"{self.boundary}/{self.action}"
-
-    @property
-    def status(self) -> str:
-        """``executed``, ``no-op: <reason>`` or ``refused: <reason>``."""
-        if self.kind == "executed":
-            return "executed"
-        word = "no-op" if self.kind == "noop" else "refused"
-        return f"{word}: {self.reason}" if self.reason else word
-
-
-def _where(component: str | None, report: Any, summary: Any) -> tuple[str, str]:
-    """The boundary (or phase) a report belongs to, and the action that produced it."""
-    return summary.boundary or component or report.route, summary.action
-
-
-def infer_calls(records: Sequence[tuple[str | None, Any]]) -> list[int]:
-    """Number the pipeline calls of saved records (reports do not carry their call).
-
-    A new call starts when a boundary comes earlier in the call than the one before it, or
-    when the same action reports at the same boundary again.
-
-    Examples:
-        >>> from ddo_hooks import release_pytorch_host_cache
-        >>> reports = [release_pytorch_host_cache(phase=p) for p in ("before_vae", "after_call", "before_vae")]
-        >>> infer_calls([("c", r) for r in reports])
-        [1, 1, 2]
-    """
-    return _number_calls([_where(component, report, report.summary()) for component, report in records])
-
-
-def _number_calls(keys: Sequence[tuple[str, str]]) -> list[int]:
-    calls, call, last, seen = [], 1, -1, set()
-    for key in keys:
-        order = BOUNDARIES.index(key[0]) if key[0] in BOUNDARIES else last
-        if calls and (order < last or key in seen):
-            call, seen = call + 1, set()
-        seen.add(key)
-        last = order
-        calls.append(call)
-    return calls
-
-
-def _memory(observation: Any) -> dict[str, int] | None:
-    """Which memory an observation says the RSS is (and the cgroup's charge), or ``None`` when it does not split it."""
-    if observation is None or (observation.rss_anon_bytes is None and observation.rss_file_bytes is None):
-        return None
-    values = {
-        "rss": observation.rss_bytes,
-        "anon": observation.rss_anon_bytes,
-        "file": observation.rss_file_bytes,
-        "shmem": observation.rss_shmem_bytes,
-        "cgroup": observation.cgroup_memory_bytes,
-    }
-    return {name: value for name, value in values.items() if value is not None}
-
-
-def boundary_rows(records: Sequence[tuple[str | None, Any]], calls: Sequence[int] | None = None) -> list[BoundaryRow]:
-    """One :class:`BoundaryRow` per ``(component, report)`` record, in order.
-
-    Each row is the report's typed summary (:meth:`~ddo_hooks.reports.base.RouteReport.summary`):
-    every route says what it shows, so a new route cannot be shown as guesses. A user action's
-    ``data`` says what it observed under the names of :data:`~ddo_hooks.reports.boundary.OBSERVED`.
-
-    Args:
-        records: ``MetricsTracker.records()`` or records loaded from a file.
-        calls: The call of each record; inferred with :func:`infer_calls` when ``None``.
-
-    Returns:
-        The rows.
-    """
-    summaries = [report.summary() for _, report in records]
-    keys = [_where(component, report, s) for (component, report), s in zip(records, summaries, strict=True)]
-    numbers = list(calls) if calls is not None else _number_calls(keys)
-    if len(numbers) != len(records):
-        raise ValueError(f"calls has {len(numbers)} entries for {len(records)} records")
-    rows = []
-    for call, (boundary, action), s in zip(numbers, keys, summaries, strict=True):
-        rows.append(
-            BoundaryRow(
-                call,
-                boundary,
-                action,
-                s.kind,
-                s.reason,
-                s.detail,
-                owned_before=s.owned_before,
-                owned_after=s.owned_after,
-                delta=s.delta,
-                rss_before=s.rss_before,
-                rss_after=s.rss_after,
-                elapsed_seconds=s.elapsed_seconds,
-                repinned_bytes=s.repinned_bytes,
-                repin_seconds=s.repin_seconds,
-                memory_after=_memory(s.memory_after),
-            )
-        )
-    return rows
-
-
 _BOUNDARY_WIDTH = max(map(len, BOUNDARIES))
 """A table's boundary column is never cut narrower than the boundary names."""
-
-
-def _size(n: int | None) -> str:
-    return "-" if n is None else format_size(n)
-
-
-def _pair(before: int | None, after: int | None, arrow: str) -> Cell:
-    """``before → after`` (breakable after the arrow); one value alone is an observation at that point."""
-    if before is None and after is None:
-        return "-"
-    if before is None:
-        return _size(after)
-    return (f"{_size(before)} {arrow} ", _size(after))
-
-
-def _ms(seconds: float | None) -> str:
-    return "-" if seconds is None else f"{seconds * 1000:.2f} ms"
-
-
-def _label(label: str, previous: str | None = None) -> Cell:
-    """A row's boundary cell; an action right after a row of its boundary shows as ``+ action``."""
-    boundary, _, action = label.partition("/")
-    if action and previous is not None and previous.partition("/")[0] == boundary:
-        return ("+ ", action)
-    return (f"{boundary}/", action) if action else boundary
-
-
-def _labels(rows: Sequence[BoundaryRow]) -> list[Cell]:
-    """The boundary cells of ``rows``: an action right after its boundary's row in one call is ``+ action``."""
-    cells, previous = [], None
-    for row in rows:
-        cells.append(_label(row.label, previous[1] if previous and previous[0] == row.call else None))
-        previous = (row.call, row.label)
-    return cells
-
-
-def _status(row: BoundaryRow) -> Cell:
-    word, _, reason = row.status.partition(": ")
-    return (f"{word}: ", reason) if reason else word
-
-
-def arrow_for(stream: TextIO) -> str:
-    """``"→"`` when ``stream`` can print it, else ``"->"`` (e.g. a cp1252 Windows console)."""
-    try:
-        "→".encode(stream.encoding or "ascii")
-    except (UnicodeEncodeError, LookupError):
-        return "->"
-    return "→"
 
 
 def _notes(rows: Sequence[BoundaryRow], width: int) -> list[str]:
@@ -279,15 +98,15 @@ def format_table(rows: Sequence[BoundaryRow], *, arrow: str = "→", width: int 
     ]
     body: list[list[Cell]] = [
         [
-            str(row.call),
+            number_cell(row.call),
             label,
-            _status(row),
-            _pair(row.owned_before, row.owned_after, arrow),
-            _size(row.delta),
-            _pair(row.rss_before, row.rss_after, arrow),
-            _ms(row.elapsed_seconds),
+            status_cell(row.status),
+            pair_cell(row.owned_before, row.owned_after, arrow),
+            size_cell(row.delta),
+            pair_cell(row.rss_before, row.rss_after, arrow),
+            ms_cell(row.elapsed_seconds),
         ]
-        for row, label in zip(rows, _labels(rows), strict=True)
+        for row, label in zip(rows, label_cells((row.call, row.label) for row in rows), strict=True)
     ]
     lines = render_table(columns, body, width=width) if rows else ["(no reports)"]
     if any(row.delta is not None for row in rows):
@@ -330,13 +149,22 @@ def format_rss_table(rows: Sequence[BoundaryRow], *, observer: str, arrow: str =
     body: list[list[Cell]] = []
     previous: int | None = None
     last_key: tuple[int, str] | None = None
-    for row, label in zip(shown, _labels(shown), strict=True):
+    for row, label in zip(shown, label_cells((row.call, row.label) for row in shown), strict=True):
         key = (row.call, row.boundary)
         rss = seen.get(key)
         change = "-"
         if rss is not None and previous is not None and key != last_key:
-            change = ("+" if rss > previous else "") + format_size(rss - previous)
-        body.append([str(row.call), label, _status(row), _size(rss), change, _ms(row.elapsed_seconds)])
+            change = ("+" if rss > previous else "") + size_cell(rss - previous)
+        body.append(
+            [
+                number_cell(row.call),
+                label,
+                status_cell(row.status),
+                size_cell(rss),
+                change,
+                ms_cell(row.elapsed_seconds),
+            ]
+        )
         if rss is not None and key != last_key:
             previous, last_key = rss, key
     lines = render_table(columns, body, width=width) if shown else ["(no reports)"]
@@ -366,9 +194,9 @@ def format_memory_table(rows: Sequence[BoundaryRow], *, width: int = TABLE_WIDTH
     columns = [Column("call"), Column("boundary", wrap=1, cut=1, floor=_BOUNDARY_WIDTH)]
     columns += [Column(name) for name in ("RSS", "anon", "file", "shmem", "pinned owned", "cgroup")]
     body: list[list[Cell]] = [
-        [str(row.call), label]
-        + [_size(row.memory_after.get(name)) for name in ("rss", "anon", "file", "shmem")]  # type: ignore[union-attr]
-        + [_size(row.owned_after), _size(row.memory_after.get("cgroup"))]  # type: ignore[union-attr]
+        [number_cell(row.call), label]
+        + [size_cell(row.memory_after.get(name)) for name in ("rss", "anon", "file", "shmem")]  # type: ignore[union-attr]
+        + [size_cell(row.owned_after), size_cell(row.memory_after.get("cgroup"))]  # type: ignore[union-attr]
         for row, label in shown
     ]
     return "\n".join(render_table(columns, body, width=width))
@@ -420,20 +248,32 @@ def total_rows(rows: Sequence[tuple[object, BoundaryRow]], *, width: int = TABLE
     body: list[list[Cell]] = []
     previous = None
     for label, group in groups.items():
-        deltas = [row.delta for _, row in group if row.delta is not None]
-        elapsed = [row.elapsed_seconds for _, row in group if row.elapsed_seconds is not None]
-        repinned = [row.repinned_bytes for _, row in group if row.repinned_bytes is not None]
-        repin_time = [row.repin_seconds for _, row in group if row.repin_seconds is not None]
-        counts = [sum(row.kind == kind for _, row in group) for kind in ("executed", "noop", "refused")]
+        calls: set[tuple[object, int]] = set()
+        counts = dict.fromkeys(("executed", "noop", "refused"), 0)
+        released: int | None = None  # the positive deltas' sum, once any delta is known
+        elapsed: list[float] = []
+        repinned: list[int] = []
+        repin_time: list[float] = []
+        for run, row in group:  # one pass: 100,000 rows are totalled several times over
+            calls.add((run, row.call))
+            counts[row.kind] = counts.get(row.kind, 0) + 1
+            if row.delta is not None:
+                released = (released or 0) + max(row.delta, 0)
+            if row.elapsed_seconds is not None:
+                elapsed.append(row.elapsed_seconds)
+            if row.repinned_bytes is not None:
+                repinned.append(row.repinned_bytes)
+            if row.repin_seconds is not None:
+                repin_time.append(row.repin_seconds)
         body.append(
             [
-                _label(label, previous),
-                str(len({(run, row.call) for run, row in group})),
-                *map(str, counts),
-                _size(sum(d for d in deltas if d > 0)) if deltas else "-",
-                _ms(sum(elapsed)) if elapsed else "-",
-                _size(sum(repinned)) if repinned else "-",
-                _ms(sum(repin_time)) if repin_time else "-",
+                label_cell(label, previous),
+                str(len(calls)),
+                *(str(counts[kind]) for kind in ("executed", "noop", "refused")),
+                size_cell(released),
+                ms_cell(sum(elapsed)) if elapsed else "-",
+                size_cell(sum(repinned)) if repinned else "-",
+                ms_cell(sum(repin_time)) if repin_time else "-",
             ]
         )
         previous = label

@@ -16,6 +16,7 @@ import contextlib
 import json
 import os
 import re
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,15 +36,17 @@ from ddo_hooks.reports import REPORT_FILE_FORMS
 from ddo_hooks.reports.base import explain_error
 from ddo_hooks.reports.envelope import RecordEnvelope
 from ddo_hooks.reports.parse import REPORT_ADAPTER, ROUTES, parse_report
-from ddo_hooks.reports.tracker import RECORD_KEYS, Entry, MetricsTracker
+from ddo_hooks.reports.tracker import RECORD_KEYS, Entry, MetricsTracker, iter_entries, text_lines
 
 __all__ = [
     "MAX_REPORT_FILE_BYTES",
     "REPORT_FILE_FORMS",
+    "OpenReportFile",
     "ReportFile",
     "diagnose_report_file",
     "json_positions",
     "load_report_file",
+    "open_report_file",
 ]
 
 MAX_REPORT_FILE_BYTES = 64 * 1024 * 1024
@@ -97,7 +100,7 @@ def _detect(source: str, text: str) -> tuple[str, Any]:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as e:
-        first = next(line for line in text.splitlines() if line.strip())
+        first = next(line for line in text_lines(text) if line.strip())
         try:
             json.loads(first)
         except json.JSONDecodeError:
@@ -155,29 +158,84 @@ def load_report_file(path: str | os.PathLike[str], *, cut_last_line: bool = Fals
             device), larger than :data:`MAX_REPORT_FILE_BYTES`, binary, not UTF-8, empty, not
             JSON, or holds an invalid record; the message says ``file:line:col: key.path: problem``.
     """
+    opened = open_report_file(path, cut_last_line=cut_last_line)
+    return ReportFile(opened.path, opened.form, list(opened.entries), opened.warnings)
+
+
+@dataclass(frozen=True)
+class OpenReportFile:
+    """A report file whose text is read and checked, and whose records are validated one by one as they are read.
+
+    What :func:`load_report_file` returns, without a list of every record: a command that keeps
+    only a little of each record (``ddo-hooks summarize``) holds one validated record at a time.
+
+    Attributes:
+        path: The file, as given.
+        form: ``"JSON Lines"``, ``"tracker JSON"`` or ``"report JSON"``.
+        entries: The records, each validated when it is reached (read them once); an invalid one
+            raises the :class:`~ddo_hooks.errors.ReportError` that :func:`load_report_file` raises.
+        warnings: What was left out and why (a last line cut off, when that was allowed).
+    """
+
+    path: str
+    form: str
+    entries: Iterator[Entry]
+    warnings: tuple[str, ...] = ()
+
+
+def open_report_file(path: str | os.PathLike[str], *, cut_last_line: bool = False) -> OpenReportFile:
+    """Read a report file's text and check its form now; validate its records as they are read.
+
+    Arguments and errors as for :func:`load_report_file`: the errors of the text and its form
+    are raised here, those of a JSON Lines record when ``entries`` reaches it (those of the other
+    forms, small documents, here).
+    """
     source = os.fspath(path)
     text = _read_text(source)
     cut = _cut_last_line(source, text) if cut_last_line else None
     if cut is not None:
         text = cut[0]
-    try:
+    warnings = () if cut is None else (cut[1],)
+    with _read_errors(source, text, None):
         form, data = _detect(source, text)
+    if form == "JSON Lines":
+        return OpenReportFile(source, form, _some(source, _located(source, text, iter_entries(text))), warnings)
+    with _read_errors(source, text, form):
+        if form == "tracker JSON":
+            entries = MetricsTracker.from_json(text).entries()
+        else:
+            entries = [Entry(None, parse_report(data))]  # type: ignore[arg-type]
+    return OpenReportFile(source, form, _some(source, entries), warnings)
+
+
+def _located(source: str, text: str, entries: Iterator[Entry]) -> Iterator[Entry]:
+    with _read_errors(source, text, "JSON Lines"):
+        yield from entries
+
+
+def _some(source: str, entries: Iterable[Entry]) -> Iterator[Entry]:
+    """``entries``, then an error when there were none."""
+    count = 0
+    for count, entry in enumerate(entries, start=1):  # noqa: B007 (the count is read below)
+        yield entry
+    if not count:
+        raise ReportError(f"{source}: holds no reports; expected {REPORT_FILE_FORMS}")
+
+
+@contextlib.contextmanager
+def _read_errors(source: str, text: str, form: str | None) -> Iterator[None]:
+    """Say where an invalid record of a file of ``form`` is (``file:line:col``), or what JSON cannot be read."""
+    try:
         try:
-            if form == "JSON Lines":
-                entries = MetricsTracker.from_jsonl(text).entries()
-            elif form == "tracker JSON":
-                entries = MetricsTracker.from_json(text).entries()
-            else:
-                entries = [Entry(None, parse_report(data))]  # type: ignore[arg-type]
+            yield
         except ReportError as e:
+            if form is None:
+                raise
             raise ReportError(diagnose_report_file(source, text, form) or f"{source}: {e}") from e
     except (RecursionError, ValueError) as e:  # nested too deeply, or a number too long to read
         if isinstance(e, ReportError):
             raise
         raise ReportError(f"{source}: cannot be read as JSON ({e}); expected {REPORT_FILE_FORMS}") from e
-    if not entries:
-        raise ReportError(f"{source}: holds no reports; expected {REPORT_FILE_FORMS}")
-    return ReportFile(source, form, entries, () if cut is None else (cut[1],))
 
 
 def json_positions(text: str) -> Positions:

@@ -19,7 +19,7 @@ import os
 import re
 import threading
 import weakref
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -27,7 +27,8 @@ from pydantic import BaseModel, ValidationError
 
 from ddo_hooks._diagnostics import json_error_sentence, show_repr, show_value
 from ddo_hooks.errors import InvalidArgumentError, ReportError
-from ddo_hooks.reports.envelope import RecordEnvelope
+from ddo_hooks.reports.base import FROM_CHECKED_JSON
+from ddo_hooks.reports.envelope import RecordEnvelope, ReportRecord
 from ddo_hooks.reports.parse import REPORT_TYPES, parse_report
 
 __all__ = [
@@ -36,8 +37,10 @@ __all__ = [
     "Entry",
     "MetricsTracker",
     "RecordedReport",
+    "iter_entries",
     "read_entries",
     "read_reports",
+    "text_lines",
 ]
 
 MAX_COMPONENT_LENGTH = 128
@@ -223,7 +226,7 @@ class MetricsTracker:
     @classmethod
     def from_jsonl(cls, text: str) -> MetricsTracker:
         """Load what :meth:`to_jsonl` wrote, validating every line (blank lines are skipped)."""
-        return cls.from_records(read_entries(text))
+        return cls.from_records(iter_entries(text))
 
 
 def _valid_component(component: object) -> bool:
@@ -285,13 +288,80 @@ def read_reports(text: str) -> list[RecordedReport]:
 
 def read_entries(text: str) -> list[Entry]:
     """Parse JSON Lines of records, with their envelopes, validating each (see :func:`read_reports`)."""
-    records = []
-    for number, line in enumerate(text.splitlines(), start=1):
+    return list(iter_entries(text))
+
+
+def iter_entries(text: str) -> Iterator[Entry]:
+    r"""Each record of JSON Lines, validated when it is reached (see :func:`read_reports`).
+
+    A caller may keep what it needs of each record and let the rest go. A line is validated as a
+    :class:`~ddo_hooks.reports.envelope.ReportRecord` straight from its JSON text by pydantic_core,
+    with :data:`~ddo_hooks.reports.base.FROM_CHECKED_JSON`; a line that this fast path does not
+    accept is read again exactly as before (``json.loads``, then each check in turn), which accepts
+    it or raises the error that names its line. The fast parser accepts no text that ``json.loads``
+    refuses and refuses more (a lone surrogate, an integer of more than 4,300 digits, nesting deeper
+    than 200), so every line is accepted or refused as before (``tests/test_fuzz.py`` compares the two).
+
+    Raises:
+        ReportError: A line is not JSON or not a valid record; the message names the line.
+
+    Examples:
+        >>> from ddo_hooks import release_pytorch_host_cache
+        >>> tracker = MetricsTracker()
+        >>> tracker.record_ddo_metrics(release_pytorch_host_cache(phase="after_call"), component="c")
+        >>> [entry.component for entry in iter_entries(tracker.to_jsonl() + "\n" + tracker.to_jsonl())]
+        ['c', 'c']
+    """
+    for number, line in enumerate(text_lines(text), start=1):
         if not line.strip():
             continue
-        try:
-            item = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise ReportError(f"line {number}, column {e.colno}: not JSON: {json_error_sentence(e)}") from e
-        records.append(_record_from_json(item, f"line {number}"))
-    return records
+        entry = _checked_entry(line)
+        if entry is None:
+            try:
+                item = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ReportError(f"line {number}, column {e.colno}: not JSON: {json_error_sentence(e)}") from e
+            entry = _record_from_json(item, f"line {number}")
+        yield entry
+
+
+def _checked_entry(line: str) -> Entry | None:
+    """The record of a line as :func:`_record_from_json` would read it, or ``None`` for the slow path to say why not.
+
+    One pass of pydantic_core over the JSON text: strict JSON mode takes what strict Python mode
+    takes from ``json.loads`` here, since every field a JSON string or array could fill laxly (the
+    timestamp, the tuples of names) is lax in both.
+    """
+    try:
+        record = ReportRecord.model_validate_json(line, context=FROM_CHECKED_JSON)
+    except ValueError:  # ValidationError, for JSON it cannot read as for a record it refuses
+        return None
+    return Entry(record.component, record.report, record.envelope)
+
+
+def text_lines(text: str) -> Iterator[str]:
+    r"""The lines of ``text`` one at a time: ``text.splitlines()``, without a list of every line at once.
+
+    Examples:
+        >>> text = "a\r\nb\u2028c\n\nd"
+        >>> list(text_lines(text)) == text.splitlines()
+        True
+    """
+    if not any(mark in text for mark in _OTHER_LINE_BREAKS):  # the usual JSON Lines: only "\n" ends a line
+        start, size = 0, len(text)
+        while start < size:
+            end = text.find("\n", start)
+            end = size if end < 0 else end
+            yield text[start:end]
+            start = end + 1
+        return
+    start = 0
+    while start < len(text):
+        end = text.find("\n", start)
+        end = len(text) if end < 0 else end + 1
+        yield from text[start:end].splitlines()  # the other line breaks as splitlines has them
+        start = end
+
+
+_OTHER_LINE_BREAKS = ("\r", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029")
+"""What ``str.splitlines`` also ends a line at, besides ``"\\n"``."""

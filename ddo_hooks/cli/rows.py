@@ -1,0 +1,179 @@
+"""What a report shows in a table: one :class:`BoundaryRow` per report, and the calls of records without envelopes.
+
+Examples:
+    >>> from ddo_hooks import release_pytorch_host_cache
+    >>> report = release_pytorch_host_cache(phase="after_call")
+    >>> rows = boundary_rows([("host_cache_after_call", report)])
+    >>> rows[0].call, rows[0].boundary, rows[0].status
+    (1, 'after_call', 'no-op: disabled')
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ddo_hooks.boundaries import BOUNDARIES, HOST_CACHE_RELEASE
+
+__all__ = ["BoundaryRow", "boundary_rows", "infer_calls", "numbered", "row_of"]
+
+
+@dataclass(frozen=True, slots=True)
+class BoundaryRow:
+    """One report, as a table row (what ``summarize`` keeps of each record: a few hundred bytes).
+
+    Attributes:
+        call: The pipeline call it belongs to, from 1.
+        boundary: ``before_transformer``, ``before_vae``, ``after_call`` (or another phase label).
+        action: The action that produced it (``host_cache_release`` for the built-in release).
+        kind: ``executed``, ``noop`` or ``refused``.
+        reason: The no-op or refusal reason code; ``None`` when executed (or for a user action).
+        detail: The report's sentence for people.
+        owned_before: Pinned bytes the allocator owned before, when read.
+        owned_after: Pinned bytes the allocator owned after, when read.
+        delta: ``allocator_bytes_delta`` (before minus after), when known.
+        rss_before: Process RSS before, when observed.
+        rss_after: Process RSS after, when observed.
+        elapsed_seconds: Time the boundary took; ``None`` for refusals and user actions.
+        repinned_bytes: Bytes pinned since the previous boundary (``pinned_since_previous``), when counted.
+        repin_seconds: Seconds spent pinning them, when counted.
+        memory_after: Which memory the process held after it (Linux): ``rss``, ``anon``, ``file``,
+            ``shmem`` (where pinned memory shows) and ``cgroup`` bytes, those observed.
+    """
+
+    call: int
+    boundary: str
+    action: str
+    kind: str
+    reason: str | None
+    detail: str
+    owned_before: int | None = None
+    owned_after: int | None = None
+    delta: int | None = None
+    rss_before: int | None = None
+    rss_after: int | None = None
+    elapsed_seconds: float | None = None
+    repinned_bytes: int | None = None
+    repin_seconds: float | None = None
+    memory_after: dict[str, int] | None = None
+
+    @property
+    def label(self) -> str:
+        """The boundary, with the action's name when it is not the built-in release."""
+        return self.boundary if self.action == HOST_CACHE_RELEASE else f"{self.boundary}/{self.action}"
+
+    @property
+    def status(self) -> str:
+        """``executed``, ``no-op: <reason>`` or ``refused: <reason>``."""
+        if self.kind == "executed":
+            return "executed"
+        word = "no-op" if self.kind == "noop" else "refused"
+        return f"{word}: {self.reason}" if self.reason else word
+
+
+def _where(component: str | None, report: Any, summary: Any) -> tuple[str, str]:
+    """The boundary (or phase) a report belongs to, and the action that produced it."""
+    return summary.boundary or component or report.route, summary.action
+
+
+def infer_calls(records: Sequence[tuple[str | None, Any]]) -> list[int]:
+    """Number the pipeline calls of saved records (reports do not carry their call).
+
+    A new call starts when a boundary comes earlier in the call than the one before it, or
+    when the same action reports at the same boundary again.
+
+    Examples:
+        >>> from ddo_hooks import release_pytorch_host_cache
+        >>> reports = [release_pytorch_host_cache(phase=p) for p in ("before_vae", "after_call", "before_vae")]
+        >>> infer_calls([("c", r) for r in reports])
+        [1, 1, 2]
+    """
+    return _number_calls([_where(component, report, report.summary()) for component, report in records])
+
+
+def _number_calls(keys: Sequence[tuple[str, str]]) -> list[int]:
+    calls, call, last, seen = [], 1, -1, set()
+    for key in keys:
+        order = BOUNDARIES.index(key[0]) if key[0] in BOUNDARIES else last
+        if calls and (order < last or key in seen):
+            call, seen = call + 1, set()
+        seen.add(key)
+        last = order
+        calls.append(call)
+    return calls
+
+
+def _memory(observation: Any) -> dict[str, int] | None:
+    """Which memory an observation says the RSS is (and the cgroup's charge), or ``None`` when it does not split it."""
+    if observation is None or (observation.rss_anon_bytes is None and observation.rss_file_bytes is None):
+        return None
+    values = {
+        "rss": observation.rss_bytes,
+        "anon": observation.rss_anon_bytes,
+        "file": observation.rss_file_bytes,
+        "shmem": observation.rss_shmem_bytes,
+        "cgroup": observation.cgroup_memory_bytes,
+    }
+    return {name: value for name, value in values.items() if value is not None}
+
+
+def row_of(component: str | None, report: Any, call: int, strings: dict[str, str] | None = None) -> BoundaryRow:
+    """The :class:`BoundaryRow` of one record: the report's typed summary, on ``call``.
+
+    Every route says what it shows (:meth:`~ddo_hooks.reports.base.RouteReport.summary`), so a new
+    route cannot be shown as guesses. A user action's ``data`` says what it observed under the
+    names of :data:`~ddo_hooks.reports.boundary.OBSERVED`.
+
+    Args:
+        component: The record's component (``None`` for a bare report).
+        report: The report.
+        call: The pipeline call it belongs to.
+        strings: Where equal texts (boundary, action, reason, detail) are shared from, so that
+            100,000 rows hold each once; ``None`` shares nothing.
+    """
+    s = report.summary()
+    boundary, action = _where(component, report, s)
+    share = (lambda text: text) if strings is None else (lambda text: strings.setdefault(text, text))
+    return BoundaryRow(
+        call,
+        share(boundary),
+        share(action),
+        share(s.kind),
+        None if s.reason is None else share(s.reason),
+        share(s.detail),
+        owned_before=s.owned_before,
+        owned_after=s.owned_after,
+        delta=s.delta,
+        rss_before=s.rss_before,
+        rss_after=s.rss_after,
+        elapsed_seconds=s.elapsed_seconds,
+        repinned_bytes=s.repinned_bytes,
+        repin_seconds=s.repin_seconds,
+        memory_after=_memory(s.memory_after),
+    )
+
+
+def boundary_rows(records: Sequence[tuple[str | None, Any]], calls: Sequence[int] | None = None) -> list[BoundaryRow]:
+    """One :class:`BoundaryRow` per ``(component, report)`` record, in order (see :func:`row_of`).
+
+    Args:
+        records: ``MetricsTracker.records()`` or records loaded from a file.
+        calls: The call of each record; inferred with :func:`infer_calls` when ``None``.
+
+    Returns:
+        The rows.
+    """
+    if calls is not None and len(calls) != len(records):
+        raise ValueError(f"calls has {len(calls)} entries for {len(records)} records")
+    rows = [
+        row_of(component, report, 0 if calls is None else calls[n]) for n, (component, report) in enumerate(records)
+    ]
+    return rows if calls is not None else numbered(rows)
+
+
+def numbered(rows: Sequence[BoundaryRow]) -> list[BoundaryRow]:
+    """``rows`` with their calls inferred from the boundary order (see :func:`infer_calls`)."""
+    calls = _number_calls([(row.boundary, row.action) for row in rows])
+    return [dataclasses.replace(row, call=call) for row, call in zip(rows, calls, strict=True)]
