@@ -284,3 +284,15 @@ def test_a_child_forked_while_a_release_held_the_slot_starts_free_and_records_as
     runs = {(e["run_id"], e["pid"]) for e in envelopes}
     assert {run for run, _ in runs} == {attachment.run_id, child_run}
     assert len({pid for _, pid in runs}) == 2
+
+
+def test_a_deferred_after_call_still_waiting_at_interpreter_exit_is_recorded(fake, sd):
+    from ddo_hooks.hooks import runner
+
+    clock = FakeScheduler()
+    with use_scheduler(clock), attach(sd, idle_policy("60s")) as attachment:
+        sd(**call_kwargs("sd", steps=1))
+        runner._at_exit()  # what atexit runs
+        clock.advance(7200)  # its timer was cancelled: nothing more happens
+    assert after_calls(attachment) == {1: ["after_call:not_reached"]}
+    assert "the interpreter exited before the idle delay passed" in attachment.reports[-1].body.detail
