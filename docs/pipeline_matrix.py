@@ -17,7 +17,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ddo_hooks.testing.structural import CLASS_NAMES
+from ddo_hooks.testing.structural import CLASS_NAMES, STAGED
 
 __all__ = ["CENSUS", "CPU_VERIFIED", "EXPECTED", "GPU_VERIFIED", "INFERRED", "RUN", "limits", "matrix_markdown", "rows"]
 
@@ -42,20 +42,7 @@ CPU_VERIFIED: dict[str, list[str]] = {
 """Pipeline class: the CPU tests that call it attached and check each boundary of each call."""
 for _name, _cls in CLASS_NAMES.items():
     CPU_VERIFIED.setdefault(_cls, []).append(f"{_STRUCTURAL}[{_name}]")
-for _name in (
-    "kandinsky21_combined",
-    "kandinsky21_img2img_combined",
-    "kandinsky21_inpaint_combined",
-    "kandinsky22_combined",
-    "kandinsky22_img2img_combined",
-    "kandinsky22_inpaint_combined",
-    "stable_unclip",
-    "visualcloze",
-    "kandinsky3",
-    "kandinsky3_img2img",
-    "helios",
-    "cosmos25_transfer",
-):  # issue 20's classes, again under group offloading
+for _name in STAGED:  # again under group offloading
     CPU_VERIFIED[CLASS_NAMES[_name]].append(
         f"{_TIMELINES}::test_under_group_offloading_the_boundaries_run_where_they_do_without_it[{_name}]"
     )

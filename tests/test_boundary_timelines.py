@@ -24,26 +24,10 @@ from test_structural_pipelines import (
 
 from ddo_hooks import attach
 from ddo_hooks.policy.model import HookPolicy
-from ddo_hooks.testing.structural import build_structural, structural_call_kwargs
+from ddo_hooks.testing.structural import STAGED, build_structural, structural_call_kwargs
 
 CPU = torch.device("cpu")
 ORDER = ["before_transformer", "before_vae", "after_call"]
-
-ISSUE_20 = [
-    "kandinsky21_combined",
-    "kandinsky21_img2img_combined",
-    "kandinsky21_inpaint_combined",
-    "kandinsky22_combined",
-    "kandinsky22_img2img_combined",
-    "kandinsky22_inpaint_combined",
-    "stable_unclip",
-    "visualcloze",
-    "kandinsky3",
-    "kandinsky3_img2img",
-    "helios",
-    "cosmos25_transfer",
-]
-"""The classes issue 20 found wrong, or losing a release, in both modes."""
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +54,7 @@ def _run(
     return record, attachment, outputs
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=_marks(n)) for n in ISSUE_20])
+@pytest.mark.parametrize("name", [pytest.param(n, marks=_marks(n)) for n in STAGED])
 def test_under_group_offloading_the_boundaries_run_where_they_do_without_it(name, recording):
     pipe = build_structural(name)
     reference = _output(pipe, name)
