@@ -11,6 +11,7 @@ import time
 
 import pytest
 from support.fakes import HANG_SECONDS, FakeScheduler
+from support.overlap import overlapping_calls
 
 from ddo_hooks import HookPolicy, InvalidArgumentError, ReportSinkError, attach, register_action, unregister_action
 from ddo_hooks.hooks.idle import use_scheduler
@@ -79,31 +80,8 @@ def test_a_short_idle_delay_runs_every_calls_after_call_on_the_real_timer(fake, 
 
 def test_overlapping_calls_each_get_exactly_one_after_call_outcome(fake, sd):
     clock = FakeScheduler()
-    second_encoding, first_done = threading.Event(), threading.Event()
-
-    def second_call():
-        def encoding(module, args):
-            if threading.current_thread() is worker:
-                second_encoding.set()
-                assert first_done.wait(WAIT)
-
-        handle = sd.text_encoder.register_forward_pre_hook(encoding)
-        try:
-            sd(**call_kwargs("sd", steps=1))
-        finally:
-            handle.remove()
-
-    worker = threading.Thread(target=second_call)
-
-    def start_second(pipeline, step, timestep, kwargs):
-        worker.start()
-        assert second_encoding.wait(WAIT)
-        return kwargs
-
     with use_scheduler(clock), attach(sd, idle_policy("1s")) as attachment:
-        sd(**call_kwargs("sd", steps=1), callback_on_step_end=start_second)
-        first_done.set()
-        worker.join(WAIT)
+        overlapping_calls(sd, call_kwargs("sd", steps=1), call_kwargs("sd", steps=1))
         clock.advance(5)
     assert after_calls(attachment) == {1: ["after_call:concurrent_call"], 2: ["after_call:executed"]}
 

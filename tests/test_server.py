@@ -17,6 +17,7 @@ import weakref
 import pytest
 import torch
 from support.fakes import HANG_SECONDS
+from support.overlap import overlapping_calls
 
 from ddo_hooks import (
     BoundaryRefusedError,
@@ -58,33 +59,7 @@ def test_two_overlapping_calls_give_six_outcomes_and_no_release_inside_any_loop(
         real_release()
 
     fake._release = release_and_look
-    second_encoding, first_done = threading.Event(), threading.Event()
-    results = {}
-
-    def second_call():
-        def encoding(module, args):
-            if threading.current_thread() is worker:
-                second_encoding.set()
-                assert first_done.wait(WAIT)
-
-        handle = pipe.text_encoder.register_forward_pre_hook(encoding)
-        try:
-            results["second"] = pipe(**call_kwargs("sd", seed=1)).images
-        finally:
-            handle.remove()
-
-    worker = threading.Thread(target=second_call)
-
-    def start_second(pipeline, step, timestep, kwargs):
-        if step == 0:
-            worker.start()
-            assert second_encoding.wait(WAIT)  # the second call is in progress, encoding its prompt
-        return kwargs
-
-    first = pipe(**call_kwargs("sd"), callback_on_step_end=start_second).images
-    first_done.set()
-    worker.join(WAIT)
-    assert not worker.is_alive()
+    first, second = (out.images for out in overlapping_calls(pipe, call_kwargs("sd"), call_kwargs("sd", seed=1)))
     attachment.detach()
     outcomes = [outcome(r) for r in attachment.reports]
     assert len(outcomes) == 6
@@ -96,7 +71,7 @@ def test_two_overlapping_calls_give_six_outcomes_and_no_release_inside_any_loop(
     assert [o for o in outcomes if o[0] is None][1:] == [(None, b, "executed") for b in ORDER]
     assert all(Phase.DENOISING not in phases for phases in phases_at_release)
     assert attachment.call_index == 2
-    assert results["second"].shape == first.shape
+    assert second.shape == first.shape
     assert guard.busy_reason() is None
 
 
