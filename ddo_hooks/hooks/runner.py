@@ -179,7 +179,7 @@ class BoundaryRunner:
             try:
                 slot.enter_context(guard.boundary_slot())
             except BoundaryRefusedError as e:
-                return self.refuse_all(boundary, e.reason, _sentence(e), requested_by, index)
+                return self.refuse_all(boundary, e.reason, str(e), requested_by, index)
             return self._run_actions(boundary, requested_by, index, deferred)
 
     def _run_actions(self, boundary: str, requested_by: str, index: int, deferred: bool) -> list[Any]:
@@ -264,10 +264,6 @@ class BoundaryRunner:
         self._deferred.clear()
         self.machine.after_fork()
         self.recorder.after_fork()
-
-
-def _sentence(error: BoundaryRefusedError) -> str:
-    return str(error).removeprefix("host-cache release refused: ")
 
 
 def _resolve_actions(policy: HookPolicy) -> dict[str, list[tuple[Any, RegisteredAction]]]:

@@ -180,7 +180,8 @@ def boundary_slot() -> Iterator[None]:
     (``release_in_progress``).
 
     Raises:
-        BoundaryRefusedError: A section is open or another release or boundary runs.
+        BoundaryRefusedError: A section is open or another release or boundary runs; its message is
+            the sentence that says why, which the boundary's refusal report carries as its detail.
     """
     with _taken(boundary=True):
         yield
@@ -198,7 +199,7 @@ def _taken(*, boundary: bool) -> Iterator[None]:
         busy = _busy_locked()
         if busy is not None:
             reason, sentence = busy
-            raise BoundaryRefusedError(reason, f"host-cache release refused: {sentence}")
+            raise BoundaryRefusedError(reason, sentence if boundary else f"host-cache release refused: {sentence}")
         _release_thread, _boundary_held = threading.get_ident(), boundary
     try:
         yield
