@@ -46,11 +46,13 @@ for step in "${steps[@]}"; do
                  2>&1 | tee "$OUT/gpu-tests.log"; rc[$step]=${PIPESTATUS[0]} ;;
     structural) last=$(( $(nvidia-smi -L | wc -l) - 1 ))
                 names=$(python3 -c "from ddo_hooks.testing.structural import STRUCTURAL; print(*STRUCTURAL)")
-                shards="0 1 2"; [ -n "${STRUCTURAL_ONLY:-}" ] && shards=0  # STRUCTURAL_ONLY: a -k expression
-                for shard in $shards; do
-                  k=${STRUCTURAL_ONLY:-$(python3 -c "import sys; n = sys.argv[2:]; print(' or '.join(n[int(sys.argv[1])::3]))" $shard $names)}
-                  CUDA_VISIBLE_DEVICES=$last python3 -m pytest tests/gpu/test_structural_gpu.py -m gpu -p no:cacheprovider \
-                    -q -rA -k "$k" > "$OUT/structural-$shard.log" 2>&1 &
+                count=3; [ -n "${STRUCTURAL_ONLY:-}" ] && count=1  # STRUCTURAL_ONLY: names, space-separated
+                test=tests/gpu/test_structural_gpu.py::test_structural_pipelines_under_group_offloading_with_streams
+                for shard in $(seq 0 $((count - 1))); do  # node ids, not -k: "kandinsky3" would also pick kandinsky3_img2img
+                  ids=$(python3 -c "import sys; s, c, t, *n = sys.argv[1:]; print(*(f'{t}[{x}]' for x in n[int(s)::int(c)]))" \
+                        $shard $count $test ${STRUCTURAL_ONLY:-$names})
+                  CUDA_VISIBLE_DEVICES=$last python3 -m pytest $ids -m gpu -p no:cacheprovider \
+                    -q -rA > "$OUT/structural-$shard.log" 2>&1 &
                   structural_pids+=($!)
                 done ;;
     repack) python3 -m pytest tests/gpu/test_repack_gpu.py tests/gpu/test_hooks_gpu.py -m gpu -p no:cacheprovider -s -q -rA \
