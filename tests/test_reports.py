@@ -474,6 +474,7 @@ def test_the_json_schema_names_every_route():
         "boundary_action",
         "auxiliary_cpu_source_detach",
         "pinned_copy_repack",
+        "done_components_release",
     }
 
 

@@ -21,6 +21,7 @@ from ddo_hooks.errors import ReportError
 from ddo_hooks.reports.auxiliary import AuxiliarySourceDetachReport
 from ddo_hooks.reports.base import describe_errors
 from ddo_hooks.reports.boundary import ActionReport, BoundaryRefusalReport
+from ddo_hooks.reports.pages import DoneComponentsReleaseReport
 from ddo_hooks.reports.release import HostCacheReleaseReport
 from ddo_hooks.reports.repack import PinnedCopyRepackReport
 
@@ -31,7 +32,8 @@ DDOReport: TypeAlias = Annotated[
     | BoundaryRefusalReport
     | ActionReport
     | AuxiliarySourceDetachReport
-    | PinnedCopyRepackReport,
+    | PinnedCopyRepackReport
+    | DoneComponentsReleaseReport,
     Field(discriminator="route"),
 ]
 """Any DDO report of schema version 1, told apart by ``route``."""
@@ -42,6 +44,7 @@ REPORT_TYPES = (
     ActionReport,
     AuxiliarySourceDetachReport,
     PinnedCopyRepackReport,
+    DoneComponentsReleaseReport,
 )
 """Every report model, one per route."""
 
@@ -55,7 +58,12 @@ REPORT_ADAPTER: TypeAdapter[Any] = TypeAdapter(DDOReport)
 def parse_report(
     data: Any,
 ) -> (
-    HostCacheReleaseReport | BoundaryRefusalReport | ActionReport | AuxiliarySourceDetachReport | PinnedCopyRepackReport
+    HostCacheReleaseReport
+    | BoundaryRefusalReport
+    | ActionReport
+    | AuxiliarySourceDetachReport
+    | PinnedCopyRepackReport
+    | DoneComponentsReleaseReport
 ):
     """Validate a mapping or a JSON string as a DDO report.
 

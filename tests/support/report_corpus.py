@@ -34,6 +34,13 @@ from ddo_hooks.reports.boundary import (
     BoundaryRefusalReport,
     BoundaryRefusalSetup,
 )
+from ddo_hooks.reports.pages import (
+    ComponentPages,
+    DoneComponentsRelease,
+    DoneComponentsReleaseReport,
+    DoneComponentsReleaseSetup,
+    FaultsSince,
+)
 from ddo_hooks.reports.repack import ComponentRepack, PinnedCopyRepack, PinnedCopyRepackReport, PinnedCopyRepackSetup
 from support.fakes import FakeHostAllocator
 
@@ -99,7 +106,34 @@ def base_reports() -> list[dict[str, Any]]:
         AuxiliarySourceDetachReport(setup=AuxiliarySourceDetachSetup(auxiliary_cpu_source_detach=d)) for d in detaches
     ]
     reports += [PinnedCopyRepackReport(setup=PinnedCopyRepackSetup(pinned_copy_repack=r)) for r in _repacks()]
+    reports += [DoneComponentsReleaseReport(setup=DoneComponentsReleaseSetup(done_components_release=r))
+                for r in _done_releases()]  # fmt: skip
     return [json.loads(report.model_dump_json()) for report in reports]
+
+
+def _done_releases() -> list[DoneComponentsRelease]:
+    """Done components: none yet; one given back and one left (modified), with the faults since the previous."""
+    released = ComponentPages(
+        component="text_encoder_2", outcome="released", reason=None, detail="dropped", file_bytes=3 << 20,
+        other_bytes=616, resident_bytes=3 << 20, released_bytes=3 << 20, seconds=0.01,
+    )  # fmt: skip
+    left = ComponentPages(
+        component="text_encoder", outcome="left", reason="modified", detail="a page was written", file_bytes=1 << 20,
+        other_bytes=0, resident_bytes=None, released_bytes=0, seconds=0.001,
+    )  # fmt: skip
+    since = FaultsSince(since="before_transformer", minor_faults=768, major_faults=2, rss_file_growth_bytes=3 << 20)
+    return [
+        DoneComponentsRelease(
+            boundary="before_transformer", status="noop", noop_reason="nothing_done", detail="none yet",
+            components=(), released_bytes=0, host_before=_host(), host_after=_host(), faults_since_previous=None,
+            elapsed_seconds=0.0,
+        ),
+        DoneComponentsRelease(
+            boundary="before_transformer", status="executed", noop_reason=None, detail="gave back",
+            components=(left, released), released_bytes=3 << 20, host_before=_host(), host_after=_host(),
+            faults_since_previous=since, elapsed_seconds=0.02,
+        ),
+    ]  # fmt: skip
 
 
 def _repacks() -> list[PinnedCopyRepack]:

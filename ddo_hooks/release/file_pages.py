@@ -1,0 +1,228 @@
+"""Giving back the resident pages of a component's weights that are clean views of its weights files.
+
+``from_pretrained`` with a matching dtype leaves a component's CPU weights as views of the
+safetensors files' private mappings (``FACTS.md``): their pages count as ``RssFile``. While a page
+is clean, ``madvise(MADV_DONTNEED)`` takes it out of the process, and the next read faults it back
+in from the page cache (or the file), unchanged. A page that was written (a fused LoRA, an
+in-place edit) became an anonymous copy-on-write page: dropping it would bring back the file's
+bytes, so a component with any such page is left exactly as it is.
+
+:func:`give_back_file_pages` finds every CPU storage of a module (its parameters and buffers, and
+the CPU sources of its group-offloading groups), keeps those inside a private mapping of a regular
+file (``/proc/self/maps``), checks every page of them in ``/proc/self/pagemap`` (present and not a
+file page, or swapped: written), and only then drops them. It runs at a quiet boundary, under the
+release slot, where nothing reads or writes the weights. Linux only; elsewhere it says so.
+
+Examples:
+    >>> import torch
+    >>> pages = give_back_file_pages("linear", torch.nn.Linear(4, 4))
+    >>> pages.outcome, pages.reason if sys.platform.startswith("linux") else "not_file_backed"
+    ('left', 'not_file_backed')
+"""
+
+from __future__ import annotations
+
+import bisect
+import ctypes
+import ctypes.util
+import functools
+import mmap
+import os
+import stat
+import sys
+import time
+from array import array
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import torch
+
+from ddo_hooks._compat import diffusers as diffusers_compat
+from ddo_hooks.reports.pages import ComponentPages
+
+__all__ = ["PAGE_SIZE", "give_back_file_pages", "supported"]
+
+PAGE_SIZE = mmap.PAGESIZE
+_PRESENT, _SWAPPED, _FILE = 1 << 63, 1 << 62, 1 << 61  # /proc/<pid>/pagemap bits (Documentation/admin-guide/mm)
+_MADV_DONTNEED = 4
+
+
+@dataclass(frozen=True)
+class _Mapping:
+    start: int
+    end: int
+    private_file: bool  # a private mapping of a regular file
+
+
+def supported() -> str | None:
+    """``None`` where pages can be given back here, else why not (the platform, an unreadable pagemap)."""
+    if not sys.platform.startswith("linux"):
+        return f"giving back file pages needs Linux's /proc/self/pagemap and madvise; this is {sys.platform}"
+    try:
+        with open("/proc/self/pagemap", "rb") as pagemap:
+            pagemap.read(8)
+    except OSError as e:
+        return f"/proc/self/pagemap cannot be read here ({e.strerror or e})"
+    if _madvise() is None:
+        return "the C library has no madvise"
+    return None
+
+
+@functools.cache
+def _madvise() -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    except OSError:
+        return None
+    advise = getattr(libc, "madvise", None)
+    if advise is not None:
+        advise.argtypes, advise.restype = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int], ctypes.c_int
+    return advise
+
+
+@functools.lru_cache(maxsize=256)
+def _regular_file(path: str) -> bool:
+    try:
+        return stat.S_ISREG(os.stat(path).st_mode)
+    except OSError:
+        return False
+
+
+def _mappings() -> list[_Mapping]:
+    """The process's mappings, sorted, each marked when it is a private mapping of a regular file."""
+    found = []
+    with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
+        for line in maps:
+            fields = line.split(maxsplit=5)
+            start, _, end = fields[0].partition("-")
+            path = fields[5].rstrip("\n") if len(fields) > 5 else ""
+            private_file = fields[1][3] == "p" and path.startswith("/") and _regular_file(path)
+            found.append(_Mapping(int(start, 16), int(end, 16), private_file))
+    return found
+
+
+def _storages(module: torch.nn.Module) -> dict[int, int]:
+    """Each CPU storage the module's weights use, by address: its size in bytes."""
+    tensors = [t.data for t in module.parameters()] + [t.data for t in module.buffers()]
+    for group in diffusers_compat.offload_groups(module):
+        tensors += [t for t in diffusers_compat.group_cpu_sources(group).values() if isinstance(t, torch.Tensor)]
+    storages: dict[int, int] = {}
+    for tensor in tensors:
+        if tensor.device.type != "cpu" or tensor.layout is not torch.strided:
+            continue
+        storage = tensor.untyped_storage()
+        if storage.nbytes():
+            storages[storage.data_ptr()] = storage.nbytes()
+    return storages
+
+
+def _page_runs(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The whole pages that cover ``ranges``, merged: ``(first page address, end address)``."""
+    runs: list[tuple[int, int]] = []
+    for start, end in sorted(ranges):
+        first, last = start - start % PAGE_SIZE, -(-end // PAGE_SIZE) * PAGE_SIZE
+        if runs and first <= runs[-1][1]:
+            runs[-1] = (runs[-1][0], max(runs[-1][1], last))
+        else:
+            runs.append((first, last))
+    return runs
+
+
+def _entries(pagemap: object, start: int, end: int) -> Iterator[array]:
+    """The pagemap entries of the pages from ``start`` to ``end``, a few thousand at a time."""
+    chunk = 1 << 16
+    for page in range(start // PAGE_SIZE, end // PAGE_SIZE, chunk):
+        count = min(chunk, end // PAGE_SIZE - page)
+        pagemap.seek(page * 8)  # type: ignore[attr-defined]
+        entries = array("Q")
+        entries.frombytes(pagemap.read(count * 8))  # type: ignore[attr-defined]
+        yield entries
+
+
+def _census(runs: list[tuple[int, int]]) -> tuple[int, int]:
+    """How many pages of ``runs`` are resident file pages, and how many were written (anonymous or swapped)."""
+    resident = written = 0
+    with open("/proc/self/pagemap", "rb", buffering=0) as pagemap:
+        for start, end in runs:
+            for entries in _entries(pagemap, start, end):
+                for entry in entries:
+                    if entry & _SWAPPED or (entry & _PRESENT and not entry & _FILE):
+                        written += 1
+                    elif entry & _PRESENT:
+                        resident += 1
+    return resident, written
+
+
+def _left(name: str, reason: str, detail: str, file_bytes: int, other_bytes: int, started: float) -> ComponentPages:
+    return ComponentPages(
+        component=name,
+        outcome="left",
+        reason=reason,  # type: ignore[arg-type]
+        detail=detail,
+        file_bytes=file_bytes,
+        other_bytes=other_bytes,
+        resident_bytes=None,
+        released_bytes=0,
+        seconds=time.perf_counter() - started,
+    )
+
+
+def give_back_file_pages(name: str, module: torch.nn.Module) -> ComponentPages:
+    """Drop the resident pages of ``module``'s weights that are clean views of its weights files.
+
+    Args:
+        name: The component's name, for the report.
+        module: The component.
+
+    Returns:
+        What it gave back: ``released`` with the resident bytes dropped, or ``left`` (nothing
+        changed) with the reason: ``not_file_backed`` (no weight is a view of a file: built in
+        memory, converted at load, or pinned copies), ``modified`` (a page of its file views was
+        written) or ``unsupported`` (not Linux, no pagemap).
+
+    Raises:
+        OSError: ``madvise`` failed (the pages already dropped are views of clean file pages, so
+            nothing is lost; the error names the range).
+    """
+    started = time.perf_counter()
+    storages = _storages(module)
+    total = sum(storages.values())
+    why = supported()
+    if why is not None:
+        return _left(name, "unsupported", why, 0, total, started)
+    mappings = _mappings()
+    starts = [m.start for m in mappings]
+    in_files: list[tuple[int, int]] = []
+    for address, size in storages.items():
+        at = bisect.bisect_right(starts, address) - 1
+        if at >= 0 and mappings[at].private_file and address + size <= mappings[at].end:
+            in_files.append((address, address + size))
+    file_bytes = sum(end - start for start, end in in_files)
+    other_bytes = total - file_bytes
+    if not in_files:
+        detail = f"none of its {total} bytes of CPU weights is a view of a weights file (built in memory, "
+        detail += "converted when loaded, or offloaded to pinned copies)"
+        return _left(name, "not_file_backed", detail, 0, other_bytes, started)
+    runs = _page_runs(in_files)
+    resident, written = _census(runs)
+    if written:
+        detail = f"{written} page(s) of its file-backed weights were written (e.g. a fused LoRA or an in-place edit): "
+        detail += "dropping them would bring back the file's bytes, so it keeps every page"
+        return _left(name, "modified", detail, file_bytes, other_bytes, started)
+    advise = _madvise()
+    for start, end in runs:
+        if advise(start, end - start, _MADV_DONTNEED) != 0:  # type: ignore[misc]
+            error = ctypes.get_errno()
+            raise OSError(error, f"madvise(MADV_DONTNEED) of {name}'s pages {start:#x}-{end:#x}: {os.strerror(error)}")
+    kept = f"; {other_bytes} bytes are not file views and stay" if other_bytes else ""
+    return ComponentPages(
+        component=name,
+        outcome="released",
+        reason=None,
+        detail=f"dropped {resident} resident page(s) of its {file_bytes} bytes of clean file-backed weights{kept}",
+        file_bytes=file_bytes,
+        other_bytes=other_bytes,
+        resident_bytes=resident * PAGE_SIZE,
+        released_bytes=resident * PAGE_SIZE,
+        seconds=time.perf_counter() - started,
+    )

@@ -1,0 +1,177 @@
+"""The report of components giving back memory once their work in a call is done (``done_components_release``).
+
+A pipeline call runs its text encoders, image encoders and priors before the denoising loop of
+its final stage; from then on, in that call, they are done. The built-in action
+``release_done_components`` gives back the resident pages of their weights that are clean views of
+their weights files (``RssFile``); the next call faults them back in. The report says, per
+component, what it held and gave back, or why it was left as it was, and what bringing memory
+back cost since the previous boundary (page faults, ``RssFile`` growth).
+
+Examples:
+    >>> left = ComponentPages(component="text_encoder", outcome="left", reason="not_file_backed",
+    ...     detail="built in memory", file_bytes=0, other_bytes=4096, resident_bytes=None, released_bytes=0,
+    ...     seconds=0.0)
+    >>> body = DoneComponentsRelease(boundary="before_transformer", status="noop", noop_reason="nothing_released",
+    ...     detail="no done component had clean file-backed pages", components=(left,), released_bytes=0,
+    ...     host_before=None, host_after=None, faults_since_previous=None, elapsed_seconds=0.0)
+    >>> DoneComponentsReleaseReport(setup=DoneComponentsReleaseSetup(done_components_release=body)).route
+    'done_components_release'
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Strict, model_validator
+
+from ddo_hooks.reports.base import (
+    Bytes,
+    Count,
+    HostObservation,
+    PhaseLabel,
+    ReportModel,
+    ReportSummary,
+    RouteReport,
+    Seconds,
+)
+
+__all__ = [
+    "ComponentPages",
+    "DoneComponentsRelease",
+    "DoneComponentsReleaseReport",
+    "DoneComponentsReleaseSetup",
+    "FaultsSince",
+    "PagesReason",
+]
+
+PagesReason = Literal["not_file_backed", "modified", "shared", "unsupported"]
+"""Why a done component was left as it was.
+
+``not_file_backed``: none of its CPU weights is a view of a weights file (built in memory,
+converted to another dtype when loaded, or offloaded to pinned copies); ``modified``: a page of its
+file views was written (a fused LoRA, an in-place edit), so dropping it would bring back the
+file's bytes; ``shared``: another attached pipeline holds it, and its calls would pay for the
+faults; ``unsupported``: not Linux, or ``/proc/self/pagemap`` cannot be read.
+"""
+
+
+class ComponentPages(ReportModel):
+    """One done component."""
+
+    component: str
+    """The pipeline's name for it (``text_encoder_2``)."""
+    outcome: Literal["released", "left"]
+    """``released`` (its clean file pages were dropped) or ``left`` exactly as it was."""
+    reason: PagesReason | None
+    """Why it was left; ``None`` when released."""
+    detail: str
+    """A sentence for people."""
+    file_bytes: Bytes
+    """Bytes of its CPU weights that are views of a weights file."""
+    other_bytes: Bytes
+    """Bytes of its CPU weights that are not (built in memory, converted, pinned): they stay."""
+    resident_bytes: Bytes | None
+    """Resident bytes of its file views before (whole pages); ``None`` when not counted."""
+    released_bytes: Bytes
+    """Resident bytes it gave back (whole pages)."""
+    seconds: Seconds
+    """Finding, checking and dropping its pages."""
+
+    @model_validator(mode="after")
+    def _coherent(self) -> ComponentPages:
+        if (self.outcome == "released") != (self.reason is None):
+            raise ValueError("reason must be null exactly when outcome is 'released'")
+        if self.outcome == "left" and self.released_bytes:
+            raise ValueError("a component left as it was released 0 bytes")
+        if self.outcome == "released" and self.released_bytes != self.resident_bytes:
+            raise ValueError("a released component gives back every resident page it held (resident_bytes)")
+        return self
+
+
+class FaultsSince(ReportModel):
+    """What bringing memory back cost since the previous boundary of the same attachment (the whole process)."""
+
+    since: PhaseLabel
+    """The previous boundary."""
+    minor_faults: Count
+    """Page faults served without reading a file (``ru_minflt``): pages brought back from the page cache."""
+    major_faults: Count
+    """Page faults that read a file (``ru_majflt``): pages the kernel had evicted."""
+    rss_file_growth_bytes: int
+    """``RssFile`` now minus after the previous boundary: the file pages faulted back in, net."""
+
+
+class DoneComponentsRelease(ReportModel):
+    """Fields under ``setup.done_components_release``."""
+
+    boundary: PhaseLabel
+    """The boundary it ran at."""
+    status: Literal["executed", "noop"]
+    """``executed`` when a component gave back pages; ``noop`` otherwise."""
+    noop_reason: Literal["nothing_done", "nothing_released", "unsupported"] | None
+    """``nothing_done``: no component's work in this call is done yet; ``nothing_released``: every done
+    component was left (see each one's reason); ``unsupported``: not Linux or no pagemap; ``None`` when executed."""
+    detail: str
+    """A sentence saying what happened, for people."""
+    components: Annotated[tuple[ComponentPages, ...], Strict(False)]
+    """Each done component, in the order they ran."""
+    released_bytes: Bytes
+    """The components' ``released_bytes``, summed."""
+    host_before: HostObservation | None
+    """Host memory before."""
+    host_after: HostObservation | None
+    """Host memory after."""
+    faults_since_previous: FaultsSince | None
+    """The cost of bringing memory back since the previous boundary; ``None`` at the first one."""
+    elapsed_seconds: Seconds
+    """All of it."""
+
+    @model_validator(mode="after")
+    def _coherent(self) -> DoneComponentsRelease:
+        released = any(c.outcome == "released" for c in self.components)
+        if (self.status == "executed") != released:
+            raise ValueError("status is 'executed' exactly when a component released its pages")
+        if (self.status == "noop") != (self.noop_reason is not None):
+            raise ValueError("noop_reason must be set exactly when status is 'noop'")
+        if self.noop_reason == "nothing_done" and self.components:
+            raise ValueError("noop_reason 'nothing_done' goes with no components")
+        total = sum(c.released_bytes for c in self.components)
+        if self.released_bytes != total:
+            raise ValueError(f"released_bytes must be the components' total, {total}")
+        return self
+
+
+class DoneComponentsReleaseSetup(ReportModel):
+    """The ``setup`` section of a done-components report."""
+
+    done_components_release: DoneComponentsRelease
+    """Its fields."""
+
+
+class DoneComponentsReleaseReport(RouteReport):
+    """The DDO report of done components giving back their memory (route ``done_components_release``)."""
+
+    route: Literal["done_components_release"] = "done_components_release"
+    """What produced the report."""
+    setup: DoneComponentsReleaseSetup
+    """The report body."""
+
+    @property
+    def release(self) -> DoneComponentsRelease:
+        """Shortcut for ``setup.done_components_release``."""
+        return self.setup.done_components_release
+
+    def summary(self) -> ReportSummary:
+        """The release as a table row (action ``release_done_components``): RSS before and after it."""
+        r = self.release
+        return ReportSummary(
+            boundary=r.boundary,
+            action="release_done_components",
+            kind=r.status,
+            reason=r.noop_reason,
+            detail=r.detail,
+            rss_before=r.host_before.rss_bytes if r.host_before else None,
+            rss_after=r.host_after.rss_bytes if r.host_after else None,
+            elapsed_seconds=r.elapsed_seconds,
+            memory_after=r.host_after,
+        )
