@@ -29,6 +29,7 @@ __all__ = [
     "HOST_CACHE_COMPONENT_PREFIX",
     "HOST_CACHE_RELEASE",
     "MALLOC_TRIM",
+    "RELEASE_DONE_COMPONENTS",
     "PHASE_PATTERN",
     "REFUSAL_REASONS",
     "BoundaryName",
@@ -74,7 +75,10 @@ HOST_CACHE_RELEASE = "host_cache_release"
 MALLOC_TRIM = "malloc_trim"
 """The built-in action that returns freed heap pages to the OS after a release (glibc's ``malloc_trim``)."""
 
-BUILT_IN_ACTIONS: tuple[str, ...] = (HOST_CACHE_RELEASE, MALLOC_TRIM)
+RELEASE_DONE_COMPONENTS = "release_done_components"
+"""The built-in action that gives back the clean file pages of the components whose work in a call is done."""
+
+BUILT_IN_ACTIONS: tuple[str, ...] = (HOST_CACHE_RELEASE, MALLOC_TRIM, RELEASE_DONE_COMPONENTS)
 """The actions ddo_hooks registers itself (they cannot be unregistered)."""
 
 HOST_CACHE_COMPONENT_PREFIX = "host_cache"

@@ -71,6 +71,9 @@ class BoundaryContext:
             (weak references; the built-in action collects garbage fully only if one lives).
         left: The components that left the pipeline since the previous boundary of this
             attachment, alive or not.
+        done: The components whose work in this call is done, in the order they ran: those that
+            ran a forward before its ``before_transformer`` was due (encoders, image encoders,
+            priors); empty before then, for a host request, and in a call without a final loop.
         state: A dictionary this action keeps across the boundaries of this attachment (the
             built-in release keeps its last allocator snapshot there).
     """
@@ -85,8 +88,14 @@ class BoundaryContext:
     options: Mapping[str, Any] = field(default_factory=dict)
     dropped: Mapping[str, weakref.ref] = field(default_factory=dict)
     left: tuple[str, ...] = ()
+    done: tuple[str, ...] = ()
     state: dict[str, Any] = field(default_factory=dict, repr=False)
     on_survivors: Callable[[Iterable[str]], None] | None = field(default=None, repr=False)
+    holder: Callable[[Any], str | None] | None = field(default=None, repr=False)
+
+    def held_elsewhere(self, module: Any) -> str | None:
+        """The class of another attached pipeline that holds ``module`` as a component, or ``None``."""
+        return None if self.holder is None else self.holder(module)
 
     def note_survivors(self, names: Iterable[str]) -> None:
         """Say which ``dropped`` components outlived a full collection: something else holds them.

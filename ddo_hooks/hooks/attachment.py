@@ -22,12 +22,13 @@ Examples:
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import weakref
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from ddo_hooks.boundaries import BOUNDARIES
+from ddo_hooks.boundaries import BOUNDARIES, RELEASE_DONE_COMPONENTS
 from ddo_hooks.errors import BoundaryRefusedError, InvalidArgumentError, ReportSinkError
 from ddo_hooks.hooks.components import Components
 from ddo_hooks.hooks.phases import CallPhases, Phase
@@ -94,9 +95,25 @@ def attach(
             f"this {type(pipeline).__name__} already has ddo_hooks attached; call detach() on that attachment first"
         )
     loaded = _load_policy(policy)
+    _check_named_components(pipeline, loaded)
     attachment = Attachment(pipeline, loaded, tracker or MetricsTracker(max_records=loaded.keep_reports))
     _ATTACHED[pipeline] = attachment
     return attachment
+
+
+def _check_named_components(pipeline: Any, policy: HookPolicy) -> None:
+    """Refuse a ``release_done_components`` that names a component the pipeline does not hold."""
+    held = [name for name, value in pipeline.components.items() if callable(getattr(value, "parameters", None))]
+    for boundary in BOUNDARIES:
+        for i, spec in enumerate(policy.actions(boundary)):
+            unknown = [n for n in spec.options.get("components", ()) if n not in held]
+            if spec.name == RELEASE_DONE_COMPONENTS and unknown:
+                where = policy.locate(("boundaries", boundary, "actions", i))
+                raise InvalidArgumentError(
+                    f"{where}: {RELEASE_DONE_COMPONENTS} at {boundary} names {unknown[0]!r}, which this "
+                    f"{type(pipeline).__name__} does not hold as a module; it holds {', '.join(held)} "
+                    "(or leave components out: the components whose work in the call is done)"
+                )
 
 
 def _other_holder(pipeline: Any, module: Any) -> str | None:
@@ -107,6 +124,11 @@ def _other_holder(pipeline: Any, module: Any) -> str | None:
         if other is not pipeline and any(value is module for value in other.components.values()):
             return type(other).__name__
     return None
+
+
+def _other_holder_of(pipeline: weakref.ref[Any], module: Any) -> str | None:
+    pipe = pipeline()
+    return None if pipe is None else _other_holder(pipe, module)
 
 
 class Attachment:
@@ -120,7 +142,8 @@ class Attachment:
         self._detached = False
         self._recorder = Recorder(policy, tracker)
         self._components = Components(pipeline)
-        self._runner = BoundaryRunner(self._pipeline, policy, self._recorder, self._components)
+        holder = functools.partial(_other_holder_of, self._pipeline)
+        self._runner = BoundaryRunner(self._pipeline, policy, self._recorder, self._components, holder)
         self.machine: CallPhases = self._runner.machine
         from ddo_hooks.hooks.signals import PipelineSignals  # imports diffusers' hook registry
 

@@ -1,4 +1,4 @@
-"""The built-in boundary actions: ``host_cache_release`` and ``malloc_trim``.
+"""The built-in boundary actions: ``host_cache_release``, ``malloc_trim`` and ``release_done_components``.
 
 :mod:`ddo_hooks.hooks.actions` registers both from :data:`BUILT_IN` (this module imports nothing of it)
 and they receive their settings as options, like any action. ``host_cache_release`` runs the release
@@ -26,12 +26,12 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ddo_hooks.boundaries import HOST_CACHE_COMPONENT_PREFIX, HOST_CACHE_RELEASE, MALLOC_TRIM
+from ddo_hooks.boundaries import HOST_CACHE_COMPONENT_PREFIX, HOST_CACHE_RELEASE, MALLOC_TRIM, RELEASE_DONE_COMPONENTS
 
 if TYPE_CHECKING:
     from ddo_hooks.hooks.actions import BoundaryContext
 
-__all__ = ["BUILT_IN", "host_cache_release", "malloc_trim"]
+__all__ = ["BUILT_IN", "host_cache_release", "malloc_trim", "release_done_components"]
 
 
 def host_cache_release(ctx: BoundaryContext) -> Any:
@@ -98,8 +98,85 @@ def malloc_trim(ctx: BoundaryContext) -> Any:
     return ctx.action_report("executed", detail=f"malloc_trim(0) returned {returned}", data=data)
 
 
+def _faults() -> tuple[int, int] | None:
+    """The process's minor and major page faults so far, where the platform counts them."""
+    try:
+        import resource
+    except ImportError:  # Windows
+        return None
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_minflt, usage.ru_majflt
+
+
+def release_done_components(ctx: BoundaryContext) -> Any:
+    """Give back the clean file pages of the components whose work in this call is done.
+
+    The components are ``ctx.done`` (those that ran before ``before_transformer`` was due), or
+    those the ``components`` option names. A component another attached pipeline holds is left
+    (``shared``), as is one whose weights are not file views or were written. Its report (route
+    ``done_components_release``) also says what bringing pages back cost since this action's
+    previous boundary: the process's page faults and the growth of ``RssFile``.
+    """
+    from ddo_hooks.release.file_pages import give_back_file_pages, supported
+    from ddo_hooks.release.host_memory import observe_host
+    from ddo_hooks.reports.pages import (
+        ComponentPages,
+        DoneComponentsRelease,
+        DoneComponentsReleaseReport,
+        DoneComponentsReleaseSetup,
+        FaultsSince,
+    )
+
+    started = time.perf_counter()
+    faults, host_before = _faults(), observe_host()
+    named = ctx.options.get("components")
+    held = {} if ctx.pipeline is None else ctx.pipeline.components
+    modules = [(name, held[name]) for name in (ctx.done if named is None else named) if held.get(name) is not None]
+    pages: list[ComponentPages] = []
+    why = supported()
+    for name, module in modules if why is None else ():
+        holder = ctx.held_elsewhere(module)
+        if holder is None:
+            pages.append(give_back_file_pages(name, module))
+            continue
+        size = sum(t.numel() * t.element_size() for t in (*module.parameters(), *module.buffers()))
+        detail = f"the attached {holder} holds it too, and its calls would pay for the page faults"
+        pages.append(
+            ComponentPages(component=name, outcome="left", reason="shared", detail=detail, file_bytes=0,
+                           other_bytes=size, resident_bytes=None, released_bytes=0, seconds=0.0)
+        )  # fmt: skip
+    host_after = observe_host()
+    released = sum(p.released_bytes for p in pages)
+    since = None
+    last = ctx.state.get("last")
+    if last is not None and faults is not None and host_before.rss_file_bytes is not None:
+        growth = host_before.rss_file_bytes - last[3]
+        since = FaultsSince(since=last[0], minor_faults=faults[0] - last[1], major_faults=faults[1] - last[2],
+                            rss_file_growth_bytes=growth)  # fmt: skip
+    after = _faults()
+    if after is not None and host_after.rss_file_bytes is not None:
+        ctx.state["last"] = (ctx.boundary, *after, host_after.rss_file_bytes)
+    if any(p.outcome == "released" for p in pages):
+        status, reason = "executed", None
+        detail = f"{sum(p.outcome == 'released' for p in pages)} done component(s) gave back {released} bytes"
+    elif why is not None:
+        status, reason, detail = "noop", "unsupported", why
+    elif not modules:
+        status, reason = "noop", "nothing_done"
+        detail = "no component's work in this call is done yet" if named is None else "no named component is held"
+    else:
+        status, reason, detail = "noop", "nothing_released", "every done component was left as it was (see each)"
+    body = DoneComponentsRelease(
+        boundary=ctx.boundary, status=status, noop_reason=reason, detail=detail, components=tuple(pages),
+        released_bytes=released, host_before=host_before, host_after=host_after, faults_since_previous=since,
+        elapsed_seconds=time.perf_counter() - started,
+    )  # fmt: skip
+    return DoneComponentsReleaseReport(setup=DoneComponentsReleaseSetup(done_components_release=body))
+
+
 BUILT_IN: dict[str, tuple[Callable[[BoundaryContext], Any], str]] = {
     HOST_CACHE_RELEASE: (host_cache_release, HOST_CACHE_COMPONENT_PREFIX),
     MALLOC_TRIM: (malloc_trim, MALLOC_TRIM),
+    RELEASE_DONE_COMPONENTS: (release_done_components, "done_components"),
 }
 """Each built-in action's function and the prefix of its tracker component."""

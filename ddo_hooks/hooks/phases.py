@@ -91,6 +91,9 @@ class Call:
         stages: The stages of every loop it ran.
         steps_done: The current loop's progress bar counted all its steps.
         decoded_in_loop: A decode ran inside a loop's progress bar before its steps were done.
+        ran: The components that ran a forward in it so far (see :meth:`CallPhases.component_ran`).
+        done: The components whose work in it is done: those that ran before its
+            ``before_transformer`` was due (its encoders, image encoders, priors), in the order they ran.
         error: What the call raised, once it ended by an exception.
     """
 
@@ -104,6 +107,8 @@ class Call:
     stages: set[Stage] = field(default_factory=set)
     steps_done: bool = False
     decoded_in_loop: bool = False
+    ran: dict[str, None] = field(default_factory=dict)
+    done: tuple[str, ...] = ()
     error: BaseException | None = None
     depth: int = 1
     loop_depth: int = 0
@@ -273,6 +278,12 @@ class CallPhases:
                 self._due(BEFORE_TRANSFORMER, call)  # before this forward, and before the loop section opens
             self._stage_known(call, stage)
 
+    def component_ran(self, name: str) -> None:
+        """The component ``name`` is about to run a forward in this thread's call."""
+        call = self.current()
+        if call is not None and name not in call.ran:
+            call.ran[name] = None
+
     def decode_start(self) -> None:
         """A VAE decoder runs in this thread's call."""
         call = self.current()
@@ -296,6 +307,8 @@ class CallPhases:
     def _due(self, boundary: str, call: Call) -> None:
         if boundary not in call.fired:
             call.fired.add(boundary)
+            if boundary == BEFORE_TRANSFORMER:
+                call.done = tuple(call.ran)
             self._fire(boundary, call)
 
     def _stage_known(self, call: Call, stage: Stage) -> None:

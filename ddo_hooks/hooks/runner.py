@@ -64,16 +64,23 @@ class BoundaryRunner:
         policy: The attached policy.
         recorder: Where every outcome is recorded.
         components: What left the pipeline between boundaries.
+        holder: Which other attached pipeline holds a module (see :meth:`BoundaryContext.held_elsewhere`).
     """
 
     def __init__(
-        self, pipeline: weakref.ref[Any], policy: HookPolicy, recorder: Recorder, components: Components
+        self,
+        pipeline: weakref.ref[Any],
+        policy: HookPolicy,
+        recorder: Recorder,
+        components: Components,
+        holder: Callable[[Any], str | None] | None = None,
     ) -> None:
         self._pipeline = pipeline
         self.owner = type(pipeline()).__name__
         self.policy = policy
         self.recorder = recorder
         self.components = components
+        self.holder = holder
         self.actions = _resolve_actions(policy)
         self.closed = False
         self._state: dict[str, dict[str, Any]] = {}  # each action's own state across boundaries
@@ -180,9 +187,11 @@ class BoundaryRunner:
                 slot.enter_context(guard.boundary_slot())
             except BoundaryRefusedError as e:
                 return self.refuse_all(boundary, e.reason, str(e), requested_by, index)
-            return self._run_actions(boundary, requested_by, index, deferred)
+            return self._run_actions(boundary, requested_by, index, deferred, () if call is None else call.done)
 
-    def _run_actions(self, boundary: str, requested_by: str, index: int, deferred: bool) -> list[Any]:
+    def _run_actions(
+        self, boundary: str, requested_by: str, index: int, deferred: bool, done: tuple[str, ...]
+    ) -> list[Any]:
         pipe = self._pipeline()
         dropped = self.components.note(pipe)
         left = self.components.take_left()
@@ -199,8 +208,10 @@ class BoundaryRunner:
                 options=dict(spec.options),
                 dropped=dropped,
                 left=left,
+                done=done,
                 state=self._state.setdefault(action.name, {}),
                 on_survivors=self.components.forget,
+                holder=self.holder,
             )
             try:
                 report = action(context)

@@ -11,6 +11,9 @@
   counts the bar's steps;
 * a :class:`DenoiserSignal` on every denoiser component and a :class:`DecodeSignal` on the
   decoder submodules of every VAE, of the pipeline and the pipelines it holds;
+* a forward pre-hook on every other component (encoders, image encoders, priors; not the VAEs nor
+  the final stage's denoisers) that tells the machine it ran (:meth:`CallPhases.component_ran`),
+  so that a call knows whose work in it is done;
 * loading sections around the methods that load, move or re-hook components.
 
 Each loop gets the :class:`~ddo_hooks.hooks.phases.Stage` that the components of the pipeline
@@ -206,6 +209,7 @@ class PipelineSignals:
         self.active = False
         self._hooks: list[Joined] = []
         self._attributes: list[WrappedAttribute] = []
+        self._ran: list[torch.utils.hooks.RemovableHandle] = []
         self._swapped: type | None = None
 
     @property
@@ -303,6 +307,9 @@ class PipelineSignals:
         for hook in reversed(self._hooks):
             hook.remove()
         self._hooks.clear()
+        for handle in self._ran:
+            handle.remove()
+        self._ran.clear()
 
     def run_call(self, original: Callable[..., Any], pipe: Any, args: Any, kwargs: Any) -> Any:
         """Run one ``__call__`` of the pipeline as a call of the machine."""
@@ -336,6 +343,10 @@ class PipelineSignals:
         for module in self.denoisers():
             earlier = stages[id(module)] is Stage.EARLIER
             self._hooks.append(join(module, DenoiserSignal, HOOK_NAMES["denoiser"], machine, earlier=earlier))
+        vaes = {id(m) for _, m in self._components() if callable(getattr(m, "decode", None))}
+        for name, module in self._components():
+            if id(module) not in vaes and stages.get(id(module), Stage.EARLIER) is Stage.EARLIER:
+                self._ran.append(module.register_forward_pre_hook(functools.partial(_ran, machine, name)))
         decoders = self.decode_modules()
         machine.has_decoder = bool(decoders)
         for module in decoders:
@@ -365,3 +376,8 @@ class PipelineSignals:
                 return original(*args, **kwargs)
 
         return wrapper
+
+
+def _ran(machine: CallPhases, name: str, module: torch.nn.Module, args: Any) -> None:
+    """A forward pre-hook: ``name`` is about to run."""
+    machine.component_ran(name)

@@ -33,7 +33,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from ddo_hooks._diagnostics import KeyPath, show_value
-from ddo_hooks.boundaries import ACTION_NAME_PATTERN, HOST_CACHE_RELEASE
+from ddo_hooks.boundaries import ACTION_NAME_PATTERN, HOST_CACHE_RELEASE, RELEASE_DONE_COMPONENTS
 from ddo_hooks.errors import InvalidArgumentError
 from ddo_hooks.policy.messages import literal_problem
 from ddo_hooks.release.devices import parse_cuda_device
@@ -172,6 +172,20 @@ def _check_release_options(options: Mapping[str, Any]) -> None:
         raise located_error("release_option", message, at, value=value) from e
 
 
+def _check_done_options(options: Mapping[str, Any]) -> None:
+    """Refuse ``release_done_components`` options other than ``components``: a list of component names."""
+    for key in options:
+        if key != "components":
+            message = f"unknown option of {RELEASE_DONE_COMPONENTS}; it takes components (a list of component names)"
+            raise located_error("release_option", message, ("options", key))
+    names = options.get("components")
+    if "components" in options and (
+        not isinstance(names, list) or not names or not all(isinstance(n, str) and n for n in names)
+    ):
+        message = "{value} is not a list of component names; use e.g. [text_encoder, text_encoder_2], or leave it out"
+        raise located_error("release_option", message, ("options", "components"), value=names)
+
+
 _DURATION_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*(ms|s|m|min)?\s*$")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "min": 60.0, None: 1.0}
 MAX_DURATION_SECONDS = 24 * 3600
@@ -222,6 +236,8 @@ class ActionSpec(Model):
     def _builtin_options(self) -> ActionSpec:
         if self.name == HOST_CACHE_RELEASE:
             _check_release_options(self.options)
+        elif self.name == RELEASE_DONE_COMPONENTS:
+            _check_done_options(self.options)
         return self
 
 

@@ -1,0 +1,208 @@
+"""Components whose work in a call is done give back their file-backed pages (``release_done_components``).
+
+The pipelines are tiny real ones, saved once and loaded back with ``from_pretrained``, so that their
+weights are views of their safetensors files, as a user's are. Resident pages are counted through
+``/proc/self/pagemap``, the same census the action makes.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from diffusers import AutoPipelineForImage2Image, DiffusionPipeline
+from support.overlap import overlapping_calls
+
+from ddo_hooks import HookPolicy, attach, register_action, unregister_action
+from ddo_hooks.errors import InvalidArgumentError, PolicyError
+from ddo_hooks.release import file_pages
+from ddo_hooks.testing.tiny_pipelines import build_pipeline, call_kwargs
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="pagemap and madvise are Linux's")
+
+GIVE_BACK = {
+    "version": 1,
+    "boundaries": {
+        "before_transformer": {"actions": ["release_done_components"]},
+        "before_vae": {"enabled": False},
+        "after_call": {"enabled": False},
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The tiny SD and Flux pipelines, saved once."""
+    folders = {}
+    for family in ("sd", "flux"):
+        folder = tmp_path_factory.mktemp(family)
+        build_pipeline(family).save_pretrained(folder)
+        folders[family] = folder
+    return folders
+
+
+def load(folder: Path) -> DiffusionPipeline:
+    pipe = DiffusionPipeline.from_pretrained(folder)
+    pipe.set_progress_bar_config(disable=True)
+    return pipe
+
+
+def resident(module: torch.nn.Module) -> int:
+    """Resident pages of the module's file-backed weights, and that none was written."""
+    mappings = file_pages._mappings()
+    ranges = []
+    for address, size in file_pages._storages(module).items():
+        mapping = next(m for m in mappings if m.start <= address < m.end)
+        if mapping.private_file:
+            ranges.append((address, address + size))
+    pages, written = file_pages._census(file_pages._page_runs(ranges))
+    assert written == 0
+    return pages
+
+
+def outputs(pipe: Any, family: str, calls: int) -> list[torch.Tensor]:
+    return [pipe(**call_kwargs(family, seed=n)).images for n in range(calls)]
+
+
+@pytest.mark.parametrize(
+    ("family", "encoders"), [("sd", ("text_encoder",)), ("flux", ("text_encoder", "text_encoder_2"))]
+)
+def test_the_encoders_give_back_every_resident_page_and_the_next_calls_are_bitwise_equal(saved, family, encoders):
+    plain = outputs(load(saved[family]), family, 3)
+    pipe = load(saved[family])
+    with attach(pipe, HookPolicy.from_mapping(GIVE_BACK)) as attachment:
+        got = []
+        for n in range(3):
+            got.append(pipe(**call_kwargs(family, seed=n)).images)
+            assert all(resident(getattr(pipe, name)) == 0 for name in encoders)  # given back at every call
+        reports = attachment.reports
+    assert all(torch.equal(a, b) for a, b in zip(plain, got, strict=True))
+    assert [r.release.status for r in reports] == ["executed"] * 3
+    for report in reports:
+        body = report.release
+        assert [c.component for c in body.components] == list(encoders)
+        assert all(c.outcome == "released" and c.released_bytes >= c.file_bytes * 0.95 for c in body.components)
+        dropped = body.host_before.rss_file_bytes - body.host_after.rss_file_bytes
+        assert dropped >= 0.95 * body.released_bytes  # RssFile falls by what the census counted
+    assert reports[0].release.faults_since_previous is None
+    since = reports[1].release.faults_since_previous
+    assert since.since == "before_transformer"
+    assert since.minor_faults > 0
+
+
+def test_done_is_what_ran_before_the_final_denoiser_and_nothing_outside_a_call():
+    seen: list[tuple[str, tuple[str, ...]]] = []
+
+    @register_action("note_done")
+    def note_done(ctx):
+        seen.append((ctx.boundary, ctx.done))
+
+    try:
+        pipe = build_pipeline("flux")
+        policy = {
+            "version": 1,
+            "boundaries": {b: {"actions": ["note_done"]} for b in ("before_transformer", "after_call")},
+        }
+        with attach(pipe, HookPolicy.from_mapping(policy)) as attachment:
+            pipe(**call_kwargs("flux"))
+            attachment.boundary("after_call")  # a host request belongs to no call
+    finally:
+        unregister_action("note_done")
+    encoders = ("text_encoder", "text_encoder_2")
+    assert seen == [("before_transformer", encoders), ("after_call", encoders), ("after_call", ())]
+
+
+def test_weights_built_in_memory_are_left_and_say_why():
+    pipe = build_pipeline("sd")
+    with attach(pipe, HookPolicy.from_mapping(GIVE_BACK)) as attachment:
+        pipe(**call_kwargs("sd"))
+    body = attachment.reports[0].release
+    assert body.status == "noop"
+    assert body.noop_reason == "nothing_released"
+    (component,) = body.components
+    assert component.reason == "not_file_backed"
+    assert component.released_bytes == 0
+    assert "built in memory" in component.detail
+
+
+def test_a_written_page_keeps_every_page_of_its_component(saved):
+    pipe, plain = load(saved["sd"]), load(saved["sd"])
+    for each in (pipe, plain):
+        with torch.no_grad():
+            each.text_encoder.final_layer_norm.weight.mul_(1.5)  # an in-place edit: copy-on-write
+    before = resident(pipe.unet)  # the UNet's pages are not the encoder's: the census of one is unchanged
+    with attach(pipe, HookPolicy.from_mapping(GIVE_BACK)) as attachment:
+        got = pipe(**call_kwargs("sd")).images
+    (component,) = attachment.reports[0].release.components
+    assert component.outcome == "left"
+    assert component.reason == "modified"
+    assert "written" in component.detail
+    assert torch.equal(got, plain(**call_kwargs("sd")).images)  # the edit survives
+    assert resident(pipe.unet) >= before
+
+
+def test_a_component_another_attached_pipeline_holds_is_left(saved):
+    pipe = load(saved["sd"])
+    other = AutoPipelineForImage2Image.from_pipe(pipe)
+    with attach(pipe, HookPolicy.from_mapping(GIVE_BACK)) as attachment, attach(other):
+        pipe(**call_kwargs("sd"))
+    (component,) = attachment.reports[0].release.components
+    assert component.reason == "shared"
+    assert type(other).__name__ in component.detail
+
+
+def test_named_components_are_given_back_where_the_policy_says(saved):
+    pipe = load(saved["sd"])
+    policy = {"version": 1, "boundaries": {
+        "before_transformer": {"enabled": False}, "before_vae": {"enabled": False},
+        "after_call": {"actions": [{"name": "release_done_components", "options": {"components": ["unet"]}}]},
+    }}  # fmt: skip
+    with attach(pipe, HookPolicy.from_mapping(policy)) as attachment:
+        pipe(**call_kwargs("sd"))
+        assert resident(pipe.unet) == 0
+    assert [c.component for c in attachment.reports[0].release.components] == ["unet"]
+
+
+def test_a_component_the_pipeline_does_not_hold_is_refused_at_attach_with_the_names_it_holds():
+    pipe = build_pipeline("sd")
+    action = {"name": "release_done_components", "options": {"components": ["text_encoder_2"]}}
+    policy = HookPolicy.from_mapping({"version": 1, "boundaries": {"after_call": {"actions": [action]}}})
+    with pytest.raises(InvalidArgumentError, match=r"names 'text_encoder_2'.*it holds vae, text_encoder, unet"):
+        attach(pipe, policy)
+    with attach(pipe):  # nothing was left attached
+        pass
+
+
+@pytest.mark.parametrize(
+    ("options", "problem"),
+    [({"components": "text_encoder"}, "not a list of component names"), ({"every": True}, "unknown option")],
+)
+def test_bad_options_are_refused_where_the_policy_writes_them(options, problem):
+    action = {"name": "release_done_components", "options": options}
+    with pytest.raises(PolicyError, match=problem):
+        HookPolicy.from_mapping({"version": 1, "boundaries": {"after_call": {"actions": [action]}}})
+
+
+def test_a_call_while_another_threads_call_is_in_progress_gives_back_nothing(saved):
+    pipe = load(saved["sd"])
+    policy = {"version": 1, "boundaries": {"after_call": {"actions": ["release_done_components"]}}}
+    with attach(pipe, HookPolicy.from_mapping(policy)) as attachment:
+        overlapping_calls(pipe, call_kwargs("sd"), call_kwargs("sd", seed=1))
+    mine = [r for r in attachment.reports if r.summary().action == "release_done_components"]
+    first, second = mine  # the first call's after_call came while the second encoded
+    assert first.route == "phase_boundary_refusal"
+    assert first.body.reason == "concurrent_call"
+    assert second.release.status == "executed"
+
+
+def test_detach_removes_the_forward_hooks_it_added(saved):
+    pipe = load(saved["flux"])
+    hooks = {name: len(m._forward_pre_hooks) for name, m in pipe.components.items() if isinstance(m, torch.nn.Module)}
+    attachment = attach(pipe, HookPolicy.preset("lowest-peak"))
+    assert len(pipe.text_encoder._forward_pre_hooks) == hooks["text_encoder"] + 1
+    assert len(pipe.transformer._forward_pre_hooks) == hooks["transformer"]  # the final denoiser is not followed
+    attachment.detach()
+    assert {n: len(m._forward_pre_hooks) for n, m in pipe.components.items() if n in hooks} == hooks
