@@ -16,6 +16,7 @@
 #                REPACK_ONLY: a -k expression)
 #   floor        benchmarks/bench_pinned_floor.py $FLOOR_ARGS (e.g. "--families flux --reps 0")
 #   forward      benchmarks/bench_repack_forward.py: the denoiser's forward, repacked against not
+#   done         benchmarks/bench_done_components.py $DONE_ARGS: plain calls giving back what they no longer need
 #   bench        every benchmarks/bench_*.py with its defaults
 #
 # Carried wheels live in .whl/ (ignored by git; see docs/development.md for the download line).
@@ -58,6 +59,8 @@ for step in "${steps[@]}"; do
     repack) python3 -m pytest tests/gpu/test_repack_gpu.py tests/gpu/test_hooks_gpu.py -m gpu -p no:cacheprovider -s -q -rA \
               -k "${REPACK_ONLY:-repack or hooks}" 2>&1 | tee "$OUT/repack-tests.log"; rc[$step]=${PIPESTATUS[0]} ;;
     forward) python3 benchmarks/bench_repack_forward.py --out "$OUT" 2>&1 | tee "$OUT/forward.log"; rc[$step]=${PIPESTATUS[0]} ;;
+    done) timeout "${DONE_TIMEOUT_S:-560}" python3 benchmarks/bench_done_components.py --out "$OUT/done" ${DONE_ARGS:-} \
+            2>&1 | tee "$OUT/done.log"; rc[$step]=${PIPESTATUS[0]} ;;
     floor) python3 benchmarks/bench_pinned_floor.py --out "$OUT/floor" ${FLOOR_ARGS:-} 2>&1 | tee "$OUT/floor.log"
            rc[$step]=${PIPESTATUS[0]} ;;
     probe-drop) for flags in "" --lcmu --loaded "--bench tiny --lcmu" "--bench full --lcmu"; do echo "--- probe_drop.py $flags"; python3 benchmarks/probe_drop.py $flags; done \

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import statistics
 import struct
 import subprocess
 import sys
@@ -295,3 +296,32 @@ def test_the_cli_scale_table_is_that_of_the_checked_in_results():
     assert summarize["peak_rss_mib"]["median"] < 200
     assert f"**not met** ({summarize['wall_s']['median']:.1f} s)" in text
     assert summarize["wall_s"]["median"] >= 5
+
+
+def test_the_done_components_page_shows_the_checked_in_results_and_the_targets_they_meet():
+    bench = load_file(ROOT / "benchmarks" / "bench_done_components.py", "bench_done_components", beside=True)
+    doc = json.loads((ROOT / "benchmarks" / "results" / "bench_done_components-lcmu-true.json").read_text("utf-8"))
+    text = (ROOT / "docs" / "done-components.md").read_text(encoding="utf-8")
+    missing = [row for row in bench.markdown_rows(doc) if row not in text]
+    assert not missing, "docs/done-components.md lacks these rows of benchmarks/results/:\n" + "\n".join(missing)
+    arms = doc["arms"]
+    nothing = arms["lcmu=true/nothing"]
+    for arm in arms.values():  # bitwise equal to nothing's at every call of every arm
+        assert [c["digest"] for c in arm["calls"]] == [c["digest"] for c in nothing["calls"]][: len(arm["calls"])]
+    assert arms["lcmu=true/diffusers-mm"]["error"]["call"] == 2
+    peak, latency = arms["lcmu=true/lowest-peak"], arms["lcmu=true/lowest-latency"]
+    assert len(peak["calls"]) == len(latency["calls"]) == 10
+    released = {r["released_bytes"] for r in peak["done_reports"]}
+    assert released == {1_486_864_384}  # every call, both encoders' files
+    assert len(peak["done_reports"]) == 10
+    rest = [c["rest"] for c in peak["calls"][1:]]
+    base = [c["rest"] for c in nothing["calls"][1:]]
+    assert max(r["rss"] for r in rest) <= 0.75 * min(r["rss"] for r in base)  # every call at or under 0.75x
+    file_fall = min(r["file"] for r in base) - max(r["file"] for r in rest)
+    assert file_fall >= 0.95 * 1_486_864_384  # RssFile fell by at least 95 % of the encoders' bytes
+    assert latency["idle"]["rss"] <= 0.75 * nothing["idle"]["rss"]
+    for preset, most in (("lowest-peak", 1.10), ("lowest-latency", 1.02)):
+        pair = doc["pairs"][f"lcmu=true/{preset}"]["calls"]
+        medians = [statistics.median(c["seconds"] for c in pair[side][1:]) for side in ("nothing", "preset")]
+        assert medians[1] / medians[0] <= most
+        assert len(pair["nothing"]) >= 6
