@@ -23,7 +23,14 @@ from typing import Annotated, Literal
 from pydantic import Field, StrictBool, StrictInt, model_validator
 
 from ddo_hooks.reports.base import Bytes, Count, ReportSummary, Seconds
-from ddo_hooks.reports.ddo.base import DDOEmptyRuntime, DDOHostSnapshot, DDOModel, DDORouteReport, omittable
+from ddo_hooks.reports.ddo.base import (
+    AlwaysFalse,
+    DDOEmptyRuntime,
+    DDOHostSnapshot,
+    DDOModel,
+    DDORouteReport,
+    omittable,
+)
 
 __all__ = [
     "DDOAuxiliaryConfiguration",
@@ -72,9 +79,9 @@ class DDOAuxiliarySourceDetachment(DDOModel):
     """The first 16 of them, sorted."""
     scope: Literal["source_backed_registered_cpu_tensors_after_fast_attach"] | None = omittable()
     """What was considered."""
-    gpu_placement_changed: Literal[False] | None = omittable()
+    gpu_placement_changed: AlwaysFalse | None = omittable()
     """Always false: detachment never changes CUDA residency."""
-    commit_recovery_proven: Literal[False] | None = omittable()
+    commit_recovery_proven: AlwaysFalse | None = omittable()
     """Always false: giving the loader's pages back to the OS is not proven."""
     host_before: DDOHostSnapshot | None = omittable()
     """Host memory before the copy."""

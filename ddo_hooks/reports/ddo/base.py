@@ -49,6 +49,8 @@ from ddo_hooks.reports.base import Bytes, ReportModel, RouteReport, explain_erro
 __all__ = [
     "DDO_SHAPE_KEYS",
     "DDO_VERSION",
+    "AlwaysFalse",
+    "AlwaysTrue",
     "DDOEmptyRuntime",
     "DDOHostSnapshot",
     "DDOModel",
@@ -88,6 +90,19 @@ def _exactly_one(value: Any) -> Any:
 
 One = Annotated[Literal[1], BeforeValidator(_exactly_one)]
 """The integer 1 exactly (not ``true``, not ``1.0``): DDO's schema versions and constant flags."""
+
+
+def _a_bool(value: Any) -> Any:
+    if not isinstance(value, bool):  # Literal[False] alone takes 0, Literal[True] 1
+        raise PydanticCustomError("bool_type", "Input should be a valid boolean")
+    return value
+
+
+AlwaysTrue = Annotated[Literal[True], BeforeValidator(_a_bool)]
+"""``true`` exactly (not ``1``): a flag DDO writes only as true."""
+
+AlwaysFalse = Annotated[Literal[False], BeforeValidator(_a_bool)]
+"""``false`` exactly (not ``0``): a flag DDO writes only as false."""
 
 
 def _not_null_in_schema(schema: dict[str, Any]) -> None:

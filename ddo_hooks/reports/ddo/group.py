@@ -25,7 +25,7 @@ from typing import Annotated, Literal
 from pydantic import Field, StrictBool, StrictInt, model_validator
 
 from ddo_hooks.reports.base import Count, ReportModel, ReportSummary, Seconds
-from ddo_hooks.reports.ddo.base import DDOModel, DDORouteReport, One, omittable
+from ddo_hooks.reports.ddo.base import AlwaysFalse, AlwaysTrue, DDOModel, DDORouteReport, One, omittable
 from ddo_hooks.reports.ddo.group_config import DDOGroupOffloadConfiguration
 
 __all__ = [
@@ -73,7 +73,7 @@ class DDOGroupOffloadSetup(DDOModel):
 class DDODiagnosticStepWait(DDOModel):
     """The explicit per-step wait of a diagnostic timer (it disqualifies the run as a benchmark)."""
 
-    enabled: Literal[True]
+    enabled: AlwaysTrue
     """Always true when written."""
     scope: Literal["compute_boundary_event_host_wait"]
     """What was waited for."""
@@ -81,7 +81,7 @@ class DDODiagnosticStepWait(DDOModel):
     """Waits made."""
     host_seconds: Seconds
     """Host time spent waiting."""
-    benchmark_eligible: Literal[False]
+    benchmark_eligible: AlwaysFalse
     """Always false."""
 
 

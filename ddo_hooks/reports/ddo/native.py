@@ -22,7 +22,7 @@ from typing import Literal
 from pydantic import StrictBool, model_validator
 
 from ddo_hooks.reports.base import Bytes, Count, ReportSummary, Seconds
-from ddo_hooks.reports.ddo.base import DDOEmptyRuntime, DDOModel, DDORouteReport, One, omittable
+from ddo_hooks.reports.ddo.base import AlwaysTrue, DDOEmptyRuntime, DDOModel, DDORouteReport, One, omittable
 
 __all__ = [
     "DDODeviceCacheRelease",
@@ -124,7 +124,7 @@ class DDODeviceCacheRelease(DDOModel):
     """True exactly when ``status`` is ``completed``."""
     pool_before_cublas_clear: DDOPoolStats | None = omittable()
     """The pool before cuBLAS workspaces were cleared (only with ``clear_cublas_workspaces``)."""
-    cublas_workspaces_cleared: Literal[True] | None = omittable()
+    cublas_workspaces_cleared: AlwaysTrue | None = omittable()
     """Written (true) when cuBLAS workspaces were cleared."""
     before: DDOPoolStats | None = omittable()
     """The pool before the trim (``completed``, and ``unsupported`` when the trim refused)."""
