@@ -22,7 +22,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, StrictBool, StrictInt, model_validator
 
-from ddo_hooks.reports.base import Bytes, Count, ReportSummary, Seconds
+from ddo_hooks.reports.base import Bytes, Count, Names, ReportSummary, Seconds
 from ddo_hooks.reports.ddo.base import (
     AlwaysFalse,
     DDOEmptyRuntime,
@@ -75,7 +75,7 @@ class DDOAuxiliarySourceDetachment(DDOModel):
     """CPU storages without source provenance, left alone."""
     source_shard_count: Count | None = omittable()
     """Safetensors files the copied storages came from."""
-    source_shard_samples: list[str] | None = omittable()
+    source_shard_samples: Names | None = omittable()
     """The first 16 of them, sorted."""
     scope: Literal["source_backed_registered_cpu_tensors_after_fast_attach"] | None = omittable()
     """What was considered."""
@@ -107,7 +107,7 @@ class DDOAuxiliarySourceDetachment(DDOModel):
             raise ValueError("copied bytes, storage groups and shards are all 0 or all above 0 (shards <= groups)")
         if not groups <= (self.copied_tensor_owners or 0) <= (self.copied_named_references or 0):
             raise ValueError("copied_storage_groups <= copied_tensor_owners <= copied_named_references")
-        samples = self.source_shard_samples or []
+        samples = list(self.source_shard_samples or ())
         if len(samples) != min(shards, MAX_SHARD_SAMPLES) or samples != sorted(set(samples)):
             raise ValueError("source_shard_samples are the first min(source_shard_count, 16) shards, sorted")
         return self

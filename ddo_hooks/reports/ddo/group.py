@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field, StrictBool, StrictInt, model_validator
+from pydantic import Field, Strict, StrictBool, StrictInt, model_validator
 
 from ddo_hooks.reports.base import Count, ReportModel, ReportSummary, Seconds
 from ddo_hooks.reports.ddo.base import AlwaysFalse, AlwaysTrue, DDOModel, DDORouteReport, One, omittable
@@ -112,7 +112,7 @@ class DDOExecutionTiming(DDOModel):
     """The CUDA stream handle (``complete`` only)."""
     phase_seconds: Seconds | None = omittable()
     """From the first event to the end (``complete`` only)."""
-    step_seconds: list[Seconds] | None = omittable()
+    step_seconds: Annotated[tuple[Seconds, ...], Strict(False)] | None = omittable()
     """Each step's interval (``complete`` only)."""
     tail_seconds: Seconds | None = omittable()
     """From the last step to the end (``complete`` only)."""

@@ -23,11 +23,11 @@ Examples:
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import StrictBool, StrictInt, model_validator
+from pydantic import Strict, StrictBool, StrictInt, model_validator
 
-from ddo_hooks.reports.base import Bytes, Count, ReportSummary, Seconds
+from ddo_hooks.reports.base import Bytes, Count, Names, ReportSummary, Seconds
 from ddo_hooks.reports.ddo.base import (
     DDOEmptyRuntime,
     DDOHostSnapshot,
@@ -221,16 +221,16 @@ class DDOStorageSample(DDOModel):
     """The storage's extent (``untyped_storage().nbytes()``), not RSS."""
     references: Count
     """How many registered tensors refer to it."""
-    examples: list[DDOStorageExample]
+    examples: Annotated[tuple[DDOStorageExample, ...], Strict(False)]
     """The first three of them."""
-    shards: list[str]
+    shards: Names
     """The safetensors files it came from, sorted (DDO's loader provenance; empty when unknown)."""
 
     @model_validator(mode="after")
     def _examples(self) -> DDOStorageSample:
         if len(self.examples) != min(self.references, 3):
             raise ValueError("examples holds the first min(references, 3) tensors")
-        if self.shards != sorted(set(self.shards)):
+        if list(self.shards) != sorted(set(self.shards)):
             raise ValueError("shards are sorted and distinct")
         return self
 
@@ -261,11 +261,11 @@ class DDOCpuStorages(DDOModel):
     """Distinct storages (by address and extent)."""
     unique_storage_bytes: Bytes
     """Their extents summed."""
-    storage_samples: list[DDOStorageSample]
+    storage_samples: Annotated[tuple[DDOStorageSample, ...], Strict(False)]
     """The largest storages, largest first, at most ``configuration.max_storage_samples``."""
     omitted_storage_count: Count
     """Storages not sampled."""
-    errors: list[DDOInspectionError]
+    errors: Annotated[tuple[DDOInspectionError, ...], Strict(False)]
     """The first inspection errors, at most ``configuration.max_storage_samples``."""
     scope: Literal["registered_module_parameters_and_buffers_only"]
     """What was counted: never closures, native storage or other components."""
