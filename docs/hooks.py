@@ -6,6 +6,10 @@ A page asks for a generated section with a marker line of its own:
   ``HookPolicy.model_json_schema()``;
 * ``<!-- generated: report-reference -->``: every field of every DDO report route, from
   ``ddo_hooks.reports.parse.report_json_schema()``;
+* ``<!-- generated: ddo-report-reference -->``: the same for DDO's own report shape (the routes of
+  ``ddo_hooks.reports.ddo.routes.DDO_REPORT_TYPES``), from the same schema;
+* ``<!-- generated: ddo-release-statuses -->`` and ``<!-- generated: ddo-release-fields -->``: the
+  mapping of DDO's release report to ddo_hooks', from :mod:`ddo_hooks.reports.ddo.mapping`;
 * ``<!-- generated: boundary-table -->`` and ``<!-- generated: refusal-table -->``: the boundary
   names and the refusal reason codes, from :mod:`ddo_hooks.boundaries`.
 
@@ -32,7 +36,15 @@ from typing import Any
 import yaml
 from pydantic import BaseModel
 
-__all__ = ["GENERATORS", "policy_reference", "render_models", "report_reference"]
+__all__ = [
+    "GENERATORS",
+    "ddo_release_fields",
+    "ddo_release_statuses",
+    "ddo_report_reference",
+    "policy_reference",
+    "render_models",
+    "report_reference",
+]
 
 SCHEMA_DIR = Path(__file__).resolve().parent.parent / "ddo_hooks" / "schemas"
 MARKER = re.compile(r"^<!-- generated: ([a-z-]+) -->$", re.MULTILINE)
@@ -181,6 +193,8 @@ class _Renderer:
             return _code(_flow(node["default"]))
         model = self.models.get(model_name)
         field = model.model_fields.get(key) if model else None
+        if field is not None and getattr(field.json_schema_extra, "__name__", "") == "_not_null_in_schema":
+            return "left out"  # a key of DDO's shape written only sometimes, never null (reports/ddo/base.py)
         if field is not None and field.default_factory is not None:
             value = field.default_factory()  # type: ignore[call-arg]
             if isinstance(value, BaseModel):
@@ -276,6 +290,51 @@ def report_reference() -> str:
     return "\n".join(sections)
 
 
+def ddo_report_reference() -> str:
+    """Every field of every route of DDO's own shape that ddo_hooks reads, from ``report_json_schema()``."""
+    from ddo_hooks.reports.ddo.routes import DDO_REPORT_TYPES
+    from ddo_hooks.reports.parse import report_json_schema
+
+    schema = report_json_schema()
+    sections = []
+    for model in DDO_REPORT_TYPES:
+        route = typing.get_args(model.model_fields["route"].annotation)[0]
+        title = f"DDO's route `{route}` ({model.__name__})"
+        sections.append(render_models(schema, [model], anchor_prefix="report", titles={model.__name__: title}))
+    return "\n".join(sections)
+
+
+def _cell(value: str | None) -> str:
+    if value is None:
+        return "*none*"
+    return ", ".join(_code(part.strip()) for part in value.split(","))
+
+
+def ddo_release_statuses() -> str:
+    """DDO's release statuses beside ddo_hooks' status and no-op reason, from ``DDO_RELEASE_STATUSES``."""
+    from ddo_hooks.reports.ddo.mapping import DDO_RELEASE_STATUSES, UNMATCHED_NOOP_REASONS
+
+    rows = [
+        f"| {_code(ddo)} | {_code(status)} | {_cell(reason)} | {_escape_pipes(note)} |"
+        for ddo, (status, reason, note) in DDO_RELEASE_STATUSES.items()
+    ]
+    rows += [
+        f"| *none* | `noop` | {_code(reason)} | {_escape_pipes(note)} |"
+        for reason, note in UNMATCHED_NOOP_REASONS.items()
+    ]
+    head = ["| DDO `status` | ddo_hooks `status` | ddo_hooks `noop_reason` | How far they agree |", "|---|---|---|---|"]
+    return "\n".join([*head, *rows]) + "\n"
+
+
+def ddo_release_fields() -> str:
+    """Every field of DDO's release report and of ddo_hooks', paired, from ``DDO_RELEASE_FIELDS``."""
+    from ddo_hooks.reports.ddo.mapping import DDO_RELEASE_FIELDS
+
+    rows = [f"| {_cell(p.ddo)} | {_cell(p.ours)} | {_escape_pipes(p.note)} |" for p in DDO_RELEASE_FIELDS]
+    head = ["| DDO's field | ddo_hooks' field | Correspondence |", "|---|---|---|"]
+    return "\n".join([*head, *rows]) + "\n"
+
+
 def boundary_table() -> str:
     """The boundaries in firing order, from :data:`ddo_hooks.boundaries.BOUNDARY_NOTES`."""
     from ddo_hooks.boundaries import BOUNDARIES, BOUNDARY_NOTES
@@ -305,6 +364,9 @@ def pipeline_matrix() -> str:
 GENERATORS: dict[str, Callable[[], str]] = {
     "policy-reference": policy_reference,
     "report-reference": report_reference,
+    "ddo-report-reference": ddo_report_reference,
+    "ddo-release-statuses": ddo_release_statuses,
+    "ddo-release-fields": ddo_release_fields,
     "boundary-table": boundary_table,
     "refusal-table": refusal_table,
     "pipeline-matrix": pipeline_matrix,

@@ -47,11 +47,12 @@ EXPECTED_SKIPS = {
     "docs/architecture.md": 1,  # the drawing of the layers
     "docs/cli.md": 1,  # installs the plot extra
     "docs/benchmarks.md": 6,  # three runs on the GPU machine; hook overhead, start-up, the file commands at scale
-    "docs/development.md": 1,  # downloads the GPU machine's wheels
+    "docs/development.md": 2,  # downloads the GPU machine's wheels; installs DDO beside the tree
     "docs/done-components.md": 1,  # a saved Flux pipeline under group offloading on a CUDA GPU
     "docs/index.md": 1,  # the quickstart's install command
     "docs/pipelines.md": 1,  # downloads FLUX.1-dev and needs a CUDA GPU
     "docs/workers.md": 1,  # needs two CUDA GPUs and torchrun
+    "docs/with-ddo.md": 1,  # calls diffusers-dynamic-offloader, which ddo-hooks does not depend on
 }
 
 PAGE_TIMEOUT_S = 900
@@ -494,12 +495,31 @@ def test_the_policy_reference_renders_every_field_of_the_model():
 
 
 def test_the_report_reference_renders_every_field_of_every_route():
+    """Of both shapes: the schema holds ddo_hooks' reports and DDO's own, each rendered by its generator."""
+    from ddo_hooks.reports.ddo.routes import DDO_REPORT_TYPES
     from ddo_hooks.reports.parse import REPORT_TYPES, report_json_schema
 
     hooks = _load_docs_hooks()
-    roots = [model.__name__ for model in REPORT_TYPES]
-    _check_reference(hooks.report_reference(), report_json_schema(), "report", roots)
-    assert "<!-- generated: report-reference -->" in (DOCS / "reports.md").read_text(encoding="utf-8")
+    roots = [model.__name__ for model in (*REPORT_TYPES, *DDO_REPORT_TYPES)]
+    rendered = hooks.report_reference() + "\n" + hooks.ddo_report_reference()
+    _check_reference(rendered, report_json_schema(), "report", roots)
+    page = (DOCS / "reports.md").read_text(encoding="utf-8")
+    assert "<!-- generated: report-reference -->" in page
+    assert "<!-- generated: ddo-report-reference -->" in page
+
+
+def test_the_ddo_page_renders_the_release_mapping_from_the_code():
+    from ddo_hooks.reports.ddo.mapping import DDO_RELEASE_FIELDS, DDO_RELEASE_STATUSES
+
+    hooks = _load_docs_hooks()
+    page = (DOCS / "with-ddo.md").read_text(encoding="utf-8")
+    assert "<!-- generated: ddo-release-statuses -->" in page
+    assert "<!-- generated: ddo-release-fields -->" in page
+    statuses, fields = hooks.ddo_release_statuses(), hooks.ddo_release_fields()
+    for status in DDO_RELEASE_STATUSES:
+        assert re.search(rf"^\| `{status}` \|", statuses, re.MULTILINE), status
+    assert len(fields.splitlines()) == 2 + len(DDO_RELEASE_FIELDS)
+    assert "| *none* |" in fields  # a field without a counterpart says so
 
 
 def test_the_reference_shows_defaults_types_and_descriptions():

@@ -30,6 +30,7 @@ from ddo_hooks.reports.release import (
 
 MiB = 1 << 20
 RELEASE = "pytorch_host_cache_release.setup.host_cache_release"
+OURS = r"not a valid DDO report \(read as ddo_hooks' shape: [^)]*\)"  # how an invalid report of our shape is refused
 
 
 def snapshot(allocated: int, active: int) -> dict[str, Any]:
@@ -199,7 +200,7 @@ def test_the_route_tells_the_report_types_apart():
 
 @pytest.mark.parametrize("missing", ["before", "after", "host_before", "host_after"])
 def test_an_executed_release_needs_its_snapshots(missing: str):
-    refused(changed(executed(), **{missing: None}), rf"^not a valid DDO report: {RELEASE}: .*needs {missing}$")
+    refused(changed(executed(), **{missing: None}), rf"^{OURS}: {RELEASE}: .*needs {missing}$")
 
 
 def test_an_executed_release_needs_its_release_timing():
@@ -297,7 +298,7 @@ def test_another_schema_version_is_refused(version: object):
 def test_an_unknown_route_is_refused():
     data = executed()
     data["route"] = "somewhere_else"
-    refused(data, r"^not a valid DDO report: <root>: 'somewhere_else' is not a route of a DDO report; the routes: ")
+    refused(data, rf"^{OURS}: <root>: 'somewhere_else' is not a route of a DDO report; the routes: ")
 
 
 def test_an_unavailable_snapshot_with_counters_is_refused():
@@ -462,19 +463,27 @@ def test_parse_report_lists_every_failing_field():
 
 
 def test_parse_report_refuses_what_is_not_json():
-    refused("{not json", r"^not a valid DDO report: <root>: Invalid JSON")
+    refused("{not json", r"^not a valid DDO report \(not JSON, so neither shape\): <root>: Invalid JSON")
 
 
 def test_the_json_schema_names_every_route():
     schema = report_json_schema()
     assert schema["title"] == "DDOReport"
-    assert set(schema["discriminator"]["mapping"]) == {
+    ours, ddo = schema["oneOf"]  # ddo_hooks' shape, then DDO's own (tests/test_ddo_reports.py)
+    assert set(ours["discriminator"]["mapping"]) == {
         "pytorch_host_cache_release",
         "phase_boundary_refusal",
         "boundary_action",
         "auxiliary_cpu_source_detach",
         "pinned_copy_repack",
         "done_components_release",
+    }
+    assert set(ddo["discriminator"]["mapping"]) == {
+        "pytorch_host_cache_release",
+        "host_memory_observation",
+        "vmm_auxiliary_source_detachment",
+        "native_vmm_idle_cache_release",
+        "diffusers_group_offload",
     }
 
 

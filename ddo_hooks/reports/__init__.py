@@ -2,14 +2,16 @@
 
 Modules: :mod:`~ddo_hooks.reports.base` (the strict base, the shared field types and the route
 shape), :mod:`~ddo_hooks.reports.release`, :mod:`~ddo_hooks.reports.boundary` and
-:mod:`~ddo_hooks.reports.auxiliary` (one per route family), :mod:`~ddo_hooks.reports.parse` (any
-report), :mod:`~ddo_hooks.reports.tracker` (:class:`~ddo_hooks.reports.tracker.MetricsTracker`)
+:mod:`~ddo_hooks.reports.auxiliary` (one per route family), :mod:`ddo_hooks.reports.ddo` (DDO's
+own report shape), :mod:`~ddo_hooks.reports.parse` (any report, of either shape),
+:mod:`~ddo_hooks.reports.tracker` (:class:`~ddo_hooks.reports.tracker.MetricsTracker`)
 and :mod:`~ddo_hooks.reports.files` (reading a saved run). Imports only the foundation modules.
 """
 
 __all__ = ["REPORT_FILE_FORMS"]
 
 REPORT_FILE_FORMS = (
-    "JSON Lines of {component, report} records (as `ddo-hooks demo` writes), a tracker JSON document or one report"
+    "JSON Lines of {component, report} records (as `ddo-hooks demo` writes), JSON Lines of bare reports (one "
+    "report per line, DDO's own shape too), a tracker JSON document or one report"
 )
 """What a report file may hold, as messages and help texts say it (here, so the CLI can say it cheaply)."""

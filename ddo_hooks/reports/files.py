@@ -1,9 +1,13 @@
 """Reading a file of DDO reports, and saying exactly where an invalid one is wrong.
 
 A report file is JSON Lines of ``{component, report}`` records (as ``ddo-hooks demo`` and
-:meth:`~ddo_hooks.reports.tracker.MetricsTracker.to_jsonl` write), a tracker JSON document
-(:meth:`~ddo_hooks.reports.tracker.MetricsTracker.to_json`) or one bare report. When it does not
-validate, :func:`diagnose_report_file` names the place as ``file:line:col: key.path: problem``.
+:meth:`~ddo_hooks.reports.tracker.MetricsTracker.to_jsonl` write), JSON Lines of bare reports
+(one report per line, of either shape: DDO 0.1.0rc2 writes no JSON Lines itself, so a DDO host
+writes each ``metrics.as_dict()`` as a line), a tracker JSON document
+(:meth:`~ddo_hooks.reports.tracker.MetricsTracker.to_json`) or one bare report (of either shape).
+The form is told from the first line: a record has ``component`` and ``report``, a bare report
+``route``. When it does not validate, :func:`diagnose_report_file` names the place as
+``file:line:col: key.path: problem``.
 
 Examples:
     >>> diagnose_report_file("r.jsonl", '{"component": "x", "report": {"schema_version": 2}}', "JSON Lines")
@@ -34,8 +38,10 @@ from ddo_hooks._diagnostics import (
 from ddo_hooks.errors import InvalidArgumentError, ReportError
 from ddo_hooks.reports import REPORT_FILE_FORMS
 from ddo_hooks.reports.base import explain_error
+from ddo_hooks.reports.ddo.base import ddo_shape_keys
+from ddo_hooks.reports.ddo.routes import DDO_REPORT_ADAPTER, DDO_ROUTES
 from ddo_hooks.reports.envelope import RecordEnvelope
-from ddo_hooks.reports.parse import REPORT_ADAPTER, ROUTES, parse_report
+from ddo_hooks.reports.parse import REPORT_ADAPTER, ROUTES, parse_report, report_shape
 from ddo_hooks.reports.tracker import RECORD_KEYS, Entry, MetricsTracker, iter_entries, text_lines
 
 __all__ = [
@@ -44,6 +50,7 @@ __all__ = [
     "OpenReportFile",
     "ReportFile",
     "diagnose_report_file",
+    "iter_report_lines",
     "json_positions",
     "load_report_file",
     "open_report_file",
@@ -64,7 +71,7 @@ class ReportFile:
 
     Attributes:
         path: The file, as given.
-        form: ``"JSON Lines"``, ``"tracker JSON"`` or ``"report JSON"``.
+        form: ``"JSON Lines"``, ``"JSON Lines of bare reports"``, ``"tracker JSON"`` or ``"report JSON"``.
         entries: Each record's component (``None`` for a bare report), report and envelope
             (``None`` for files written before envelopes existed, and for a bare report).
         warnings: What was left out and why (a last line cut off, when that was allowed).
@@ -106,7 +113,7 @@ def _detect(source: str, text: str) -> tuple[str, Any]:
         except json.JSONDecodeError:
             where = f"{source}:{e.lineno}:{e.colno}"
             raise ReportError(f"{where}: not JSON: {json_error_sentence(e)}; expected {REPORT_FILE_FORMS}") from e
-        return "JSON Lines", None
+        return ("JSON Lines of bare reports" if _bare_report(json.loads(first)) else "JSON Lines"), None
     if isinstance(data, dict) and "records" in data:
         return "tracker JSON", data
     if isinstance(data, dict) and {"component", "report"} & set(data):
@@ -115,12 +122,46 @@ def _detect(source: str, text: str) -> tuple[str, Any]:
         raise ReportError(
             f"{source}:1:1: a JSON {type(data).__name__} is not a report file; expected {REPORT_FILE_FORMS}"
         )
+    if {"observation", "metrics"} <= set(data) and "route" not in data:
+        raise ReportError(
+            f"{source}: this is a record of DDO's metrics journal (observation {show_value(data['observation'])}), "
+            "not a report: ddo_hooks reads the report under its 'metrics' (a DynamicOffloadMetrics.as_dict()); "
+            f"expected {REPORT_FILE_FORMS}"
+        )
     if "$schema" in data:
         raise ReportError(
             f"{source}: this is a JSON Schema, not a report file; a schema validates reports (e.g. with "
             f"check-jsonschema), and expected here is {REPORT_FILE_FORMS}"
         )
     return "report JSON", data
+
+
+def _bare_report(item: Any) -> bool:
+    """Whether the first line of JSON Lines is a bare report (it names a route), not a record."""
+    return isinstance(item, dict) and not {"component", "report"} & set(item) and "route" in item
+
+
+def iter_report_lines(text: str) -> Iterator[Entry]:
+    r"""Each line of JSON Lines of bare reports (either shape, each read by its own keys), validated when reached.
+
+    Raises:
+        ReportError: A line is not a valid report; the message names the line and the shape it was read as.
+
+    Examples:
+        >>> line = ('{"schema_version": 1, "route": "pytorch_host_cache_release", "configuration": {"enabled": false}, '
+        ...         '"setup": {"host_cache_release": {"phase": "", "status": "disabled", "released": false, '
+        ...         '"elapsed_seconds": 0.0}}, "runtime": {}}')
+        >>> [type(entry.report).__name__ for entry in iter_report_lines(line + "\n" + line)]
+        ['DDOHostCacheReleaseReport', 'DDOHostCacheReleaseReport']
+    """
+    for number, line in enumerate(text_lines(text), start=1):
+        if not line.strip():
+            continue
+        try:
+            report = parse_report(line)
+        except ReportError as e:
+            raise ReportError(f"line {number}: {e}") from e
+        yield Entry(None, report)  # type: ignore[arg-type]
 
 
 def _cut_last_line(source: str, text: str) -> tuple[str, str] | None:
@@ -171,7 +212,7 @@ class OpenReportFile:
 
     Attributes:
         path: The file, as given.
-        form: ``"JSON Lines"``, ``"tracker JSON"`` or ``"report JSON"``.
+        form: ``"JSON Lines"``, ``"JSON Lines of bare reports"``, ``"tracker JSON"`` or ``"report JSON"``.
         entries: The records, each validated when it is reached (read them once); an invalid one
             raises the :class:`~ddo_hooks.errors.ReportError` that :func:`load_report_file` raises.
         warnings: What was left out and why (a last line cut off, when that was allowed).
@@ -198,8 +239,9 @@ def open_report_file(path: str | os.PathLike[str], *, cut_last_line: bool = Fals
     warnings = () if cut is None else (cut[1],)
     with _read_errors(source, text, None):
         form, data = _detect(source, text)
-    if form == "JSON Lines":
-        return OpenReportFile(source, form, _some(source, _located(source, text, iter_entries(text))), warnings)
+    if form in ("JSON Lines", "JSON Lines of bare reports"):
+        lines = iter_entries(text) if form == "JSON Lines" else iter_report_lines(text)
+        return OpenReportFile(source, form, _some(source, _located(source, text, lines, form)), warnings)
     with _read_errors(source, text, form):
         if form == "tracker JSON":
             entries = MetricsTracker.from_json(text).entries()
@@ -208,8 +250,8 @@ def open_report_file(path: str | os.PathLike[str], *, cut_last_line: bool = Fals
     return OpenReportFile(source, form, _some(source, entries), warnings)
 
 
-def _located(source: str, text: str, entries: Iterator[Entry]) -> Iterator[Entry]:
-    with _read_errors(source, text, "JSON Lines"):
+def _located(source: str, text: str, entries: Iterator[Entry], form: str) -> Iterator[Entry]:
+    with _read_errors(source, text, form):
         yield from entries
 
 
@@ -279,21 +321,35 @@ def json_positions(text: str) -> Positions:
     return positions
 
 
-def _report_problems(data: Any, positions: Positions, prefix: KeyPath) -> list[tuple[tuple[int, int], str]]:
+def _report_problems(
+    data: Any, positions: Positions, prefix: KeyPath, *, record: bool = False
+) -> list[tuple[tuple[int, int], str]]:
+    """The problems of a report: validated as the shape it is read as (a record's: ddo_hooks' only)."""
+    ddo = report_shape(data) == "ddo"
+    if ddo and record:
+        keys = " and ".join(repr(key) for key in ddo_shape_keys(data))
+        where = nearest_position(positions, prefix) or (1, 1)
+        message = f"a report of DDO's own shape (it has a top-level {keys}); a record holds a ddo_hooks report"
+        return [(where, f"{format_key_path(prefix)}: {message}")]
+    adapter, routes = (DDO_REPORT_ADAPTER, DDO_ROUTES) if ddo else (REPORT_ADAPTER, ROUTES)
     try:
-        REPORT_ADAPTER.validate_python(data)
+        adapter.validate_python(data)
         return []
     except ValidationError as e:
         errors = e.errors(include_url=False)
     found = []
+    shape = " (read as DDO's own shape)" if ddo else ""
     for item in errors:
         loc = tuple(item["loc"])
-        loc = loc[1:] if loc and loc[0] in ROUTES else loc
+        loc = loc[1:] if loc and loc[0] in routes else loc
         if item["type"].startswith("union_tag"):
             loc = ("route",)
         path = (*prefix, *loc)
         message = explain_error(item).removeprefix("Value error, ")
-        found.append((nearest_position(positions, path) or (1, 1), f"{format_key_path(path)}: {message}"))
+        if ddo and item["type"] == "union_tag_invalid":
+            message = message.replace("a route of a DDO report", "a route of DDO's own shape that ddo_hooks reads")
+        where = nearest_position(positions, path) or (1, 1)
+        found.append((where, f"{format_key_path(path)}: {message}{shape}"))
     return found
 
 
@@ -304,7 +360,7 @@ def _record_problems(item: Any, positions: Positions, prefix: KeyPath) -> list[t
         name = format_key_path(prefix) if prefix else "record"
         wanted = "'component', 'report' and (optionally) 'envelope'"
         return [(where, f"{name}: expected an object with {wanted}, got {got}")]
-    problems = _report_problems(item["report"], positions, (*prefix, "report"))
+    problems = _report_problems(item["report"], positions, (*prefix, "report"), record=True)
     if item.get("envelope") is not None:
         try:
             RecordEnvelope.model_validate(item["envelope"])
@@ -333,13 +389,13 @@ def diagnose_report_file(source: str, text: str, form: str) -> str:
     Args:
         source: The file name, as messages show it.
         text: Its text.
-        form: ``"JSON Lines"``, ``"tracker JSON"`` or ``"report JSON"``.
+        form: ``"JSON Lines"``, ``"JSON Lines of bare reports"``, ``"tracker JSON"`` or ``"report JSON"``.
 
     Returns:
         ``file:line:col: key.path: problem`` lines for the first invalid record (one line per
         problem), or ``""`` when nothing is found to be wrong.
     """
-    if form == "JSON Lines":
+    if form in ("JSON Lines", "JSON Lines of bare reports"):
         for number, line in enumerate(text.splitlines(), start=1):
             if not line.strip():
                 continue
@@ -349,7 +405,11 @@ def diagnose_report_file(source: str, text: str, form: str) -> str:
                 return (
                     f"{source}:{number}:{e.colno}: not JSON: {json_error_sentence(e)}; each line holds one JSON object"
                 )
-            problems = _record_problems(item, json_positions(line), ())
+            positions = json_positions(line)
+            if form == "JSON Lines":
+                problems = _record_problems(item, positions, ())
+            else:
+                problems = _report_problems(item, positions, ())
             if problems:
                 return "\n".join(f"{source}:{number}:{col}: {message}" for (_, col), message in problems)
         return ""

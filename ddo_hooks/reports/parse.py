@@ -1,31 +1,64 @@
-"""Any DDO report: the union of every route, its parser and its JSON Schema.
+"""Any DDO report: the union of every route, its parser and its JSON Schema; and DDO's own shape beside it.
 
 Every public result of ddo_hooks is a *DDO report*: a frozen, strictly validated model with
 ``schema_version``, a ``route`` naming what produced it, and one section under ``setup``
 (:class:`~ddo_hooks.reports.base.RouteReport`). :func:`parse_report` reads any of them back.
+
+It also reads the reports of DDO itself (``diffusers-dynamic-offloader``: its
+``DynamicOffloadMetrics``, :mod:`ddo_hooks.reports.ddo`), whose shape differs under the same
+``schema_version`` 1 and, for the release, the same route. The rule that tells them apart: a
+document with a top-level ``configuration`` or ``runtime`` key is DDO's shape (DDO always writes
+both; a ddo_hooks report never has either), any other is ddo_hooks' shape
+(:func:`report_shape`). A document is validated against that one family only, and an error says
+which shape it was read as, and why.
 
 Examples:
     >>> from ddo_hooks import release_pytorch_host_cache
     >>> report = release_pytorch_host_cache(phase="after_call")
     >>> parse_report(report.model_dump(mode="json")) == report
     True
+    >>> ddo = {"schema_version": 1, "route": "pytorch_host_cache_release", "configuration": {"enabled": False},
+    ...        "setup": {"host_cache_release": {"phase": "after_call", "status": "disabled", "released": False,
+    ...                                         "elapsed_seconds": 1e-06}}, "runtime": {}}
+    >>> type(parse_report(ddo)).__name__
+    'DDOHostCacheReleaseReport'
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, TypeAlias
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal, TypeAlias
 
-from pydantic import Field, TypeAdapter, ValidationError
+from pydantic import BaseModel, Discriminator, Field, Tag, TypeAdapter, ValidationError
+from pydantic_core import from_json
 
 from ddo_hooks.errors import ReportError
 from ddo_hooks.reports.auxiliary import AuxiliarySourceDetachReport
 from ddo_hooks.reports.base import describe_errors
 from ddo_hooks.reports.boundary import ActionReport, BoundaryRefusalReport
+from ddo_hooks.reports.ddo.auxiliary import DDOAuxiliarySourceDetachmentReport
+from ddo_hooks.reports.ddo.base import DDO_SHAPE_KEYS, ddo_shape_keys, describe_ddo_errors
+from ddo_hooks.reports.ddo.group import DDOGroupOffloadReport
+from ddo_hooks.reports.ddo.host import DDOHostCacheReleaseReport, DDOHostMemoryReport
+from ddo_hooks.reports.ddo.native import DDONativeIdleCacheReleaseReport
+from ddo_hooks.reports.ddo.routes import DDO_REPORT_ADAPTER, DDO_REPORT_TYPES, DDOPackageReport
 from ddo_hooks.reports.pages import DoneComponentsReleaseReport
 from ddo_hooks.reports.release import HostCacheReleaseReport
 from ddo_hooks.reports.repack import PinnedCopyRepackReport
 
-__all__ = ["REPORT_ADAPTER", "REPORT_TYPES", "ROUTES", "DDOReport", "parse_report", "report_json_schema"]
+__all__ = [
+    "ANY_REPORT_ADAPTER",
+    "REPORT_ADAPTER",
+    "REPORT_TYPES",
+    "ROUTES",
+    "AnyReport",
+    "DDOReport",
+    "ReportShape",
+    "parse_ddo_hooks_report",
+    "parse_report",
+    "report_json_schema",
+    "report_shape",
+]
 
 DDOReport: TypeAlias = Annotated[
     HostCacheReleaseReport
@@ -55,49 +88,159 @@ REPORT_ADAPTER: TypeAdapter[Any] = TypeAdapter(DDOReport)
 """The pydantic adapter of :data:`DDOReport` (its ``validate_python`` lists every problem)."""
 
 
-def parse_report(
-    data: Any,
-) -> (
+OurReport: TypeAlias = (
     HostCacheReleaseReport
     | BoundaryRefusalReport
     | ActionReport
     | AuxiliarySourceDetachReport
     | PinnedCopyRepackReport
     | DoneComponentsReleaseReport
-):
-    """Validate a mapping or a JSON string as a DDO report.
+)
+"""A report of ddo_hooks' shape (the members of :data:`DDOReport`)."""
+
+AnyReport: TypeAlias = (
+    HostCacheReleaseReport
+    | BoundaryRefusalReport
+    | ActionReport
+    | AuxiliarySourceDetachReport
+    | PinnedCopyRepackReport
+    | DoneComponentsReleaseReport
+    | DDOHostCacheReleaseReport
+    | DDOHostMemoryReport
+    | DDOAuxiliarySourceDetachmentReport
+    | DDONativeIdleCacheReleaseReport
+    | DDOGroupOffloadReport
+)
+"""What :func:`parse_report` returns: a report of ddo_hooks' shape or of DDO's own."""
+
+ReportShape = Literal["ddo_hooks", "ddo"]
+"""The two shapes: ddo_hooks' own (:data:`DDOReport`) and DDO's
+(:data:`~ddo_hooks.reports.ddo.routes.DDOPackageReport`)."""
+
+
+def report_shape(data: Any) -> ReportShape:
+    """Which shape a document (or a report model) is read as: the one rule that tells them apart.
+
+    ``"ddo"`` when it is a mapping with a top-level ``configuration`` or ``runtime`` key (or a
+    model of DDO's shape), else ``"ddo_hooks"``.
+
+    Examples:
+        >>> report_shape({"schema_version": 1, "route": "pytorch_host_cache_release", "runtime": {}})
+        'ddo'
+        >>> report_shape({"schema_version": 1, "route": "pytorch_host_cache_release", "setup": {}})
+        'ddo_hooks'
+    """
+    if isinstance(data, BaseModel):
+        return "ddo" if isinstance(data, DDO_REPORT_TYPES) else "ddo_hooks"
+    return "ddo" if ddo_shape_keys(data) else "ddo_hooks"
+
+
+ANY_REPORT_ADAPTER: TypeAdapter[Any] = TypeAdapter(
+    Annotated[
+        Annotated[DDOReport, Tag("ddo_hooks")] | Annotated[DDOPackageReport, Tag("ddo")],
+        Discriminator(report_shape),
+    ]
+)
+"""Both shapes, told apart by :func:`report_shape`: the JSON Schema of :func:`report_json_schema`.
+
+Validate with :func:`parse_report`, whose errors name the shape and leave out the shape's tag."""
+
+
+def _why(shape: ReportShape, data: Any) -> str:
+    if data is None:
+        return "not JSON, so neither shape"
+    if shape == "ddo_hooks":
+        return "read as ddo_hooks' shape: no top-level " + " or ".join(repr(k) for k in DDO_SHAPE_KEYS)
+    keys = ddo_shape_keys(data)
+    if not keys:  # a model instance
+        return "read as DDO's own shape"
+    return f"read as DDO's own shape: it has a top-level {' and '.join(repr(k) for k in keys)}"
+
+
+def parse_report(data: Any) -> AnyReport:
+    """Validate a mapping, a JSON document or a DDO metrics object as a report of either shape.
+
+    The shape is decided first (:func:`report_shape`: DDO's when the document has a top-level
+    ``configuration`` or ``runtime``), then the document is validated against that shape's
+    models only.
 
     Args:
-        data: A mapping (e.g. ``report.model_dump(mode="json")``) or a JSON document (``str``/``bytes``).
+        data: A mapping (e.g. ``report.model_dump(mode="json")`` or DDO's ``metrics.as_dict()``),
+            a JSON document (``str``/``bytes``), a report model, or any object with an
+            ``as_dict()`` method (DDO's ``DynamicOffloadMetrics``; DDO is not imported here).
 
     Returns:
-        The validated report model for its ``route``.
+        The validated report model for its shape and ``route``.
 
     Raises:
-        ReportError: The data is not a valid DDO report; the message lists each field path.
+        ReportError: The data is not a valid report of the shape it was read as; the message
+            names the shape and why, then lists each field path.
 
     Examples:
         >>> parse_report({"schema_version": 2, "route": "pytorch_host_cache_release", "setup": {}})
         Traceback (most recent call last):
         ...
-        ddo_hooks.errors.ReportError: not a valid DDO report: ...
+        ddo_hooks.errors.ReportError: not a valid DDO report (read as ddo_hooks' shape: ...): ...
+        >>> parse_report({"schema_version": 1, "route": "pytorch_host_cache_release", "configuration": {},
+        ...               "setup": {}, "runtime": {}})
+        Traceback (most recent call last):
+        ...
+        ddo_hooks.errors.ReportError: not a valid DynamicOffloadMetrics report (read as DDO's own shape: ...
     """
+    if not isinstance(data, (str, bytes, bytearray, Mapping, BaseModel)) and callable(getattr(data, "as_dict", None)):
+        data = data.as_dict()  # DDO's DynamicOffloadMetrics, duck-typed
+    text = isinstance(data, (str, bytes, bytearray))
     try:
-        if isinstance(data, (str, bytes, bytearray)):
-            return REPORT_ADAPTER.validate_json(data)
-        return REPORT_ADAPTER.validate_python(data)
+        document = from_json(data) if text else data
+    except ValueError:  # not JSON: ddo_hooks' adapter says where
+        document, shape = None, "ddo_hooks"
+    else:
+        shape = report_shape(document)
+    adapter = DDO_REPORT_ADAPTER if shape == "ddo" else REPORT_ADAPTER
+    try:
+        return adapter.validate_json(data) if text else adapter.validate_python(data)
     except ValidationError as e:
-        raise ReportError(f"not a valid DDO report: {describe_errors(e)}") from e
+        if shape == "ddo":
+            raise ReportError(
+                f"not a valid DynamicOffloadMetrics report ({_why(shape, document)}): {describe_ddo_errors(e)}"
+            ) from e
+        raise ReportError(f"not a valid DDO report ({_why(shape, document)}): {describe_errors(e)}") from e
+
+
+def parse_ddo_hooks_report(data: Any) -> OurReport:
+    """Validate a mapping as a report of ddo_hooks' shape only (what a tracker's record holds).
+
+    Raises:
+        ReportError: It is not a valid ddo_hooks report, or it is of DDO's shape (a record holds
+            ddo_hooks' reports only).
+
+    Examples:
+        >>> parse_ddo_hooks_report({"schema_version": 1, "route": "x", "configuration": {}, "runtime": {}})
+        Traceback (most recent call last):
+        ...
+        ddo_hooks.errors.ReportError: a report of DDO's own shape (it has a top-level 'configuration' and ...
+    """
+    if report_shape(data) == "ddo":
+        keys = " and ".join(repr(k) for k in ddo_shape_keys(data)) or "DDO's keys"
+        raise ReportError(
+            f"a report of DDO's own shape (it has a top-level {keys}): a record holds a ddo_hooks report; "
+            "write DDO's reports one per line, bare, or as one JSON document"
+        )
+    return parse_report(data)  # type: ignore[return-value]
 
 
 def report_json_schema() -> dict[str, Any]:
-    """Return the JSON Schema of a DDO report (any route), as checked into ``ddo_hooks/schemas``.
+    """Return the JSON Schema of a report of either shape (any route), as checked into ``ddo_hooks/schemas``.
+
+    ``oneOf`` two families: ddo_hooks' reports (which refuse a ``configuration`` or ``runtime``
+    key) and DDO's own (which require both), so a document matches at most one.
 
     Examples:
-        >>> report_json_schema()["title"]
-        'DDOReport'
+        >>> schema = report_json_schema()
+        >>> schema["title"], len(schema["oneOf"])
+        ('DDOReport', 2)
     """
-    schema = REPORT_ADAPTER.json_schema()
+    schema = ANY_REPORT_ADAPTER.json_schema()
     schema["title"] = "DDOReport"
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     return schema

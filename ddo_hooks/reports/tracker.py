@@ -28,8 +28,9 @@ from pydantic import BaseModel, ValidationError
 from ddo_hooks._diagnostics import json_error_sentence, show_repr, show_value
 from ddo_hooks.errors import InvalidArgumentError, ReportError
 from ddo_hooks.reports.base import FROM_CHECKED_JSON
+from ddo_hooks.reports.ddo.routes import DDO_REPORT_TYPES
 from ddo_hooks.reports.envelope import RecordEnvelope, ReportRecord
-from ddo_hooks.reports.parse import REPORT_TYPES, parse_report
+from ddo_hooks.reports.parse import REPORT_TYPES, parse_ddo_hooks_report
 
 __all__ = [
     "MAX_COMPONENT_LENGTH",
@@ -123,6 +124,11 @@ class MetricsTracker:
         Raises:
             InvalidArgumentError: ``report`` is not a DDO report or ``component`` is malformed.
         """
+        if isinstance(report, DDO_REPORT_TYPES):
+            raise InvalidArgumentError(
+                f"record_ddo_metrics keeps ddo_hooks' reports; {type(report).__name__} is a report of DDO's own shape: "
+                "keep DDO's reports as JSON Lines of bare reports (one report.as_dict() per line)"
+            )
         if not isinstance(report, REPORT_TYPES):
             raise InvalidArgumentError(
                 f"record_ddo_metrics expects a DDO report model, got {type(report).__name__}; "
@@ -263,7 +269,7 @@ def _record_from_json(item: Any, where: str) -> Entry:
         problem = _component_problem(component).removeprefix("must be ")
         raise ReportError(f"{where}.component: {show_value(component)} is not a component name: it must be {problem}")
     try:
-        report = parse_report(item["report"])
+        report = parse_ddo_hooks_report(item["report"])
     except ReportError as e:
         raise ReportError(f"{where}.report: {e}") from e
     envelope = None

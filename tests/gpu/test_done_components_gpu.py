@@ -43,8 +43,8 @@ reports = [r.release for r in attachment.reports if r.route == "done_components_
 attachment.detach()
 print(json.dumps({{
     "equal": [bool(torch.equal(a, b)) for a, b in zip(plain, got)],
-    "releases": [{{"boundary": r.boundary, "status": r.status, "released": r.released_bytes,
-                  "components": [[c.component, c.outcome, c.reason, c.file_bytes, c.resident_bytes] for c in r.components]}}
+    "releases": [{{"boundary": r.boundary, "status": r.status, "released": r.released_bytes, "components": [
+                      [c.component, c.outcome, c.reason, c.file_bytes, c.resident_bytes] for c in r.components]}}
                  for r in reports],
     "detached": type(pipe) is cls and {{n: len(m._forward_pre_hooks) for n, m in pipe.components.items()
                                        if isinstance(m, torch.nn.Module)}} == hooks,

@@ -1,0 +1,45 @@
+"""Any report of DDO's own shape that ddo_hooks reads: the union of its routes, told apart by ``route``.
+
+Examples:
+    >>> DDO_ROUTES
+    ('pytorch_host_cache_release', 'host_memory_observation', 'vmm_auxiliary_source_detachment', \
+'native_vmm_idle_cache_release', 'diffusers_group_offload')
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, TypeAlias, get_args
+
+from pydantic import Field, TypeAdapter
+
+from ddo_hooks.reports.ddo.auxiliary import DDOAuxiliarySourceDetachmentReport
+from ddo_hooks.reports.ddo.group import DDOGroupOffloadReport
+from ddo_hooks.reports.ddo.host import DDOHostCacheReleaseReport, DDOHostMemoryReport
+from ddo_hooks.reports.ddo.native import DDONativeIdleCacheReleaseReport
+
+__all__ = ["DDO_REPORT_ADAPTER", "DDO_REPORT_TYPES", "DDO_ROUTES", "DDOPackageReport"]
+
+DDOPackageReport: TypeAlias = Annotated[
+    DDOHostCacheReleaseReport
+    | DDOHostMemoryReport
+    | DDOAuxiliarySourceDetachmentReport
+    | DDONativeIdleCacheReleaseReport
+    | DDOGroupOffloadReport,
+    Field(discriminator="route"),
+]
+"""Any report of DDO's own shape that ddo_hooks reads (DDO 0.1.0rc2's host-memory routes), told apart by ``route``."""
+
+DDO_REPORT_TYPES = (
+    DDOHostCacheReleaseReport,
+    DDOHostMemoryReport,
+    DDOAuxiliarySourceDetachmentReport,
+    DDONativeIdleCacheReleaseReport,
+    DDOGroupOffloadReport,
+)
+"""Every model of DDO's shape, one per route."""
+
+DDO_ROUTES: tuple[str, ...] = tuple(get_args(cls.model_fields["route"].annotation)[0] for cls in DDO_REPORT_TYPES)
+"""Every route of DDO's shape that ddo_hooks reads."""
+
+DDO_REPORT_ADAPTER: TypeAdapter[Any] = TypeAdapter(DDOPackageReport)
+"""The pydantic adapter of :data:`DDOPackageReport`."""
