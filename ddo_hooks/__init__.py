@@ -14,6 +14,7 @@ Examples:
 from __future__ import annotations
 
 import importlib
+import warnings
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
@@ -40,17 +41,6 @@ _EXPORTS: dict[str, str] = {
     "MetricsTracker": "ddo_hooks.reports.tracker",
     "PinnedCopyRepackReport": "ddo_hooks.reports.repack",
     "parse_report": "ddo_hooks.reports.parse",
-    # offload runtimes and bounded auxiliary CPU source detachment
-    "DynamicOffloadApplyResult": "ddo_hooks.offload.apply",
-    "IntervalObservingAdapter": "ddo_hooks.offload.runtimes",
-    "OffloadRuntime": "ddo_hooks.offload.runtimes",
-    "OffloadedComponent": "ddo_hooks.offload.auxiliary",
-    "PayloadInterval": "ddo_hooks.offload.runtimes",
-    "SourceObservationAdapter": "ddo_hooks.offload.runtimes",
-    "apply_dynamic_offload": "ddo_hooks.offload.apply",
-    "available_runtimes": "ddo_hooks.offload.runtimes",
-    "register_offload_runtime": "ddo_hooks.offload.runtimes",
-    "unregister_offload_runtime": "ddo_hooks.offload.runtimes",
     # errors
     "BoundaryRefusedError": "ddo_hooks.errors",
     "DDOError": "ddo_hooks.errors",
@@ -82,17 +72,6 @@ __all__ = [
     "MetricsTracker",
     "PinnedCopyRepackReport",
     "parse_report",
-    # offload runtimes and bounded auxiliary CPU source detachment
-    "DynamicOffloadApplyResult",
-    "IntervalObservingAdapter",
-    "OffloadRuntime",
-    "OffloadedComponent",
-    "PayloadInterval",
-    "SourceObservationAdapter",
-    "apply_dynamic_offload",
-    "available_runtimes",
-    "register_offload_runtime",
-    "unregister_offload_runtime",
     # errors
     "BoundaryRefusedError",
     "DDOError",
@@ -115,17 +94,6 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and IDEs
     )
     from ddo_hooks.hooks.actions import BoundaryContext, register_action, unregister_action
     from ddo_hooks.hooks.attachment import Attachment, attach
-    from ddo_hooks.offload.apply import DynamicOffloadApplyResult, apply_dynamic_offload
-    from ddo_hooks.offload.auxiliary import OffloadedComponent
-    from ddo_hooks.offload.runtimes import (
-        IntervalObservingAdapter,
-        OffloadRuntime,
-        PayloadInterval,
-        SourceObservationAdapter,
-        available_runtimes,
-        register_offload_runtime,
-        unregister_offload_runtime,
-    )
     from ddo_hooks.policy.model import HookPolicy
     from ddo_hooks.release.host_cache import release_pytorch_host_cache
     from ddo_hooks.release.repack import repack_pinned_copies
@@ -137,7 +105,38 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and IDEs
     from ddo_hooks.reports.tracker import MetricsTracker
 
 
+# The offload names, which left this namespace for ddo_hooks.offload (two renamed: DDO exports
+# functions and classes of those names that mean other things). Aliases for one release.
+_MOVED: dict[str, str] = {
+    "apply_dynamic_offload": "apply_offload_runtime",
+    "DynamicOffloadApplyResult": "OffloadRuntimeApplication",
+    **{
+        name: name
+        for name in (
+            "IntervalObservingAdapter",
+            "OffloadRuntime",
+            "OffloadedComponent",
+            "PayloadInterval",
+            "SourceObservationAdapter",
+            "available_runtimes",
+            "register_offload_runtime",
+            "unregister_offload_runtime",
+        )
+    },
+}
+
+
 def __getattr__(name: str) -> Any:
+    if name in _MOVED:
+        new = _MOVED[name]
+        renamed = "" if new == name else f" (renamed: DDO's {name} means something else)"
+        warnings.warn(
+            f"ddo_hooks.{name} moved to ddo_hooks.offload.{new}{renamed}; import it from there, as this alias "
+            "goes in ddo-hooks 0.2",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return getattr(importlib.import_module("ddo_hooks.offload"), new)
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'ddo_hooks' has no attribute {name!r}")

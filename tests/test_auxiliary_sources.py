@@ -22,7 +22,8 @@ import safetensors.torch
 import torch
 from diffusers.hooks import HookRegistry
 
-from ddo_hooks import InvalidArgumentError, apply_dynamic_offload, parse_report
+from ddo_hooks import InvalidArgumentError, parse_report
+from ddo_hooks.offload import apply_offload_runtime
 from ddo_hooks.offload.runtimes import (
     OffloadRuntime,
     PayloadInterval,
@@ -118,7 +119,7 @@ def loaded_pipeline(kind: str, tmp_path: Path, keep: str | None = None, runtime:
     loader = Loader(kind, tmp_path)
     escaped = loader.load("transformer", transformer, keep)
     loader.load("text_encoder_2", pipe.text_encoder_2)
-    result = apply_dynamic_offload(pipe, onload_device="cpu", components=list(COMPONENTS), runtime=runtime)
+    result = apply_offload_runtime(pipe, onload_device="cpu", components=list(COMPONENTS), runtime=runtime)
     return pipe, result, loader, escaped
 
 

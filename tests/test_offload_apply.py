@@ -1,4 +1,4 @@
-"""``apply_dynamic_offload``: the runtime per component, the phase hooks, the policy's detachment, errors;
+"""``apply_offload_runtime``: the runtime per component, the phase hooks, the policy's detachment, errors;
 the runtime registry and the public models of the ``auxiliary_cpu_source_detach`` route."""
 
 from __future__ import annotations
@@ -9,20 +9,17 @@ from diffusers.hooks import HookRegistry
 from diffusers.hooks.group_offloading import _is_group_offload_enabled
 from pydantic import ValidationError
 
-from ddo_hooks import (
-    DynamicOffloadApplyResult,
-    HookPolicy,
-    InvalidArgumentError,
-    MetricsTracker,
+from ddo_hooks import HookPolicy, InvalidArgumentError, MetricsTracker, attach
+from ddo_hooks.hooks.signals import HOOK_NAMES
+from ddo_hooks.offload import (
     OffloadRuntime,
+    OffloadRuntimeApplication,
     PayloadInterval,
-    apply_dynamic_offload,
-    attach,
+    apply_offload_runtime,
     available_runtimes,
     register_offload_runtime,
     unregister_offload_runtime,
 )
-from ddo_hooks.hooks.signals import HOOK_NAMES
 from ddo_hooks.offload.apply import AUXILIARY_COMPONENT
 from ddo_hooks.offload.runtimes import OBSERVER_HOOK, DiffusersGroupOffloadAdapter, get_offload_runtime
 from ddo_hooks.reports.auxiliary import AuxiliarySourceDetach, ComponentSourceObservation
@@ -53,8 +50,8 @@ def mmap_loaded(pipe, name: str, tmp_path) -> None:
 @pytest.mark.parametrize("family", ["flux", "sd"])
 def test_every_module_component_gets_the_runtime_and_its_adapter(family):
     pipe = build_pipeline(family)
-    result = apply_dynamic_offload(pipe, onload_device="cpu")
-    assert isinstance(result, DynamicOffloadApplyResult)
+    result = apply_offload_runtime(pipe, onload_device="cpu")
+    assert isinstance(result, OffloadRuntimeApplication)
     assert sorted(result.components) == sorted(MODULES[family])
     assert list(result.components) == [n for n in pipe.components if n in MODULES[family]]  # the pipeline's order
     for name, component in result.components.items():
@@ -75,7 +72,7 @@ def test_every_module_component_gets_the_runtime_and_its_adapter(family):
 @pytest.mark.parametrize("offload_type", ["block_level", "leaf_level"])
 def test_offloaded_outputs_equal_those_of_a_plain_pipeline(family, offload_type):
     pipe, plain = build_pipeline(family), build_pipeline(family)
-    result = apply_dynamic_offload(pipe, onload_device="cpu", runtime_options={"offload_type": offload_type})
+    result = apply_offload_runtime(pipe, onload_device="cpu", runtime_options={"offload_type": offload_type})
     output = pipe(**call_kwargs(family))
     expected = plain(**call_kwargs(family))
     key = "frames" if family == "wan" else "images"
@@ -87,7 +84,7 @@ def test_offloaded_outputs_equal_those_of_a_plain_pipeline(family, offload_type)
 def test_the_policy_runs_the_detachment_once_before_the_first_forward(tmp_path):
     pipe = build_pipeline("flux")
     mmap_loaded(pipe, "transformer", tmp_path)
-    result = apply_dynamic_offload(pipe, aux_policy(max_copy_bytes="1MiB"), onload_device="cpu")
+    result = apply_offload_runtime(pipe, aux_policy(max_copy_bytes="1MiB"), onload_device="cpu")
     [report] = result.tracker.reports(AUXILIARY_COMPONENT)
     assert report is result.auxiliary_report
     detach = report.detach
@@ -105,7 +102,7 @@ def test_a_policy_ceiling_too_small_records_a_refusal_and_changes_nothing(tmp_pa
     pipe = build_pipeline("flux")
     mmap_loaded(pipe, "transformer", tmp_path)
     storages = [p.untyped_storage().data_ptr() for p in pipe.transformer.parameters()]
-    result = apply_dynamic_offload(pipe, aux_policy(max_copy_bytes=1024), onload_device="cpu")
+    result = apply_offload_runtime(pipe, aux_policy(max_copy_bytes=1024), onload_device="cpu")
     detach = result.auxiliary_report.detach
     assert (detach.status, detach.refusal_reason) == ("refused", "exceeds_ceiling")
     assert [p.untyped_storage().data_ptr() for p in pipe.transformer.parameters()] == storages
@@ -117,7 +114,7 @@ def test_the_built_in_adapter_reports_the_loader_tensors_diffusers_retains(tmp_p
     sources of its streamed groups; diffusers' own _init_cpu_param_dict makes them here (streams need CUDA)."""
     pipe = build_pipeline("flux")
     mmap_loaded(pipe, "transformer", tmp_path)
-    result = apply_dynamic_offload(pipe, onload_device="cpu", components=["transformer"])
+    result = apply_offload_runtime(pipe, onload_device="cpu", components=["transformer"])
     for module in pipe.transformer.modules():
         registry = getattr(module, "_diffusers_hook", None)
         group = registry.get_hook("group_offloading").group if registry else None
@@ -140,7 +137,7 @@ def test_the_built_in_adapter_reports_the_loader_tensors_diffusers_retains(tmp_p
 
 def test_the_adapter_sees_a_forward_of_its_own_component_only():
     pipe = build_pipeline("flux")
-    result = apply_dynamic_offload(pipe, onload_device="cpu", components=["transformer", "text_encoder_2"])
+    result = apply_offload_runtime(pipe, onload_device="cpu", components=["transformer", "text_encoder_2"])
     adapters = {name: c.adapter for name, c in result.components.items()}
     assert not any(a.execution_started() for a in adapters.values())
     pipe.text_encoder_2(input_ids=torch.tensor([[4, 5, 1]]))
@@ -152,7 +149,7 @@ def test_the_adapter_sees_a_forward_of_its_own_component_only():
 
 def test_detach_removes_the_phase_hooks_and_observers_and_keeps_the_runtime():
     pipe = build_pipeline("flux")
-    result = apply_dynamic_offload(pipe, onload_device="cpu", components=["transformer"])
+    result = apply_offload_runtime(pipe, onload_device="cpu", components=["transformer"])
     assert {OBSERVER_HOOK, HOOK_NAMES["denoiser"], "group_offloading"} <= hook_names(pipe.transformer)
     result.detach()
     result.detach()  # a second call does nothing
@@ -162,12 +159,12 @@ def test_detach_removes_the_phase_hooks_and_observers_and_keeps_the_runtime():
     pipe(**call_kwargs("flux"))
     attach(pipe).detach()  # the pipeline is free to be attached again
     with pytest.raises(InvalidArgumentError, match="already has diffusers group offloading applied"):
-        apply_dynamic_offload(pipe, onload_device="cpu", components=["transformer"])
+        apply_offload_runtime(pipe, onload_device="cpu", components=["transformer"])
 
 
 def test_the_apply_result_is_a_handle_like_an_attachment():
     pipe = build_pipeline("flux")
-    with apply_dynamic_offload(pipe, onload_device="cpu", components=["transformer"]) as result:
+    with apply_offload_runtime(pipe, onload_device="cpu", components=["transformer"]) as result:
         assert not result.detached
         pipe(**call_kwargs("flux"))
     assert result.detached
@@ -198,7 +195,7 @@ def test_bad_arguments_name_the_argument_and_change_nothing(kwargs, match):
     pipe = build_pipeline("flux")
     arguments = {"onload_device": "cpu", "components": ["transformer", "vae"], **kwargs}
     with pytest.raises(InvalidArgumentError, match=match):
-        apply_dynamic_offload(pipe, **arguments)
+        apply_offload_runtime(pipe, **arguments)
     assert not any(_is_group_offload_enabled(getattr(pipe, name)) for name in ("transformer", "vae"))
     assert hook_names(pipe.transformer) == set()
     attach(pipe).detach()  # no attachment was left behind
@@ -206,7 +203,7 @@ def test_bad_arguments_name_the_argument_and_change_nothing(kwargs, match):
 
 def test_not_a_pipeline_is_an_invalid_argument():
     with pytest.raises(InvalidArgumentError, match="pipe must be a diffusers DiffusionPipeline, got Linear"):
-        apply_dynamic_offload(torch.nn.Linear(2, 2), onload_device="cpu")
+        apply_offload_runtime(torch.nn.Linear(2, 2), onload_device="cpu")
 
 
 class Broken:
@@ -225,7 +222,7 @@ def test_a_runtime_whose_adapter_breaks_the_protocol_is_refused_and_hooks_are_re
     pipe = build_pipeline("flux")
     assert "test.broken" in available_runtimes()
     with pytest.raises(InvalidArgumentError, match="made a Broken for 'transformer', which does not implement"):
-        apply_dynamic_offload(pipe, onload_device="cpu", components=["transformer"], runtime="test.broken")
+        apply_offload_runtime(pipe, onload_device="cpu", components=["transformer"], runtime="test.broken")
     assert HOOK_NAMES["denoiser"] not in hook_names(pipe.transformer)
     attach(pipe).detach()
 
@@ -277,3 +274,17 @@ def test_an_observation_counts_intervals_only_when_reported():
 def test_a_payload_interval_is_an_ordered_pair_of_addresses(start, end):
     with pytest.raises(InvalidArgumentError, match="PayloadInterval"):
         PayloadInterval(start, end)
+
+
+def test_the_offload_names_left_the_top_level_and_their_old_names_warn():
+    import ddo_hooks
+    import ddo_hooks.offload as offload
+
+    assert not set(offload.__all__) & set(dir(ddo_hooks))
+    assert "apply_dynamic_offload" not in dir(ddo_hooks)
+    with pytest.warns(DeprecationWarning, match=r"ddo_hooks.offload.apply_offload_runtime \(renamed: DDO's"):
+        assert ddo_hooks.apply_dynamic_offload is apply_offload_runtime
+    with pytest.warns(DeprecationWarning, match=r"moved to ddo_hooks.offload.OffloadRuntime;"):
+        assert ddo_hooks.OffloadRuntime is OffloadRuntime
+    with pytest.raises(AttributeError, match="no attribute 'apply_nothing'"):
+        offload.apply_nothing  # noqa: B018

@@ -358,6 +358,6 @@ class Attachment:
         """Record a report with this attachment's envelope: in the tracker, in memory and in the sink.
 
         The boundaries record their own reports; use this for a report made elsewhere (e.g. the
-        auxiliary source detachment of ``apply_dynamic_offload``).
+        auxiliary source detachment of ``apply_offload_runtime``).
         """
         self._recorder.record(component, report, boundary, self.machine.call_index)

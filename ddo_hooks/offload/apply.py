@@ -1,11 +1,11 @@
-"""``apply_dynamic_offload``: put an offload runtime on pipeline components and attach the phase hooks.
+"""``apply_offload_runtime``: put an offload runtime on pipeline components and attach the phase hooks.
 
 The runtime is an existing offload engine, diffusers group offloading by default (no home-made
-engine). The result, :class:`DynamicOffloadApplyResult`, records for each component the runtime
+engine). The result, :class:`OffloadRuntimeApplication`, records for each component the runtime
 and its source-observation adapter, keeps the :class:`~ddo_hooks.hooks.attachment.Attachment` of the
 policy's phase hooks, is a handle like it (``detach()``, and a context manager that detaches on
 exit), and offers the bounded auxiliary CPU source detachment
-(:meth:`DynamicOffloadApplyResult.detach_auxiliary_cpu_sources`). When the policy enables
+(:meth:`OffloadRuntimeApplication.detach_auxiliary_cpu_sources`). When the policy enables
 ``auxiliary_sources``, that detachment runs once right after the runtime is applied, before
 the first forward, and its report is recorded in the tracker under ``auxiliary_cpu_sources``.
 
@@ -14,7 +14,7 @@ Examples:
     >>> from ddo_hooks.testing.tiny_pipelines import build_pipeline, call_kwargs
     >>> pipe = build_pipeline("flux")
     >>> policy = HookPolicy.from_mapping({"version": 1, "auxiliary_sources": {"enabled": True}})
-    >>> result = apply_dynamic_offload(pipe, policy, onload_device="cpu", components=["transformer"])
+    >>> result = apply_offload_runtime(pipe, policy, onload_device="cpu", components=["transformer"])
     >>> {name: c.runtime for name, c in result.components.items()}
     {'transformer': 'diffusers_group_offload'}
     >>> result.tracker.reports("auxiliary_cpu_sources")[0].detach.status
@@ -45,14 +45,14 @@ from ddo_hooks.policy.model import HookPolicy
 from ddo_hooks.reports.auxiliary import AuxiliarySourceDetachReport
 from ddo_hooks.reports.tracker import MetricsTracker
 
-__all__ = ["AUXILIARY_COMPONENT", "DynamicOffloadApplyResult", "OffloadedComponent", "apply_dynamic_offload"]
+__all__ = ["AUXILIARY_COMPONENT", "OffloadRuntimeApplication", "OffloadedComponent", "apply_offload_runtime"]
 
 AUXILIARY_COMPONENT = "auxiliary_cpu_sources"
 """The tracker component of the detachment report that the policy runs at apply time."""
 
 
-class DynamicOffloadApplyResult:
-    """What :func:`apply_dynamic_offload` applied: the components, their runtimes and adapters, the hooks.
+class OffloadRuntimeApplication:
+    """What :func:`apply_offload_runtime` applied: the components, their runtimes and adapters, the hooks.
 
     Attributes:
         pipeline: The pipeline.
@@ -123,7 +123,7 @@ class DynamicOffloadApplyResult:
         self.attachment.detach()
         _close(self.components.values())
 
-    def __enter__(self) -> DynamicOffloadApplyResult:
+    def __enter__(self) -> OffloadRuntimeApplication:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -131,7 +131,7 @@ class DynamicOffloadApplyResult:
 
     def __repr__(self) -> str:
         parts = ", ".join(f"{n}={c.runtime}" for n, c in self.components.items())
-        return f"<DynamicOffloadApplyResult {type(self.pipeline).__name__} {parts}>"
+        return f"<OffloadRuntimeApplication {type(self.pipeline).__name__} {parts}>"
 
 
 def _close(components: Any) -> None:
@@ -172,7 +172,7 @@ def _component_names(pipe: DiffusionPipeline, components: object) -> list[str]:
     return names
 
 
-def apply_dynamic_offload(
+def apply_offload_runtime(
     pipe: DiffusionPipeline,
     policy: HookPolicy | str | os.PathLike[str] | None = None,
     *,
@@ -181,7 +181,7 @@ def apply_dynamic_offload(
     runtime: str = DIFFUSERS_GROUP_OFFLOAD,
     runtime_options: Mapping[str, Any] | None = None,
     tracker: MetricsTracker | None = None,
-) -> DynamicOffloadApplyResult:
+) -> OffloadRuntimeApplication:
     """Apply an offload runtime to pipeline components and attach the policy's phase hooks.
 
     Everything is checked before anything changes. The phase hooks are attached first (as
@@ -203,7 +203,7 @@ def apply_dynamic_offload(
         tracker: Where reports are recorded (a new tracker when ``None``).
 
     Returns:
-        The :class:`DynamicOffloadApplyResult`.
+        The :class:`OffloadRuntimeApplication`.
 
     Raises:
         InvalidArgumentError: A malformed argument (named in the message), a component already
@@ -228,7 +228,7 @@ def apply_dynamic_offload(
     attachment = attach(pipe, policy, tracker=tracker)
     applied: dict[str, OffloadedComponent] = {}
     try:
-        with attachment.loading(f"apply_dynamic_offload({engine.name})"):
+        with attachment.loading(f"apply_offload_runtime({engine.name})"):
             for name in names:
                 module = getattr(pipe, name)
                 try:
@@ -250,7 +250,7 @@ def apply_dynamic_offload(
         _close(applied.values())
         attachment.detach()
         raise
-    result = DynamicOffloadApplyResult(pipe, attachment, applied)
+    result = OffloadRuntimeApplication(pipe, attachment, applied)
     settings = attachment.policy.auxiliary_sources
     if settings.enabled:
         report = result.detach_auxiliary_cpu_sources(enabled=True, max_copy_bytes=settings.max_copy_bytes)

@@ -333,8 +333,8 @@ def detach_auxiliary_cpu_sources(
 ) -> AuxiliarySourceDetachReport:
     """Copy the selected residual CPU views of ``components`` into storage of their own, or refuse.
 
-    Prefer :meth:`DynamicOffloadApplyResult.detach_auxiliary_cpu_sources
-    <ddo_hooks.offload.apply.DynamicOffloadApplyResult.detach_auxiliary_cpu_sources>`, which passes the
+    Prefer :meth:`OffloadRuntimeApplication.detach_auxiliary_cpu_sources
+    <ddo_hooks.offload.apply.OffloadRuntimeApplication.detach_auxiliary_cpu_sources>`, which passes the
     components it applied. Call it before the first forward, with exclusive ownership of the
     components; not concurrently with loading or inference.
 

@@ -1,6 +1,6 @@
 """Offload runtimes and their source-observation adapters.
 
-An *offload runtime* is an existing offload engine that :func:`~ddo_hooks.apply_dynamic_offload`
+An *offload runtime* is an existing offload engine that :func:`~ddo_hooks.offload.apply_offload_runtime`
 applies to a pipeline component; diffusers group offloading is the built-in one
 (:data:`DIFFUSERS_GROUP_OFFLOAD`). Each runtime comes with a *source-observation adapter*: a
 small object that answers, for one component, the questions the auxiliary-source detachment
@@ -171,7 +171,7 @@ AdapterFactory = Callable[[torch.nn.Module], SourceObservationAdapter]
 
 @dataclass(frozen=True)
 class OffloadRuntime:
-    """An offload engine that :func:`~ddo_hooks.apply_dynamic_offload` can apply.
+    """An offload engine that :func:`~ddo_hooks.offload.apply_offload_runtime` can apply.
 
     Attributes:
         name: Its registered name: a lowercase letter, then ``a-z 0-9 _ . -``.

@@ -17,7 +17,8 @@ MiB = 2**20
 PRELUDE = """
 import gc, json, os, tempfile, torch
 from diffusers import FluxTransformer2DModel
-from ddo_hooks import HookPolicy, apply_dynamic_offload
+from ddo_hooks import HookPolicy
+from ddo_hooks.offload import apply_offload_runtime
 from ddo_hooks.testing.tiny_pipelines import build_pipeline
 
 DEVICE = {device!r}
@@ -67,7 +68,7 @@ gc.collect()
 DETACH = """
 pipe = loaded_pipeline()
 weights_bytes = sum(p.numel() * p.element_size() for p in pipe.transformer.parameters())
-result = apply_dynamic_offload(pipe, onload_device=DEVICE, components=["transformer"], runtime_options=OPTIONS)
+result = apply_offload_runtime(pipe, onload_device=DEVICE, components=["transformer"], runtime_options=OPTIONS)
 adapter = result.components["transformer"].adapter
 mapping_before = mapped()
 report = result.detach_auxiliary_cpu_sources(max_copy_bytes=64 * 2**20)
@@ -75,7 +76,7 @@ gc.collect()
 mapping_after = mapped()
 d = report.detach
 twin = loaded_pipeline()
-twin_result = apply_dynamic_offload(twin, onload_device=DEVICE, components=["transformer"], runtime_options=OPTIONS)
+twin_result = apply_offload_runtime(twin, onload_device=DEVICE, components=["transformer"], runtime_options=OPTIONS)
 outputs = [forward(pipe) for _ in range(3)]
 expected = [forward(twin) for _ in range(3)]
 again = result.detach_auxiliary_cpu_sources().detach
@@ -135,7 +136,7 @@ def test_the_policy_detaches_before_the_first_forward(run_fresh, gpu_count):
         + """
 pipe = loaded_pipeline()
 policy = HookPolicy.from_mapping({"version": 1, "auxiliary_sources": {"enabled": True, "max_copy_bytes": "64MiB"}})
-result = apply_dynamic_offload(pipe, policy, onload_device=DEVICE, components=["transformer"], runtime_options=OPTIONS)
+result = apply_offload_runtime(pipe, policy, onload_device=DEVICE, components=["transformer"], runtime_options=OPTIONS)
 [report] = result.tracker.reports("auxiliary_cpu_sources")
 gc.collect()
 out = forward(pipe)
