@@ -24,7 +24,7 @@ import functools
 import sys
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ddo_hooks.boundaries import HOST_CACHE_COMPONENT_PREFIX, HOST_CACHE_RELEASE, MALLOC_TRIM, RELEASE_DONE_COMPONENTS
 
@@ -98,6 +98,15 @@ def malloc_trim(ctx: BoundaryContext) -> Any:
     return ctx.action_report("executed", detail=f"malloc_trim(0) returned {returned}", data=data)
 
 
+class _Mark(NamedTuple):
+    """Where ``release_done_components`` left off: its boundary, the faults so far and ``RssFile`` after it."""
+
+    boundary: str
+    minor: int
+    major: int
+    rss_file: int
+
+
 def _faults() -> tuple[int, int] | None:
     """The process's minor and major page faults so far, where the platform counts them."""
     try:
@@ -117,7 +126,7 @@ def release_done_components(ctx: BoundaryContext) -> Any:
     ``done_components_release``) also says what bringing pages back cost since this action's
     previous boundary: the process's page faults and the growth of ``RssFile``.
     """
-    from ddo_hooks.release.file_pages import give_back_file_pages, supported
+    from ddo_hooks.release.file_pages import give_back_file_pages, left_shared, supported
     from ddo_hooks.release.host_memory import observe_host
     from ddo_hooks.reports.pages import (
         ComponentPages,
@@ -136,26 +145,18 @@ def release_done_components(ctx: BoundaryContext) -> Any:
     why = supported()
     for name, module in modules if why is None else ():
         holder = ctx.held_elsewhere(module)
-        if holder is None:
-            pages.append(give_back_file_pages(name, module))
-            continue
-        size = sum(t.numel() * t.element_size() for t in (*module.parameters(), *module.buffers()))
-        detail = f"the attached {holder} holds it too, and its calls would pay for the page faults"
-        pages.append(
-            ComponentPages(component=name, outcome="left", reason="shared", detail=detail, file_bytes=0,
-                           other_bytes=size, resident_bytes=None, released_bytes=0, seconds=0.0)
-        )  # fmt: skip
+        pages.append(give_back_file_pages(name, module) if holder is None else left_shared(name, module, holder))
     host_after = observe_host()
     released = sum(p.released_bytes for p in pages)
     since = None
-    last = ctx.state.get("last")
+    last: _Mark | None = ctx.state.get("last")
     if last is not None and faults is not None and host_before.rss_file_bytes is not None:
-        growth = host_before.rss_file_bytes - last[3]
-        since = FaultsSince(since=last[0], minor_faults=faults[0] - last[1], major_faults=faults[1] - last[2],
-                            rss_file_growth_bytes=growth)  # fmt: skip
+        growth = host_before.rss_file_bytes - last.rss_file
+        since = FaultsSince(since=last.boundary, minor_faults=faults[0] - last.minor,
+                            major_faults=faults[1] - last.major, rss_file_growth_bytes=growth)  # fmt: skip
     after = _faults()
     if after is not None and host_after.rss_file_bytes is not None:
-        ctx.state["last"] = (ctx.boundary, *after, host_after.rss_file_bytes)
+        ctx.state["last"] = _Mark(ctx.boundary, *after, host_after.rss_file_bytes)
     if any(p.outcome == "released" for p in pages):
         status, reason = "executed", None
         detail = f"{sum(p.outcome == 'released' for p in pages)} done component(s) gave back {released} bytes"

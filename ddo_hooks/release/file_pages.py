@@ -40,7 +40,7 @@ import torch
 from ddo_hooks._compat import diffusers as diffusers_compat
 from ddo_hooks.reports.pages import ComponentPages
 
-__all__ = ["PAGE_SIZE", "give_back_file_pages", "supported"]
+__all__ = ["PAGE_SIZE", "give_back_file_pages", "left_shared", "supported"]
 
 PAGE_SIZE = mmap.PAGESIZE
 _PRESENT, _SWAPPED, _FILE = 1 << 63, 1 << 62, 1 << 61  # /proc/<pid>/pagemap bits (Documentation/admin-guide/mm)
@@ -165,6 +165,12 @@ def _left(name: str, reason: str, detail: str, file_bytes: int, other_bytes: int
         released_bytes=0,
         seconds=time.perf_counter() - started,
     )
+
+
+def left_shared(name: str, module: torch.nn.Module, holder: str) -> ComponentPages:
+    """``module`` left as it is because the attached pipeline ``holder`` holds it too."""
+    detail = f"the attached {holder} holds it too, and its calls would pay for the page faults"
+    return _left(name, "shared", detail, 0, sum(_storages(module).values()), time.perf_counter())
 
 
 def give_back_file_pages(name: str, module: torch.nn.Module) -> ComponentPages:
