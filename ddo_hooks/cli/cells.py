@@ -17,10 +17,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TextIO
 
+from ddo_hooks.boundaries import BOUNDARIES
 from ddo_hooks.cli.layout import Cell
 from ddo_hooks.sizes import format_size
 
 __all__ = [
+    "BOUNDARY_WIDTH",
     "arrow_for",
     "label_cell",
     "label_cells",
@@ -30,6 +32,9 @@ __all__ = [
     "size_cell",
     "status_cell",
 ]
+
+BOUNDARY_WIDTH = max(map(len, BOUNDARIES))
+"""A table's boundary column is never cut narrower than the boundary names."""
 
 _LONGEST = 12
 """The most characters a number is written with as it is (``999999999999``); a longer one is ``1.00e12``."""

@@ -14,7 +14,9 @@ After the tables come the totals per boundary across calls: per run, per rank (w
 known) and in total (a group equal to one already shown is left out): counts by outcome, the
 bytes released (the sum of the positive ``allocator_bytes_delta``), the total elapsed time, and
 the bytes pinned between each boundary and the previous one with the time that took
-(``pinned_since_previous``: what the releases cost in re-pinning).
+(``pinned_since_previous``: what the releases cost in re-pinning). Each run's rows are tallied
+once; the totals of a rank and of all runs add up their runs' tallies
+(:mod:`~ddo_hooks.cli.totals`).
 
 Each record is validated and reduced to its table row (:class:`~ddo_hooks.cli.rows.BoundaryRow`)
 as it is read, so that 100,000 records cost their rows, not their reports.
@@ -43,7 +45,8 @@ from typing import Any, Protocol
 from ddo_hooks.cli.cells import number_cell
 from ddo_hooks.cli.layout import TABLE_WIDTH, wrap_text
 from ddo_hooks.cli.rows import BoundaryRow, numbered, row_of
-from ddo_hooks.cli.table import MEMORY_NOTE, format_memory_table, format_table, total_rows
+from ddo_hooks.cli.table import MEMORY_NOTE, format_memory_table, format_table
+from ddo_hooks.cli.totals import merged_tallies, tally_rows, totals_table
 from ddo_hooks.reports.tracker import Entry
 
 __all__ = [
@@ -304,9 +307,10 @@ def summary_lines(files: Iterable[ReportSource], *, arrow: str = "→", width: i
         yield from ("", run.heading(width), format_table(run.records, arrow=arrow, width=width))
         if (memory := format_memory_table(run.records, width=width)) is not None:
             yield from ("", wrap_text(MEMORY_NOTE + ":", width=width), memory)
+    tallies = {id(run): tally_rows((0, row) for row in run.records) for run in runs}  # each run's rows once
     for heading, group in _total_groups(runs):
-        pairs = [(id(run), row) for run in group for row in run.records]
-        yield from ("", wrap_text(heading, width=width), total_rows(pairs, width=width))
+        totals = merged_tallies(tallies[id(run)] for run in group)
+        yield from ("", wrap_text(heading, width=width), totals_table(totals, width=width))
     yield ""
     yield wrap_text(
         "released: the sum of the positive allocator_bytes_delta (bytes the allocator gave back); "

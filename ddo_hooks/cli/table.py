@@ -8,8 +8,9 @@ after, the signed ``allocator_bytes_delta`` (before minus after: positive is wha
 gave back), the process RSS before and after, and the elapsed time. Each distinct no-op or
 refusal reason seen is explained once, below the table, with the report's own ``detail``. Every
 line fits :data:`~ddo_hooks.cli.layout.TABLE_WIDTH` (100) columns: a table too wide wraps its
-cells (see :mod:`ddo_hooks.cli.layout`). The rows come from :mod:`ddo_hooks.cli.rows` (re-exported
-here), the text of their cells from :mod:`ddo_hooks.cli.cells`.
+cells (see :mod:`ddo_hooks.cli.layout`). The rows come from :mod:`ddo_hooks.cli.rows` and the
+totals from :mod:`ddo_hooks.cli.totals` (both re-exported here), the text of their cells from
+:mod:`ddo_hooks.cli.cells`.
 
 Examples:
     >>> from ddo_hooks import release_pytorch_host_cache
@@ -30,10 +31,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ddo_hooks.boundaries import BOUNDARIES
 from ddo_hooks.cli.cells import (
+    BOUNDARY_WIDTH,
     arrow_for,
-    label_cell,
     label_cells,
     ms_cell,
     number_cell,
@@ -43,6 +43,7 @@ from ddo_hooks.cli.cells import (
 )
 from ddo_hooks.cli.layout import TABLE_WIDTH, Cell, Column, render_table, wrap_text
 from ddo_hooks.cli.rows import BoundaryRow, boundary_rows, infer_calls
+from ddo_hooks.cli.totals import format_totals, total_rows
 
 __all__ = [
     "BoundaryRow",
@@ -56,10 +57,6 @@ __all__ = [
     "infer_calls",
     "total_rows",
 ]
-
-
-_BOUNDARY_WIDTH = max(map(len, BOUNDARIES))
-"""A table's boundary column is never cut narrower than the boundary names."""
 
 
 def _notes(rows: Sequence[BoundaryRow], width: int) -> list[str]:
@@ -89,7 +86,7 @@ def format_table(rows: Sequence[BoundaryRow], *, arrow: str = "→", width: int 
     """
     columns = [
         Column("call"),
-        Column("boundary", wrap=3, cut=1, floor=_BOUNDARY_WIDTH),
+        Column("boundary", wrap=3, cut=1, floor=BOUNDARY_WIDTH),
         Column("status", wrap=4, cut=2, floor=len("refused: ")),
         Column(("owned pinned ", "before ", f"{arrow} after"), wrap=1),
         Column("delta"),
@@ -140,7 +137,7 @@ def format_rss_table(rows: Sequence[BoundaryRow], *, observer: str, arrow: str =
     shown = [row for row in rows if row.action != observer]
     columns = [
         Column("call"),
-        Column("boundary", wrap=1, cut=1, floor=_BOUNDARY_WIDTH),
+        Column("boundary", wrap=1, cut=1, floor=BOUNDARY_WIDTH),
         Column("status", wrap=2, cut=2, floor=len("refused: ")),
         Column(("RSS at ", "the boundary")),
         Column(("change since the ", "previous boundary")),
@@ -191,7 +188,7 @@ def format_memory_table(rows: Sequence[BoundaryRow], *, width: int = TABLE_WIDTH
     shown = [(row, row.boundary) for row in rows if row.memory_after is not None]
     if not shown:
         return None
-    columns = [Column("call"), Column("boundary", wrap=1, cut=1, floor=_BOUNDARY_WIDTH)]
+    columns = [Column("call"), Column("boundary", wrap=1, cut=1, floor=BOUNDARY_WIDTH)]
     columns += [Column(name) for name in ("RSS", "anon", "file", "shmem", "pinned owned", "cgroup")]
     body: list[list[Cell]] = [
         [number_cell(row.call), label]
@@ -209,72 +206,3 @@ MEMORY_NOTE = (
     "process's cgroup"
 )
 """The sentence that introduces :func:`format_memory_table`."""
-
-
-def format_totals(rows: Sequence[BoundaryRow], *, width: int = TABLE_WIDTH) -> str:
-    """Totals per boundary across calls: counts by outcome, bytes released, elapsed, re-pinning.
-
-    ``calls`` counts the distinct calls (of every run given); ``refused`` includes the boundaries
-    a call did not reach (``not_reached``); ``released`` is the sum of the positive
-    ``allocator_bytes_delta`` values (the bytes the allocator gave back); the last two columns
-    sum ``pinned_since_previous``: the bytes pinned since the previous boundary and the time it took.
-
-    Args:
-        rows: The rows to total (see :func:`boundary_rows`).
-        width: The widest a line may be.
-
-    Examples:
-        >>> import dataclasses
-        >>> row = BoundaryRow(1, "after_call", "host_cache_release", "executed", None, "", delta=2048,
-        ...                   elapsed_seconds=0.001, repinned_bytes=4096, repin_seconds=0.25)
-        >>> print(format_totals([row, dataclasses.replace(row, call=2, delta=-1024)]))  # doctest: +NORMALIZE_WHITESPACE
-        boundary    calls  executed  no-op  refused  released  elapsed  pinned since  pinning
-                                                                        the previous  time
-        ----------  -----  --------  -----  -------  --------  -------  ------------  ---------
-        after_call  2      2         0      0        2.0 KiB   2.00 ms  8.0 KiB       500.00 ms
-    """
-    return total_rows([(0, row) for row in rows], width=width)
-
-
-def total_rows(rows: Sequence[tuple[object, BoundaryRow]], *, width: int = TABLE_WIDTH) -> str:
-    """:func:`format_totals` of rows from several runs: ``(run, row)`` pairs (a call is a run's call)."""
-    groups: dict[str, list[tuple[object, BoundaryRow]]] = {}
-    for run, row in rows:
-        groups.setdefault(row.label, []).append((run, row))
-    columns = [Column("boundary", wrap=1, cut=1, floor=_BOUNDARY_WIDTH)]
-    columns += map(Column, ("calls", "executed", "no-op", "refused"))
-    columns += [Column("released"), Column("elapsed")]
-    columns += [Column(("pinned since ", "the previous")), Column(("pinning ", "time"))]
-    body: list[list[Cell]] = []
-    previous = None
-    for label, group in groups.items():
-        calls: set[tuple[object, int]] = set()
-        counts = dict.fromkeys(("executed", "noop", "refused"), 0)
-        released: int | None = None  # the positive deltas' sum, once any delta is known
-        elapsed: list[float] = []
-        repinned: list[int] = []
-        repin_time: list[float] = []
-        for run, row in group:  # one pass: 100,000 rows are totalled several times over
-            calls.add((run, row.call))
-            counts[row.kind] = counts.get(row.kind, 0) + 1
-            if row.delta is not None:
-                released = (released or 0) + max(row.delta, 0)
-            if row.elapsed_seconds is not None:
-                elapsed.append(row.elapsed_seconds)
-            if row.repinned_bytes is not None:
-                repinned.append(row.repinned_bytes)
-            if row.repin_seconds is not None:
-                repin_time.append(row.repin_seconds)
-        body.append(
-            [
-                label_cell(label, previous),
-                str(len(calls)),
-                *(str(counts[kind]) for kind in ("executed", "noop", "refused")),
-                size_cell(released),
-                ms_cell(sum(elapsed)) if elapsed else "-",
-                size_cell(sum(repinned)) if repinned else "-",
-                ms_cell(sum(repin_time)) if repin_time else "-",
-            ]
-        )
-        previous = label
-    return "\n".join(render_table(columns, body, width=width)) if body else "(no reports)"
