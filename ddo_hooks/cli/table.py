@@ -41,7 +41,7 @@ from ddo_hooks.cli.cells import (
     size_cell,
     status_cell,
 )
-from ddo_hooks.cli.layout import TABLE_WIDTH, Cell, Column, render_table, wrap_text
+from ddo_hooks.cli.layout import TABLE_WIDTH, Cell, Column, render_columns, render_table, wrap_text
 from ddo_hooks.cli.rows import BoundaryRow, boundary_rows, infer_calls
 from ddo_hooks.cli.totals import format_totals, total_rows
 
@@ -93,19 +93,16 @@ def format_table(rows: Sequence[BoundaryRow], *, arrow: str = "→", width: int 
         Column(("process RSS ", "before ", f"{arrow} after"), wrap=2),
         Column("elapsed"),
     ]
-    body: list[list[Cell]] = [
-        [
-            number_cell(row.call),
-            label,
-            status_cell(row.status),
-            pair_cell(row.owned_before, row.owned_after, arrow),
-            size_cell(row.delta),
-            pair_cell(row.rss_before, row.rss_after, arrow),
-            ms_cell(row.elapsed_seconds),
-        ]
-        for row, label in zip(rows, label_cells((row.call, row.label) for row in rows), strict=True)
+    cells: list[list[Cell]] = [  # a column at a time
+        [number_cell(row.call) for row in rows],
+        label_cells((row.call, row.label) for row in rows),
+        [status_cell(row.status) for row in rows],
+        [pair_cell(row.owned_before, row.owned_after, arrow) for row in rows],
+        [size_cell(row.delta) for row in rows],
+        [pair_cell(row.rss_before, row.rss_after, arrow) for row in rows],
+        [ms_cell(row.elapsed_seconds) for row in rows],
     ]
-    lines = render_table(columns, body, width=width) if rows else ["(no reports)"]
+    lines = render_columns(columns, cells, width=width) if rows else ["(no reports)"]
     if any(row.delta is not None for row in rows):
         lines.append("delta: allocator_bytes_delta = owned before - owned after (positive: bytes given back)")
     if any(row.rss_before is None and row.rss_after is not None for row in rows):
@@ -185,18 +182,16 @@ def format_memory_table(rows: Sequence[BoundaryRow], *, width: int = TABLE_WIDTH
         ----  ----------  -------  -------  -------  -------  ------------  ------
         1     after_call  8.0 GiB  1.0 GiB  1.5 GiB  2.5 GiB  4.0 GiB       -
     """
-    shown = [(row, row.boundary) for row in rows if row.memory_after is not None]
+    shown = [row for row in rows if row.memory_after is not None]
     if not shown:
         return None
     columns = [Column("call"), Column("boundary", wrap=1, cut=1, floor=BOUNDARY_WIDTH)]
     columns += [Column(name) for name in ("RSS", "anon", "file", "shmem", "pinned owned", "cgroup")]
-    body: list[list[Cell]] = [
-        [number_cell(row.call), label]
-        + [size_cell(row.memory_after.get(name)) for name in ("rss", "anon", "file", "shmem")]  # type: ignore[union-attr]
-        + [size_cell(row.owned_after), size_cell(row.memory_after.get("cgroup"))]  # type: ignore[union-attr]
-        for row, label in shown
-    ]
-    return "\n".join(render_table(columns, body, width=width))
+    memory: list[dict[str, int]] = [row.memory_after for row in shown]  # type: ignore[misc]
+    cells: list[list[Cell]] = [[number_cell(row.call) for row in shown], [row.boundary for row in shown]]
+    cells += [[size_cell(observed.get(name)) for observed in memory] for name in ("rss", "anon", "file", "shmem")]
+    cells += [[size_cell(row.owned_after) for row in shown], [size_cell(observed.get("cgroup")) for observed in memory]]
+    return "\n".join(render_columns(columns, cells, width=width))
 
 
 MEMORY_NOTE = (
