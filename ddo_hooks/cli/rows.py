@@ -135,24 +135,15 @@ def row_of(component: str | None, report: Any, call: int, strings: dict[str, str
     """
     s = report.summary()
     boundary, action = _where(component, report, s)
-    share = (lambda text: text) if strings is None else (lambda text: strings.setdefault(text, text))
-    return BoundaryRow(
-        call,
-        share(boundary),
-        share(action),
-        share(s.kind),
-        None if s.reason is None else share(s.reason),
-        share(s.detail),
-        owned_before=s.owned_before,
-        owned_after=s.owned_after,
-        delta=s.delta,
-        rss_before=s.rss_before,
-        rss_after=s.rss_after,
-        elapsed_seconds=s.elapsed_seconds,
-        repinned_bytes=s.repinned_bytes,
-        repin_seconds=s.repin_seconds,
-        memory_after=_memory(s.memory_after),
-    )
+    kind, reason, detail = s.kind, s.reason, s.detail
+    if strings is not None:
+        boundary, action = strings.setdefault(boundary, boundary), strings.setdefault(action, action)
+        kind, detail = strings.setdefault(kind, kind), strings.setdefault(detail, detail)
+        reason = None if reason is None else strings.setdefault(reason, reason)
+    return BoundaryRow(  # each field in its place: 100,000 rows are made
+        call, boundary, action, kind, reason, detail, s.owned_before, s.owned_after, s.delta, s.rss_before,
+        s.rss_after, s.elapsed_seconds, s.repinned_bytes, s.repin_seconds, _memory(s.memory_after),
+    )  # fmt: skip
 
 
 def boundary_rows(records: Sequence[tuple[str | None, Any]], calls: Sequence[int] | None = None) -> list[BoundaryRow]:

@@ -55,7 +55,7 @@ OBSERVED = ("rss_before", "rss_after", "rss_bytes", "seconds", *_HOST_FIELDS[1:]
 
 def _number(value: Any) -> bool:
     """Whether ``value`` is a number >= 0 (an action's data is any JSON)."""
-    return isinstance(value, int | float) and not isinstance(value, bool) and value >= 0
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0  # a tuple: no union made
 
 
 def _count(value: Any) -> int | None:

@@ -337,19 +337,20 @@ def measured_summary(section: Any, *, boundary: str, action: str, reason: str | 
     ``section`` has ``status``, ``detail``, ``before``/``after`` (:class:`AllocatorSnapshot` or
     ``None``), ``allocator_bytes_delta``, ``host_before``/``host_after`` and ``elapsed_seconds``.
     """
+    before, after, host_before, host_after = section.before, section.after, section.host_before, section.host_after
     return ReportSummary(
         boundary=boundary,
         action=action,
         kind=section.status,
         reason=reason,
         detail=section.detail,
-        owned_before=section.before.allocated_bytes if section.before else None,
-        owned_after=section.after.allocated_bytes if section.after else None,
+        owned_before=before.allocated_bytes if before else None,
+        owned_after=after.allocated_bytes if after else None,
         delta=section.allocator_bytes_delta,
-        rss_before=section.host_before.rss_bytes if section.host_before else None,
-        rss_after=section.host_after.rss_bytes if section.host_after else None,
+        rss_before=host_before.rss_bytes if host_before else None,
+        rss_after=host_after.rss_bytes if host_after else None,
         elapsed_seconds=section.elapsed_seconds,
-        memory_after=section.host_after,
+        memory_after=host_after,
         **more,
     )
 
