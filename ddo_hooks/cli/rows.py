@@ -20,9 +20,13 @@ from ddo_hooks.boundaries import BOUNDARIES, HOST_CACHE_RELEASE
 __all__ = ["BoundaryRow", "boundary_rows", "infer_calls", "numbered", "row_of"]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class BoundaryRow:
     """One report, as a table row (what ``summarize`` keeps of each record: a few hundred bytes).
+
+    Read-only by convention, not frozen: ``summarize`` makes one per record, and a frozen
+    dataclass sets each of its 15 fields through ``object.__setattr__``, which makes a row six times
+    as costly to make.
 
     Attributes:
         call: The pipeline call it belongs to, from 1.
