@@ -170,14 +170,14 @@ def format_size(n: int) -> str:
     magnitude = -n if n < 0 else n
     if magnitude < 1024:
         return f"{n} B"
-    if magnitude < 1024**2:  # the largest unit <= magnitude
-        unit, value = 0, float(magnitude) / 1024.0
+    if magnitude < 1024**2:  # the largest unit <= magnitude; int / float is float(magnitude) / float
+        unit, value = 0, magnitude / 1024.0
     elif magnitude < 1024**3:
-        unit, value = 1, float(magnitude) / 1024.0**2
+        unit, value = 1, magnitude / 1024.0**2
     elif magnitude < 1024**4:
-        unit, value = 2, float(magnitude) / 1024.0**3
+        unit, value = 2, magnitude / 1024.0**3
     else:
-        unit, value = 3, float(magnitude) / 1024.0**4
+        unit, value = 3, magnitude / 1024.0**4
     if unit < 3 and value >= 1023.9 and round(value, 1) >= 1024:  # 1023.96 KiB shows as 1.0 MiB
         unit, value = unit + 1, value / 1024
     text = f"{value:.1f} {_BINARY_UNITS[unit]}"

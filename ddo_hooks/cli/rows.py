@@ -111,15 +111,20 @@ def _number_calls(keys: Sequence[tuple[str, str]]) -> list[int]:
 
 def _memory(observation: Any) -> dict[str, int] | None:
     """Which memory an observation says the RSS is (and the cgroup's charge), or ``None`` when it does not split it."""
-    if observation is None or (observation.rss_anon_bytes is None and observation.rss_file_bytes is None):
+    if observation is None:
+        return None
+    anon, file = observation.rss_anon_bytes, observation.rss_file_bytes
+    if anon is None and file is None:
         return None
     values = {
         "rss": observation.rss_bytes,
-        "anon": observation.rss_anon_bytes,
-        "file": observation.rss_file_bytes,
+        "anon": anon,
+        "file": file,
         "shmem": observation.rss_shmem_bytes,
         "cgroup": observation.cgroup_memory_bytes,
     }
+    if None not in values.values():  # usually all observed
+        return values
     return {name: value for name, value in values.items() if value is not None}
 
 

@@ -40,6 +40,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from operator import attrgetter
 from typing import Any, Protocol
 
 from ddo_hooks.cli.cells import number_cell
@@ -197,37 +198,34 @@ def collect(files: Iterable[ReportSource]) -> Collected:
         tally = FileTally(loaded.path, loaded.form)
         tallies.append(tally)
         bare: list[BoundaryRow] = []
+        origin: tuple[Any, ...] | None = None  # the previous record's run, pid, host and rank: most repeat it
+        run: Run | None = None
         for component, report, envelope in loaded.entries:
             tally.reports += 1
             if envelope is None:
                 bare.append(row_of(component, report, 0, strings))
                 continue
             tally.with_envelope += 1
-            run_id = strings.setdefault(envelope.run_id, envelope.run_id)
-            key = (run_id, envelope.pid)
-            boundary = envelope.boundary
+            run_id, pid, call, boundary = envelope.run_id, envelope.pid, envelope.call_index, envelope.boundary
+            run_id, timestamp = strings.setdefault(run_id, run_id), envelope.timestamp
             unique = (
-                *key,
-                envelope.call_index,
+                run_id,
+                pid,
+                call,
                 boundary if boundary is None else strings.setdefault(boundary, boundary),
                 strings.setdefault(component, component),
-                envelope.timestamp,
+                timestamp,
             )
             if unique in seen:
                 duplicates += 1
                 continue
             seen.add(unique)
-            tally.runs.add(key)
-            run = runs.get(key)
-            if run is None:
-                run = runs[key] = Run(run_id, envelope.pid)
-            _add(run.files, loaded.path)
-            _add(run.hosts, envelope.host)
-            if envelope.rank is not None or envelope.world_size is not None:
-                _add(run.ranks, (envelope.rank, envelope.world_size))
-            if run.first_seen is None or envelope.timestamp < run.first_seen:
-                run.first_seen = envelope.timestamp
-            run.records.append(row_of(component, report, envelope.call_index, strings))
+            here = (run_id, pid, envelope.host, envelope.rank, envelope.world_size)
+            if run is None or here != origin:
+                run, origin = _run_of(runs, tally, loaded.path, here), here
+            if run.first_seen is None or timestamp < run.first_seen:
+                run.first_seen = timestamp
+            run.records.append(row_of(component, report, call, strings))
         if bare:
             unlabelled.append(Run(None, files=[loaded.path], records=numbered(bare)))
     ordered = sorted(
@@ -236,11 +234,26 @@ def collect(files: Iterable[ReportSource]) -> Collected:
     )
     processes: dict[str, int] = {}
     for run in ordered:
-        run.records.sort(key=lambda row: row.call)  # stable: the recorded order within a call
+        run.records.sort(key=attrgetter("call"))  # stable: the recorded order within a call
         processes[run.run_id] = processes.get(run.run_id, 0) + 1  # type: ignore[index]
     for run in ordered:
         run.shared_id = processes[run.run_id] > 1  # type: ignore[index]
     return Collected([*ordered, *unlabelled], duplicates, tallies)
+
+
+def _run_of(runs: dict[tuple[str, int], Run], tally: FileTally, path: str, origin: tuple[Any, ...]) -> Run:
+    """The run of a record of ``path`` from ``origin`` (run id, pid, host, rank, world size), which it notes."""
+    run_id, pid, host, rank, world_size = origin
+    key = (run_id, pid)
+    tally.runs.add(key)
+    run = runs.get(key)
+    if run is None:
+        run = runs[key] = Run(run_id, pid)
+    _add(run.files, path)
+    _add(run.hosts, host)
+    if rank is not None or world_size is not None:
+        _add(run.ranks, (rank, world_size))
+    return run
 
 
 def collect_runs(files: Iterable[ReportSource]) -> tuple[list[Run], int]:
