@@ -36,7 +36,7 @@ from ddo_hooks.reports import REPORT_FILE_FORMS
 from ddo_hooks.reports.base import explain_error
 from ddo_hooks.reports.envelope import RecordEnvelope
 from ddo_hooks.reports.parse import REPORT_ADAPTER, ROUTES, parse_report
-from ddo_hooks.reports.tracker import RECORD_KEYS, Entry, MetricsTracker, iter_entries, text_lines
+from ddo_hooks.reports.tracker import RECORD_KEYS, Entry, MetricsTracker, first_line, iter_entries
 
 __all__ = [
     "MAX_REPORT_FILE_BYTES",
@@ -100,9 +100,8 @@ def _detect(source: str, text: str) -> tuple[str, Any]:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as e:
-        first = next(line for line in text_lines(text) if line.strip())
         try:
-            json.loads(first)
+            json.loads(first_line(text) or "")  # the text is not blank: it has a first line
         except json.JSONDecodeError:
             where = f"{source}:{e.lineno}:{e.colno}"
             raise ReportError(f"{where}: not JSON: {json_error_sentence(e)}; expected {REPORT_FILE_FORMS}") from e
