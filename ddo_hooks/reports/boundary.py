@@ -183,9 +183,10 @@ class ActionReport(RouteReport):
         """
         r = self.setup.boundary_action
         data = r.data
-        host = {name: _count(data.get(name)) for name in _HOST_FIELDS}
-        split = host["rss_anon_bytes"] is not None or host["rss_file_bytes"] is not None
-        memory = HostObservation(platform="linux", **host) if split else None  # the split is Linux's
+        memory = None
+        if _count(data.get("rss_anon_bytes")) is not None or _count(data.get("rss_file_bytes")) is not None:
+            host = {name: _count(data.get(name)) for name in _HOST_FIELDS}
+            memory = HostObservation(platform="linux", **host)  # the split is Linux's
         seconds = data.get("seconds")
         return ReportSummary(
             boundary=r.boundary,
