@@ -29,6 +29,7 @@ __all__ = [
     "ms_cell",
     "number_cell",
     "pair_cell",
+    "pair_of",
     "size_cell",
     "status_cell",
 ]
@@ -74,11 +75,12 @@ def size_cell(n: int | None) -> str:
 
 def pair_cell(before: int | None, after: int | None, arrow: str) -> Cell:
     """``before → after`` (breakable after the arrow); one value alone is an observation at that point."""
-    if before is None and after is None:
-        return "-"
-    if before is None:
-        return size_cell(after)
-    return (f"{size_cell(before)} {arrow} ", size_cell(after))
+    return pair_of(before, size_cell(after), arrow)
+
+
+def pair_of(before: int | None, after: str, arrow: str) -> Cell:
+    """:func:`pair_cell` of ``before`` and the :func:`size_cell` of the value after (``-`` when unknown)."""
+    return after if before is None else (f"{size_cell(before)} {arrow} ", after)
 
 
 def ms_cell(seconds: float | None) -> str:

@@ -46,7 +46,7 @@ from typing import Any, Protocol
 from ddo_hooks.cli.cells import number_cell
 from ddo_hooks.cli.layout import TABLE_WIDTH, wrap_text
 from ddo_hooks.cli.rows import BoundaryRow, numbered, row_of
-from ddo_hooks.cli.table import MEMORY_NOTE, format_memory_table, format_table
+from ddo_hooks.cli.table import MEMORY_NOTE, format_run_tables
 from ddo_hooks.cli.totals import merged_tallies, tally_rows, totals_table
 from ddo_hooks.reports.tracker import Entry
 
@@ -317,8 +317,9 @@ def summary_lines(files: Iterable[ReportSource], *, arrow: str = "→", width: i
             width=width,
         )
     for run in runs:
-        yield from ("", run.heading(width), format_table(run.records, arrow=arrow, width=width))
-        if (memory := format_memory_table(run.records, width=width)) is not None:
+        table, memory = format_run_tables(run.records, arrow=arrow, width=width)
+        yield from ("", run.heading(width), table)
+        if memory is not None:
             yield from ("", wrap_text(MEMORY_NOTE + ":", width=width), memory)
     tallies = {id(run): tally_rows((0, row) for row in run.records) for run in runs}  # each run's rows once
     for heading, group in _total_groups(runs):

@@ -30,6 +30,7 @@ Examples:
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
 from ddo_hooks.cli.cells import (
     BOUNDARY_WIDTH,
@@ -37,7 +38,7 @@ from ddo_hooks.cli.cells import (
     label_cells,
     ms_cell,
     number_cell,
-    pair_cell,
+    pair_of,
     size_cell,
     status_cell,
 )
@@ -52,6 +53,7 @@ __all__ = [
     "MEMORY_NOTE",
     "format_memory_table",
     "format_rss_table",
+    "format_run_tables",
     "format_table",
     "format_totals",
     "infer_calls",
@@ -84,6 +86,10 @@ def format_table(rows: Sequence[BoundaryRow], *, arrow: str = "→", width: int 
     Returns:
         The text, without a trailing newline.
     """
+    return _boundary_table(rows, _row_texts(rows), arrow, width)
+
+
+def _boundary_table(rows: Sequence[BoundaryRow], texts: _RowTexts, arrow: str, width: int) -> str:
     columns = [
         Column("call"),
         Column("boundary", wrap=3, cut=1, floor=BOUNDARY_WIDTH),
@@ -94,12 +100,12 @@ def format_table(rows: Sequence[BoundaryRow], *, arrow: str = "→", width: int 
         Column("elapsed"),
     ]
     cells: list[list[Cell]] = [  # a column at a time
-        [number_cell(row.call) for row in rows],
+        texts.calls,
         label_cells((row.call, row.label) for row in rows),
         [status_cell(row.status) for row in rows],
-        [pair_cell(row.owned_before, row.owned_after, arrow) for row in rows],
+        [pair_of(row.owned_before, after, arrow) for row, after in zip(rows, texts.owned_after, strict=True)],
         [size_cell(row.delta) for row in rows],
-        [pair_cell(row.rss_before, row.rss_after, arrow) for row in rows],
+        [pair_of(row.rss_before, after, arrow) for row, after in zip(rows, texts.rss_after, strict=True)],
         [ms_cell(row.elapsed_seconds) for row in rows],
     ]
     lines = render_columns(columns, cells, width=width) if rows else ["(no reports)"]
@@ -182,16 +188,51 @@ def format_memory_table(rows: Sequence[BoundaryRow], *, width: int = TABLE_WIDTH
         ----  ----------  -------  -------  -------  -------  ------------  ------
         1     after_call  8.0 GiB  1.0 GiB  1.5 GiB  2.5 GiB  4.0 GiB       -
     """
-    shown = [row for row in rows if row.memory_after is not None]
+    return _memory_table(rows, _row_texts(rows), width)
+
+
+def _memory_table(rows: Sequence[BoundaryRow], texts: _RowTexts, width: int) -> str | None:
+    shown = [n for n, row in enumerate(rows) if row.memory_after is not None]
     if not shown:
         return None
     columns = [Column("call"), Column("boundary", wrap=1, cut=1, floor=BOUNDARY_WIDTH)]
     columns += [Column(name) for name in ("RSS", "anon", "file", "shmem", "pinned owned", "cgroup")]
-    memory: list[dict[str, int]] = [row.memory_after for row in shown]  # type: ignore[misc]
-    cells: list[list[Cell]] = [[number_cell(row.call) for row in shown], [row.boundary for row in shown]]
-    cells += [[size_cell(observed.get(name)) for observed in memory] for name in ("rss", "anon", "file", "shmem")]
-    cells += [[size_cell(row.owned_after) for row in shown], [size_cell(observed.get("cgroup")) for observed in memory]]
+    memory: list[dict[str, int]] = [rows[n].memory_after for n in shown]  # type: ignore[misc]
+    rss = [  # the RSS after it, as the boundary table shows it, unless an action observed another
+        texts.rss_after[n] if observed.get("rss") == rows[n].rss_after else size_cell(observed.get("rss"))
+        for n, observed in zip(shown, memory, strict=True)
+    ]
+    cells: list[list[Cell]] = [[texts.calls[n] for n in shown], [rows[n].boundary for n in shown], rss]
+    cells += [[size_cell(observed.get(name)) for observed in memory] for name in ("anon", "file", "shmem")]
+    cells += [[texts.owned_after[n] for n in shown], [size_cell(observed.get("cgroup")) for observed in memory]]
     return "\n".join(render_columns(columns, cells, width=width))
+
+
+def format_run_tables(
+    rows: Sequence[BoundaryRow], *, arrow: str = "→", width: int = TABLE_WIDTH
+) -> tuple[str, str | None]:
+    """:func:`format_table` and :func:`format_memory_table` of the same rows, each text they share made once.
+
+    Both show each row's call, the pinned bytes owned after it and the process RSS after it.
+    """
+    texts = _row_texts(rows)
+    return _boundary_table(rows, texts, arrow, width), _memory_table(rows, texts, width)
+
+
+class _RowTexts(NamedTuple):
+    """The texts both tables show of each row: its call, and the owned pinned bytes and RSS after it."""
+
+    calls: list[str]
+    owned_after: list[str]
+    rss_after: list[str]
+
+
+def _row_texts(rows: Sequence[BoundaryRow]) -> _RowTexts:
+    return _RowTexts(
+        [number_cell(row.call) for row in rows],
+        [size_cell(row.owned_after) for row in rows],
+        [size_cell(row.rss_after) for row in rows],
+    )
 
 
 MEMORY_NOTE = (
