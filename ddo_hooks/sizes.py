@@ -163,16 +163,25 @@ def format_size(n: int) -> str:
         >>> format_size(1536), format_size(3 * 1024**3 // 2), format_size(-2048)
         ('1.5 KiB', '1.5 GiB', '-2.0 KiB')
     """
-    if isinstance(n, bool) or not isinstance(n, int):
-        raise InvalidArgumentError(f"format_size expects an int number of bytes, got {n!r}")
-    sign, magnitude = ("-" if n < 0 else ""), abs(n)
+    if type(n) is not int:  # the usual int goes straight on: tables write hundreds of thousands of sizes
+        if isinstance(n, bool) or not isinstance(n, int):
+            raise InvalidArgumentError(f"format_size expects an int number of bytes, got {n!r}")
+        n = int(n)  # a subclass of int is written as the number it is
+    magnitude = -n if n < 0 else n
     if magnitude < 1024:
-        return f"{sign}{magnitude} B"
-    unit = min((magnitude.bit_length() - 1) // 10, len(_BINARY_UNITS))  # the largest unit <= magnitude: 1 is KiB
-    value = float(magnitude) / 1024.0**unit
-    if unit < len(_BINARY_UNITS) and value >= 1023.9 and round(value, 1) >= 1024:  # 1023.96 KiB shows as 1.0 MiB
+        return f"{n} B"
+    if magnitude < 1024**2:  # the largest unit <= magnitude; int / float is float(magnitude) / float
+        unit, value = 0, magnitude / 1024.0
+    elif magnitude < 1024**3:
+        unit, value = 1, magnitude / 1024.0**2
+    elif magnitude < 1024**4:
+        unit, value = 2, magnitude / 1024.0**3
+    else:
+        unit, value = 3, magnitude / 1024.0**4
+    if unit < 3 and value >= 1023.9 and round(value, 1) >= 1024:  # 1023.96 KiB shows as 1.0 MiB
         unit, value = unit + 1, value / 1024
-    return f"{sign}{value:.1f} {_BINARY_UNITS[unit - 1]}"
+    text = f"{value:.1f} {_BINARY_UNITS[unit]}"
+    return "-" + text if n < 0 else text
 
 
 def _validate_size(value: object) -> int:

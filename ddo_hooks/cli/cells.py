@@ -17,19 +17,25 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TextIO
 
+from ddo_hooks.boundaries import BOUNDARIES
 from ddo_hooks.cli.layout import Cell
 from ddo_hooks.sizes import format_size
 
 __all__ = [
+    "BOUNDARY_WIDTH",
     "arrow_for",
     "label_cell",
     "label_cells",
     "ms_cell",
     "number_cell",
     "pair_cell",
+    "pair_of",
     "size_cell",
     "status_cell",
 ]
+
+BOUNDARY_WIDTH = max(map(len, BOUNDARIES))
+"""A table's boundary column is never cut narrower than the boundary names."""
 
 _LONGEST = 12
 """The most characters a number is written with as it is (``999999999999``); a longer one is ``1.00e12``."""
@@ -69,11 +75,12 @@ def size_cell(n: int | None) -> str:
 
 def pair_cell(before: int | None, after: int | None, arrow: str) -> Cell:
     """``before → after`` (breakable after the arrow); one value alone is an observation at that point."""
-    if before is None and after is None:
-        return "-"
-    if before is None:
-        return size_cell(after)
-    return (f"{size_cell(before)} {arrow} ", size_cell(after))
+    return pair_of(before, size_cell(after), arrow)
+
+
+def pair_of(before: int | None, after: str, arrow: str) -> Cell:
+    """:func:`pair_cell` of ``before`` and the :func:`size_cell` of the value after (``-`` when unknown)."""
+    return after if before is None else (f"{size_cell(before)} {arrow} ", after)
 
 
 def ms_cell(seconds: float | None) -> str:

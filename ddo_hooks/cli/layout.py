@@ -28,7 +28,7 @@ import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-__all__ = ["TABLE_WIDTH", "Cell", "Column", "render_table", "wrap_text"]
+__all__ = ["TABLE_WIDTH", "Cell", "Column", "render_columns", "render_table", "wrap_text"]
 
 TABLE_WIDTH = 100
 """The widest line the command line prints in a table or a note (columns)."""
@@ -116,8 +116,26 @@ def render_table(columns: Sequence[Column], rows: Sequence[Sequence[Cell]], *, w
         neither wrap nor be cut is wider on its own.
     """
     by_column = list(zip(*rows, strict=True)) if rows else [()] * len(columns)
-    distinct = [{cell: _pieces(cell) for cell in dict.fromkeys(cells)} for cells in by_column]
-    body_natural = [max((len("".join(pieces)) for pieces in cells.values()), default=0) for cells in distinct]
+    return render_columns(columns, by_column, width=width)
+
+
+def render_columns(
+    columns: Sequence[Column], cells: Sequence[Sequence[Cell]], *, width: int = TABLE_WIDTH
+) -> list[str]:
+    """:func:`render_table` of cells given column by column: ``cells[i]`` holds column ``i``'s cell of each row.
+
+    What a table of many rows is made from most cheaply (its cells made a column at a time).
+
+    Raises:
+        ValueError: Not one sequence of cells per column, or columns of different lengths.
+    """
+    if len(cells) != len(columns) or len({len(column_cells) for column_cells in cells}) > 1:
+        raise ValueError(f"{len(columns)} columns, but cells for {len(cells)} of lengths {[len(c) for c in cells]}")
+    texts = [  # each distinct cell's text, in the order first seen
+        {cell: cell if isinstance(cell, str) else "".join(cell) for cell in dict.fromkeys(column_cells)}
+        for column_cells in cells
+    ]
+    body_natural = [max(map(len, column_texts.values()), default=0) for column_texts in texts]
     widths = [max(n, len("".join(_words(c.title)))) for n, c in zip(body_natural, columns, strict=True)]
 
     def total() -> int:
@@ -129,7 +147,7 @@ def render_table(columns: Sequence[Column], rows: Sequence[Sequence[Cell]], *, w
     for _, i in order:
         floor = _header_min(columns[i].title, 3)
         while total() > width and widths[i] > floor:
-            packed = max((len(line) for p in distinct[i].values() for line in _pack(p, widths[i] - 1)), default=0)
+            packed = max((len(line) for c in texts[i] for line in _pack(_pieces(c), widths[i] - 1)), default=0)
             if max(packed, floor) >= widths[i]:
                 break
             widths[i] = max(packed, floor)
@@ -146,20 +164,49 @@ def render_table(columns: Sequence[Column], rows: Sequence[Sequence[Cell]], *, w
     header = [[_cut(line, w) for line in lines] for lines, w in zip(header, widths, strict=True)]
     lines += _join_lines(header, widths)
     lines.append(_GAP.join("-" * w for w in widths))
-    laid_out = [
-        {cell: _lay_out(pieces, column, w) for cell, pieces in cells.items()}
-        for cells, column, w in zip(distinct, columns, widths, strict=True)
+    laid_out = [_lay_out_column(*args) for args in zip(texts, columns, widths, strict=True)]
+    padded = [  # each cell padded to its column's width, column by column; None for a cell of several lines
+        list(map(one_line.__getitem__, column_cells))
+        for (one_line, _), column_cells in zip(laid_out, cells, strict=True)
     ]
-    one_line = [  # each cell that takes one line, padded to its column's width
-        {cell: cell_lines[0].ljust(w) for cell, cell_lines in cells.items() if len(cell_lines) == 1}
-        for cells, w in zip(laid_out, widths, strict=True)
-    ]
-    for row in rows:
-        try:
-            lines.append(_GAP.join([one_line[i][cell] for i, cell in enumerate(row)]).rstrip())
-        except KeyError:  # a cell of several lines
-            lines += _join_lines([laid_out[i][cell] for i, cell in enumerate(row)], widths)
+    if not any(several for _, several in laid_out):
+        lines += [_GAP.join(parts).rstrip() for parts in zip(*padded, strict=True)]
+        return lines
+    for n, parts in enumerate(zip(*padded, strict=True)):
+        if None in parts:
+            cell_lines = [
+                several.get(column_cells[n]) or [text]
+                for (_, several), column_cells, text in zip(laid_out, cells, parts, strict=True)
+            ]
+            lines += _join_lines(cell_lines, widths)
+        else:
+            lines.append(_GAP.join(parts).rstrip())
     return lines
+
+
+def _lay_out_column(
+    texts: dict[Cell, str], column: Column, width: int
+) -> tuple[dict[Cell, str | None], dict[Cell, list[str]]]:
+    """Lay out each distinct cell of a column ``width`` wide (see :func:`_lay_out`).
+
+    Returns:
+        Each cell's one line padded to the width (``None`` for a cell of several lines), and the
+        lines of each cell of several.
+    """
+    one_line: dict[Cell, str | None] = {}
+    several: dict[Cell, list[str]] = {}
+    wraps = column.wrap is not None
+    for cell, text in texts.items():
+        if len(text) <= width:  # as _lay_out has it: no break, no cut (a wrappable column drops trailing spaces)
+            one_line[cell] = (text.rstrip() if wraps else text).ljust(width)
+            continue
+        cell_lines = _lay_out(_pieces(cell), column, width)
+        if len(cell_lines) == 1:
+            one_line[cell] = cell_lines[0].ljust(width)
+        else:
+            one_line[cell] = None
+            several[cell] = cell_lines
+    return one_line, several
 
 
 def _lay_out(pieces: tuple[str, ...], column: Column, width: int) -> list[str]:

@@ -191,10 +191,10 @@ def _schema(args: argparse.Namespace) -> int:
 
 
 def _summarize(args: argparse.Namespace) -> int:
-    from ddo_hooks.cli.summarize import summary_lines
-    from ddo_hooks.cli.table import arrow_for
+    with cycle_collector_off():  # from the imports on: building the report models leaves a few hundred objects
+        from ddo_hooks.cli.summarize import summary_lines
+        from ddo_hooks.cli.table import arrow_for
 
-    with cycle_collector_off():
         for piece in summary_lines(read_reports(args.files), arrow=arrow_for(sys.stdout)):
             print(piece)
     return 0

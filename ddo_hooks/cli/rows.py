@@ -20,9 +20,13 @@ from ddo_hooks.boundaries import BOUNDARIES, HOST_CACHE_RELEASE
 __all__ = ["BoundaryRow", "boundary_rows", "infer_calls", "numbered", "row_of"]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class BoundaryRow:
     """One report, as a table row (what ``summarize`` keeps of each record: a few hundred bytes).
+
+    Read-only by convention, not frozen: ``summarize`` makes one per record, and a frozen
+    dataclass sets each of its 15 fields through ``object.__setattr__``, which makes a row six times
+    as costly to make.
 
     Attributes:
         call: The pipeline call it belongs to, from 1.
@@ -107,15 +111,20 @@ def _number_calls(keys: Sequence[tuple[str, str]]) -> list[int]:
 
 def _memory(observation: Any) -> dict[str, int] | None:
     """Which memory an observation says the RSS is (and the cgroup's charge), or ``None`` when it does not split it."""
-    if observation is None or (observation.rss_anon_bytes is None and observation.rss_file_bytes is None):
+    if observation is None:
+        return None
+    anon, file = observation.rss_anon_bytes, observation.rss_file_bytes
+    if anon is None and file is None:
         return None
     values = {
         "rss": observation.rss_bytes,
-        "anon": observation.rss_anon_bytes,
-        "file": observation.rss_file_bytes,
+        "anon": anon,
+        "file": file,
         "shmem": observation.rss_shmem_bytes,
         "cgroup": observation.cgroup_memory_bytes,
     }
+    if None not in values.values():  # usually all observed
+        return values
     return {name: value for name, value in values.items() if value is not None}
 
 
@@ -135,24 +144,15 @@ def row_of(component: str | None, report: Any, call: int, strings: dict[str, str
     """
     s = report.summary()
     boundary, action = _where(component, report, s)
-    share = (lambda text: text) if strings is None else (lambda text: strings.setdefault(text, text))
-    return BoundaryRow(
-        call,
-        share(boundary),
-        share(action),
-        share(s.kind),
-        None if s.reason is None else share(s.reason),
-        share(s.detail),
-        owned_before=s.owned_before,
-        owned_after=s.owned_after,
-        delta=s.delta,
-        rss_before=s.rss_before,
-        rss_after=s.rss_after,
-        elapsed_seconds=s.elapsed_seconds,
-        repinned_bytes=s.repinned_bytes,
-        repin_seconds=s.repin_seconds,
-        memory_after=_memory(s.memory_after),
-    )
+    kind, reason, detail = s.kind, s.reason, s.detail
+    if strings is not None:
+        boundary, action = strings.setdefault(boundary, boundary), strings.setdefault(action, action)
+        kind, detail = strings.setdefault(kind, kind), strings.setdefault(detail, detail)
+        reason = None if reason is None else strings.setdefault(reason, reason)
+    return BoundaryRow(  # each field in its place: 100,000 rows are made
+        call, boundary, action, kind, reason, detail, s.owned_before, s.owned_after, s.delta, s.rss_before,
+        s.rss_after, s.elapsed_seconds, s.repinned_bytes, s.repin_seconds, _memory(s.memory_after),
+    )  # fmt: skip
 
 
 def boundary_rows(records: Sequence[tuple[str | None, Any]], calls: Sequence[int] | None = None) -> list[BoundaryRow]:

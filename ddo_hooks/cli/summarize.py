@@ -14,7 +14,9 @@ After the tables come the totals per boundary across calls: per run, per rank (w
 known) and in total (a group equal to one already shown is left out): counts by outcome, the
 bytes released (the sum of the positive ``allocator_bytes_delta``), the total elapsed time, and
 the bytes pinned between each boundary and the previous one with the time that took
-(``pinned_since_previous``: what the releases cost in re-pinning).
+(``pinned_since_previous``: what the releases cost in re-pinning). Each run's rows are tallied
+once; the totals of a rank and of all runs add up their runs' tallies
+(:mod:`~ddo_hooks.cli.totals`).
 
 Each record is validated and reduced to its table row (:class:`~ddo_hooks.cli.rows.BoundaryRow`)
 as it is read, so that 100,000 records cost their rows, not their reports.
@@ -38,12 +40,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from operator import attrgetter
 from typing import Any, Protocol
 
 from ddo_hooks.cli.cells import number_cell
 from ddo_hooks.cli.layout import TABLE_WIDTH, wrap_text
 from ddo_hooks.cli.rows import BoundaryRow, numbered, row_of
-from ddo_hooks.cli.table import MEMORY_NOTE, format_memory_table, format_table, total_rows
+from ddo_hooks.cli.table import MEMORY_NOTE, format_run_tables
+from ddo_hooks.cli.totals import merged_tallies, tally_rows, totals_table
 from ddo_hooks.reports.tracker import Entry
 
 __all__ = [
@@ -194,37 +198,34 @@ def collect(files: Iterable[ReportSource]) -> Collected:
         tally = FileTally(loaded.path, loaded.form)
         tallies.append(tally)
         bare: list[BoundaryRow] = []
+        origin: tuple[Any, ...] | None = None  # the previous record's run, pid, host and rank: most repeat it
+        run: Run | None = None
         for component, report, envelope in loaded.entries:
             tally.reports += 1
             if envelope is None:
                 bare.append(row_of(component, report, 0, strings))
                 continue
             tally.with_envelope += 1
-            run_id = strings.setdefault(envelope.run_id, envelope.run_id)
-            key = (run_id, envelope.pid)
-            boundary = envelope.boundary
+            run_id, pid, call, boundary = envelope.run_id, envelope.pid, envelope.call_index, envelope.boundary
+            run_id, timestamp = strings.setdefault(run_id, run_id), envelope.timestamp
             unique = (
-                *key,
-                envelope.call_index,
+                run_id,
+                pid,
+                call,
                 boundary if boundary is None else strings.setdefault(boundary, boundary),
                 strings.setdefault(component, component),
-                envelope.timestamp,
+                timestamp,
             )
             if unique in seen:
                 duplicates += 1
                 continue
             seen.add(unique)
-            tally.runs.add(key)
-            run = runs.get(key)
-            if run is None:
-                run = runs[key] = Run(run_id, envelope.pid)
-            _add(run.files, loaded.path)
-            _add(run.hosts, envelope.host)
-            if envelope.rank is not None or envelope.world_size is not None:
-                _add(run.ranks, (envelope.rank, envelope.world_size))
-            if run.first_seen is None or envelope.timestamp < run.first_seen:
-                run.first_seen = envelope.timestamp
-            run.records.append(row_of(component, report, envelope.call_index, strings))
+            here = (run_id, pid, envelope.host, envelope.rank, envelope.world_size)
+            if run is None or here != origin:
+                run, origin = _run_of(runs, tally, loaded.path, here), here
+            if run.first_seen is None or timestamp < run.first_seen:
+                run.first_seen = timestamp
+            run.records.append(row_of(component, report, call, strings))
         if bare:
             unlabelled.append(Run(None, files=[loaded.path], records=numbered(bare)))
     ordered = sorted(
@@ -233,11 +234,26 @@ def collect(files: Iterable[ReportSource]) -> Collected:
     )
     processes: dict[str, int] = {}
     for run in ordered:
-        run.records.sort(key=lambda row: row.call)  # stable: the recorded order within a call
+        run.records.sort(key=attrgetter("call"))  # stable: the recorded order within a call
         processes[run.run_id] = processes.get(run.run_id, 0) + 1  # type: ignore[index]
     for run in ordered:
         run.shared_id = processes[run.run_id] > 1  # type: ignore[index]
     return Collected([*ordered, *unlabelled], duplicates, tallies)
+
+
+def _run_of(runs: dict[tuple[str, int], Run], tally: FileTally, path: str, origin: tuple[Any, ...]) -> Run:
+    """The run of a record of ``path`` from ``origin`` (run id, pid, host, rank, world size), which it notes."""
+    run_id, pid, host, rank, world_size = origin
+    key = (run_id, pid)
+    tally.runs.add(key)
+    run = runs.get(key)
+    if run is None:
+        run = runs[key] = Run(run_id, pid)
+    _add(run.files, path)
+    _add(run.hosts, host)
+    if rank is not None or world_size is not None:
+        _add(run.ranks, (rank, world_size))
+    return run
 
 
 def collect_runs(files: Iterable[ReportSource]) -> tuple[list[Run], int]:
@@ -301,12 +317,14 @@ def summary_lines(files: Iterable[ReportSource], *, arrow: str = "→", width: i
             width=width,
         )
     for run in runs:
-        yield from ("", run.heading(width), format_table(run.records, arrow=arrow, width=width))
-        if (memory := format_memory_table(run.records, width=width)) is not None:
+        table, memory = format_run_tables(run.records, arrow=arrow, width=width)
+        yield from ("", run.heading(width), table)
+        if memory is not None:
             yield from ("", wrap_text(MEMORY_NOTE + ":", width=width), memory)
+    tallies = {id(run): tally_rows((0, row) for row in run.records) for run in runs}  # each run's rows once
     for heading, group in _total_groups(runs):
-        pairs = [(id(run), row) for run in group for row in run.records]
-        yield from ("", wrap_text(heading, width=width), total_rows(pairs, width=width))
+        totals = merged_tallies(tallies[id(run)] for run in group)
+        yield from ("", wrap_text(heading, width=width), totals_table(totals, width=width))
     yield ""
     yield wrap_text(
         "released: the sum of the positive allocator_bytes_delta (bytes the allocator gave back); "

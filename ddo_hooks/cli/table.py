@@ -8,8 +8,9 @@ after, the signed ``allocator_bytes_delta`` (before minus after: positive is wha
 gave back), the process RSS before and after, and the elapsed time. Each distinct no-op or
 refusal reason seen is explained once, below the table, with the report's own ``detail``. Every
 line fits :data:`~ddo_hooks.cli.layout.TABLE_WIDTH` (100) columns: a table too wide wraps its
-cells (see :mod:`ddo_hooks.cli.layout`). The rows come from :mod:`ddo_hooks.cli.rows` (re-exported
-here), the text of their cells from :mod:`ddo_hooks.cli.cells`.
+cells (see :mod:`ddo_hooks.cli.layout`). The rows come from :mod:`ddo_hooks.cli.rows` and the
+totals from :mod:`ddo_hooks.cli.totals` (both re-exported here), the text of their cells from
+:mod:`ddo_hooks.cli.cells`.
 
 Examples:
     >>> from ddo_hooks import release_pytorch_host_cache
@@ -29,20 +30,21 @@ Examples:
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
-from ddo_hooks.boundaries import BOUNDARIES
 from ddo_hooks.cli.cells import (
+    BOUNDARY_WIDTH,
     arrow_for,
-    label_cell,
     label_cells,
     ms_cell,
     number_cell,
-    pair_cell,
+    pair_of,
     size_cell,
     status_cell,
 )
-from ddo_hooks.cli.layout import TABLE_WIDTH, Cell, Column, render_table, wrap_text
+from ddo_hooks.cli.layout import TABLE_WIDTH, Cell, Column, render_columns, render_table, wrap_text
 from ddo_hooks.cli.rows import BoundaryRow, boundary_rows, infer_calls
+from ddo_hooks.cli.totals import format_totals, total_rows
 
 __all__ = [
     "BoundaryRow",
@@ -51,15 +53,12 @@ __all__ = [
     "MEMORY_NOTE",
     "format_memory_table",
     "format_rss_table",
+    "format_run_tables",
     "format_table",
     "format_totals",
     "infer_calls",
     "total_rows",
 ]
-
-
-_BOUNDARY_WIDTH = max(map(len, BOUNDARIES))
-"""A table's boundary column is never cut narrower than the boundary names."""
 
 
 def _notes(rows: Sequence[BoundaryRow], width: int) -> list[str]:
@@ -87,28 +86,29 @@ def format_table(rows: Sequence[BoundaryRow], *, arrow: str = "→", width: int 
     Returns:
         The text, without a trailing newline.
     """
+    return _boundary_table(rows, _row_texts(rows), arrow, width)
+
+
+def _boundary_table(rows: Sequence[BoundaryRow], texts: _RowTexts, arrow: str, width: int) -> str:
     columns = [
         Column("call"),
-        Column("boundary", wrap=3, cut=1, floor=_BOUNDARY_WIDTH),
+        Column("boundary", wrap=3, cut=1, floor=BOUNDARY_WIDTH),
         Column("status", wrap=4, cut=2, floor=len("refused: ")),
         Column(("owned pinned ", "before ", f"{arrow} after"), wrap=1),
         Column("delta"),
         Column(("process RSS ", "before ", f"{arrow} after"), wrap=2),
         Column("elapsed"),
     ]
-    body: list[list[Cell]] = [
-        [
-            number_cell(row.call),
-            label,
-            status_cell(row.status),
-            pair_cell(row.owned_before, row.owned_after, arrow),
-            size_cell(row.delta),
-            pair_cell(row.rss_before, row.rss_after, arrow),
-            ms_cell(row.elapsed_seconds),
-        ]
-        for row, label in zip(rows, label_cells((row.call, row.label) for row in rows), strict=True)
+    cells: list[list[Cell]] = [  # a column at a time
+        texts.calls,
+        label_cells((row.call, row.label) for row in rows),
+        [status_cell(row.status) for row in rows],
+        [pair_of(row.owned_before, after, arrow) for row, after in zip(rows, texts.owned_after, strict=True)],
+        [size_cell(row.delta) for row in rows],
+        [pair_of(row.rss_before, after, arrow) for row, after in zip(rows, texts.rss_after, strict=True)],
+        [ms_cell(row.elapsed_seconds) for row in rows],
     ]
-    lines = render_table(columns, body, width=width) if rows else ["(no reports)"]
+    lines = render_columns(columns, cells, width=width) if rows else ["(no reports)"]
     if any(row.delta is not None for row in rows):
         lines.append("delta: allocator_bytes_delta = owned before - owned after (positive: bytes given back)")
     if any(row.rss_before is None and row.rss_after is not None for row in rows):
@@ -140,7 +140,7 @@ def format_rss_table(rows: Sequence[BoundaryRow], *, observer: str, arrow: str =
     shown = [row for row in rows if row.action != observer]
     columns = [
         Column("call"),
-        Column("boundary", wrap=1, cut=1, floor=_BOUNDARY_WIDTH),
+        Column("boundary", wrap=1, cut=1, floor=BOUNDARY_WIDTH),
         Column("status", wrap=2, cut=2, floor=len("refused: ")),
         Column(("RSS at ", "the boundary")),
         Column(("change since the ", "previous boundary")),
@@ -188,18 +188,51 @@ def format_memory_table(rows: Sequence[BoundaryRow], *, width: int = TABLE_WIDTH
         ----  ----------  -------  -------  -------  -------  ------------  ------
         1     after_call  8.0 GiB  1.0 GiB  1.5 GiB  2.5 GiB  4.0 GiB       -
     """
-    shown = [(row, row.boundary) for row in rows if row.memory_after is not None]
+    return _memory_table(rows, _row_texts(rows), width)
+
+
+def _memory_table(rows: Sequence[BoundaryRow], texts: _RowTexts, width: int) -> str | None:
+    shown = [n for n, row in enumerate(rows) if row.memory_after is not None]
     if not shown:
         return None
-    columns = [Column("call"), Column("boundary", wrap=1, cut=1, floor=_BOUNDARY_WIDTH)]
+    columns = [Column("call"), Column("boundary", wrap=1, cut=1, floor=BOUNDARY_WIDTH)]
     columns += [Column(name) for name in ("RSS", "anon", "file", "shmem", "pinned owned", "cgroup")]
-    body: list[list[Cell]] = [
-        [number_cell(row.call), label]
-        + [size_cell(row.memory_after.get(name)) for name in ("rss", "anon", "file", "shmem")]  # type: ignore[union-attr]
-        + [size_cell(row.owned_after), size_cell(row.memory_after.get("cgroup"))]  # type: ignore[union-attr]
-        for row, label in shown
+    memory: list[dict[str, int]] = [rows[n].memory_after for n in shown]  # type: ignore[misc]
+    rss = [  # the RSS after it, as the boundary table shows it, unless an action observed another
+        texts.rss_after[n] if observed.get("rss") == rows[n].rss_after else size_cell(observed.get("rss"))
+        for n, observed in zip(shown, memory, strict=True)
     ]
-    return "\n".join(render_table(columns, body, width=width))
+    cells: list[list[Cell]] = [[texts.calls[n] for n in shown], [rows[n].boundary for n in shown], rss]
+    cells += [[size_cell(observed.get(name)) for observed in memory] for name in ("anon", "file", "shmem")]
+    cells += [[texts.owned_after[n] for n in shown], [size_cell(observed.get("cgroup")) for observed in memory]]
+    return "\n".join(render_columns(columns, cells, width=width))
+
+
+def format_run_tables(
+    rows: Sequence[BoundaryRow], *, arrow: str = "→", width: int = TABLE_WIDTH
+) -> tuple[str, str | None]:
+    """:func:`format_table` and :func:`format_memory_table` of the same rows, each text they share made once.
+
+    Both show each row's call, the pinned bytes owned after it and the process RSS after it.
+    """
+    texts = _row_texts(rows)
+    return _boundary_table(rows, texts, arrow, width), _memory_table(rows, texts, width)
+
+
+class _RowTexts(NamedTuple):
+    """The texts both tables show of each row: its call, and the owned pinned bytes and RSS after it."""
+
+    calls: list[str]
+    owned_after: list[str]
+    rss_after: list[str]
+
+
+def _row_texts(rows: Sequence[BoundaryRow]) -> _RowTexts:
+    return _RowTexts(
+        [number_cell(row.call) for row in rows],
+        [size_cell(row.owned_after) for row in rows],
+        [size_cell(row.rss_after) for row in rows],
+    )
 
 
 MEMORY_NOTE = (
@@ -209,72 +242,3 @@ MEMORY_NOTE = (
     "process's cgroup"
 )
 """The sentence that introduces :func:`format_memory_table`."""
-
-
-def format_totals(rows: Sequence[BoundaryRow], *, width: int = TABLE_WIDTH) -> str:
-    """Totals per boundary across calls: counts by outcome, bytes released, elapsed, re-pinning.
-
-    ``calls`` counts the distinct calls (of every run given); ``refused`` includes the boundaries
-    a call did not reach (``not_reached``); ``released`` is the sum of the positive
-    ``allocator_bytes_delta`` values (the bytes the allocator gave back); the last two columns
-    sum ``pinned_since_previous``: the bytes pinned since the previous boundary and the time it took.
-
-    Args:
-        rows: The rows to total (see :func:`boundary_rows`).
-        width: The widest a line may be.
-
-    Examples:
-        >>> import dataclasses
-        >>> row = BoundaryRow(1, "after_call", "host_cache_release", "executed", None, "", delta=2048,
-        ...                   elapsed_seconds=0.001, repinned_bytes=4096, repin_seconds=0.25)
-        >>> print(format_totals([row, dataclasses.replace(row, call=2, delta=-1024)]))  # doctest: +NORMALIZE_WHITESPACE
-        boundary    calls  executed  no-op  refused  released  elapsed  pinned since  pinning
-                                                                        the previous  time
-        ----------  -----  --------  -----  -------  --------  -------  ------------  ---------
-        after_call  2      2         0      0        2.0 KiB   2.00 ms  8.0 KiB       500.00 ms
-    """
-    return total_rows([(0, row) for row in rows], width=width)
-
-
-def total_rows(rows: Sequence[tuple[object, BoundaryRow]], *, width: int = TABLE_WIDTH) -> str:
-    """:func:`format_totals` of rows from several runs: ``(run, row)`` pairs (a call is a run's call)."""
-    groups: dict[str, list[tuple[object, BoundaryRow]]] = {}
-    for run, row in rows:
-        groups.setdefault(row.label, []).append((run, row))
-    columns = [Column("boundary", wrap=1, cut=1, floor=_BOUNDARY_WIDTH)]
-    columns += map(Column, ("calls", "executed", "no-op", "refused"))
-    columns += [Column("released"), Column("elapsed")]
-    columns += [Column(("pinned since ", "the previous")), Column(("pinning ", "time"))]
-    body: list[list[Cell]] = []
-    previous = None
-    for label, group in groups.items():
-        calls: set[tuple[object, int]] = set()
-        counts = dict.fromkeys(("executed", "noop", "refused"), 0)
-        released: int | None = None  # the positive deltas' sum, once any delta is known
-        elapsed: list[float] = []
-        repinned: list[int] = []
-        repin_time: list[float] = []
-        for run, row in group:  # one pass: 100,000 rows are totalled several times over
-            calls.add((run, row.call))
-            counts[row.kind] = counts.get(row.kind, 0) + 1
-            if row.delta is not None:
-                released = (released or 0) + max(row.delta, 0)
-            if row.elapsed_seconds is not None:
-                elapsed.append(row.elapsed_seconds)
-            if row.repinned_bytes is not None:
-                repinned.append(row.repinned_bytes)
-            if row.repin_seconds is not None:
-                repin_time.append(row.repin_seconds)
-        body.append(
-            [
-                label_cell(label, previous),
-                str(len(calls)),
-                *(str(counts[kind]) for kind in ("executed", "noop", "refused")),
-                size_cell(released),
-                ms_cell(sum(elapsed)) if elapsed else "-",
-                size_cell(sum(repinned)) if repinned else "-",
-                ms_cell(sum(repin_time)) if repin_time else "-",
-            ]
-        )
-        previous = label
-    return "\n".join(render_table(columns, body, width=width)) if body else "(no reports)"

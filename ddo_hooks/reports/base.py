@@ -12,8 +12,7 @@ Examples:
 from __future__ import annotations
 
 from abc import abstractmethod
-from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, NamedTuple
 
 from pydantic import (
     BaseModel,
@@ -174,9 +173,11 @@ class HostObservation(ReportModel):
         return self
 
 
-@dataclass(frozen=True)
-class ReportSummary:
+class ReportSummary(NamedTuple):
     """What a table shows of one report, whatever its route: each route's model writes it (:meth:`RouteReport.summary`).
+
+    A named tuple: immutable, and made for each of the records ``summarize`` reads at a third of
+    the cost of a frozen dataclass.
 
     Attributes:
         boundary: The boundary or phase the report belongs to (``""`` when the route has none).

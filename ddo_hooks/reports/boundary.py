@@ -55,7 +55,7 @@ OBSERVED = ("rss_before", "rss_after", "rss_bytes", "seconds", *_HOST_FIELDS[1:]
 
 def _number(value: Any) -> bool:
     """Whether ``value`` is a number >= 0 (an action's data is any JSON)."""
-    return isinstance(value, int | float) and not isinstance(value, bool) and value >= 0
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0  # a tuple: no union made
 
 
 def _count(value: Any) -> int | None:
@@ -183,9 +183,10 @@ class ActionReport(RouteReport):
         """
         r = self.setup.boundary_action
         data = r.data
-        host = {name: _count(data.get(name)) for name in _HOST_FIELDS}
-        split = host["rss_anon_bytes"] is not None or host["rss_file_bytes"] is not None
-        memory = HostObservation(platform="linux", **host) if split else None  # the split is Linux's
+        memory = None
+        if _count(data.get("rss_anon_bytes")) is not None or _count(data.get("rss_file_bytes")) is not None:
+            host = {name: _count(data.get(name)) for name in _HOST_FIELDS}
+            memory = HostObservation(platform="linux", **host)  # the split is Linux's
         seconds = data.get("seconds")
         return ReportSummary(
             boundary=r.boundary,

@@ -42,7 +42,7 @@ from ddo_hooks.reports.ddo.base import ddo_shape_keys
 from ddo_hooks.reports.ddo.routes import DDO_REPORT_ADAPTER, DDO_ROUTES
 from ddo_hooks.reports.envelope import RecordEnvelope
 from ddo_hooks.reports.parse import REPORT_ADAPTER, ROUTES, parse_report, report_shape
-from ddo_hooks.reports.tracker import RECORD_KEYS, Entry, MetricsTracker, iter_entries, text_lines
+from ddo_hooks.reports.tracker import RECORD_KEYS, Entry, MetricsTracker, first_line, iter_entries, text_lines
 
 __all__ = [
     "MAX_REPORT_FILE_BYTES",
@@ -107,13 +107,12 @@ def _detect(source: str, text: str) -> tuple[str, Any]:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as e:
-        first = next(line for line in text_lines(text) if line.strip())
         try:
-            json.loads(first)
+            first = json.loads(first_line(text) or "")  # the text is not blank: it has a first line
         except json.JSONDecodeError:
             where = f"{source}:{e.lineno}:{e.colno}"
             raise ReportError(f"{where}: not JSON: {json_error_sentence(e)}; expected {REPORT_FILE_FORMS}") from e
-        return ("JSON Lines of bare reports" if _bare_report(json.loads(first)) else "JSON Lines"), None
+        return ("JSON Lines of bare reports" if _bare_report(first) else "JSON Lines"), None
     if isinstance(data, dict) and "records" in data:
         return "tracker JSON", data
     if isinstance(data, dict) and {"component", "report"} & set(data):

@@ -146,15 +146,16 @@ class AllocatorSnapshot(ReportModel):
             if not self.unavailable_reason:
                 raise ValueError("an unavailable snapshot needs unavailable_reason saying why")
             return self
-        if self.allocated_bytes is None:
+        allocated = self.allocated_bytes
+        if allocated is None:
             raise ValueError("an available snapshot needs allocated_bytes")
         if self.unavailable_reason is not None:
             raise ValueError("unavailable_reason is only for status='unavailable'")
-        expected = validate_active_counter(self.reported_active_bytes, self.allocated_bytes)
+        expected = validate_active_counter(self.reported_active_bytes, allocated)
         if self.active_bytes != expected:
             raise ValueError(
                 f"active_bytes must be {expected!r}: the validated value of reported_active_bytes="
-                f"{show_repr(self.reported_active_bytes)} against allocated_bytes={show_repr(self.allocated_bytes)}"
+                f"{show_repr(self.reported_active_bytes)} against allocated_bytes={show_repr(allocated)}"
             )
         if self.active_counter_consistent != (expected is not None):
             raise ValueError(
@@ -223,12 +224,14 @@ class GarbageCollection(ReportModel):
 
     @model_validator(mode="after")
     def _survivors_expected(self) -> GarbageCollection:
-        unknown = set(self.survivors) - set(self.expected_freed)
+        survivors = self.survivors
+        unknown = set(survivors) - set(self.expected_freed) if survivors else None  # usually none survive
         if unknown:
             raise ValueError(f"survivors {cut(str(sorted(unknown)), 120)} are not among expected_freed")
-        if self.strategy == "full" and not self.full_collection:
+        strategy, full_collection = self.strategy, self.full_collection
+        if strategy == "full" and not full_collection:
             raise ValueError("strategy 'full' always collects the oldest generation")
-        if self.strategy == "young" and self.full_collection:
+        if strategy == "young" and full_collection:
             raise ValueError("strategy 'young' never collects the oldest generation")
         return self
 
@@ -295,37 +298,42 @@ class HostCacheRelease(ReportModel):
 
     @model_validator(mode="after")
     def _coherent(self) -> HostCacheRelease:
-        executed = self.status == "executed"
-        if executed and self.noop_reason is not None:
+        executed, reason, timings = self.status == "executed", self.noop_reason, self.timings
+        synchronize_seconds, release_seconds = timings.synchronize_seconds, timings.release_seconds
+        before, after = self.before, self.after  # each field read once: every record of a file is checked
+        if executed and reason is not None:
             raise ValueError("noop_reason must be null when status is 'executed'")
-        if not executed and self.noop_reason is None:
+        if not executed and reason is None:
             raise ValueError("status 'noop' needs a noop_reason")
         if self.released != executed:
             raise ValueError("released must be true exactly when status is 'executed' (the release call completed)")
         if executed:
-            missing = [n for n in ("before", "after", "host_before", "host_after") if getattr(self, n) is None]
-            if missing:
+            if before is None or after is None or self.host_before is None or self.host_after is None:
+                missing = [n for n in ("before", "after", "host_before", "host_after") if getattr(self, n) is None]
                 raise ValueError(f"an executed release needs {', '.join(missing)}")
-            if self.timings.release_seconds is None:
+            if release_seconds is None:
                 raise ValueError("an executed release needs timings.release_seconds")
             if self.entry_point is None or self.device is None:
                 raise ValueError("an executed release names its entry_point and device")
-        elif self.timings.release_seconds is not None:
+        elif release_seconds is not None:
             raise ValueError("timings.release_seconds must be null when the release call did not run")
-        if self.synchronized and self.timings.synchronize_seconds is None:
+        synchronized = self.synchronized
+        if synchronized and synchronize_seconds is None:
             raise ValueError("a synchronized release needs timings.synchronize_seconds")
-        if not self.synchronized and self.timings.synchronize_seconds is not None:
+        if not synchronized and synchronize_seconds is not None:
             raise ValueError("timings.synchronize_seconds must be null when the device was not synchronized")
-        if (self.threshold is not None and self.threshold.decision == "skip_below_threshold") != (
-            self.noop_reason == "below_threshold"
-        ):
+        threshold = self.threshold
+        if (threshold is not None and threshold.decision == "skip_below_threshold") != (reason == "below_threshold"):
             raise ValueError("noop_reason 'below_threshold' goes with threshold.decision 'skip_below_threshold'")
-        expected = owned_delta(self.before, self.after)
+        expected = owned_delta(before, after)
         if self.allocator_bytes_delta != expected:
             must = f"allocator_bytes_delta must be {show_repr(expected)}"
             raise ValueError(f"{must} (before.allocated_bytes minus after.allocated_bytes)")
-        parts = [self.timings.collect_seconds, self.timings.snapshot_seconds]
-        parts += [t for t in (self.timings.synchronize_seconds, self.timings.release_seconds) if t is not None]
+        parts = [timings.collect_seconds, timings.snapshot_seconds]
+        if synchronize_seconds is not None:
+            parts.append(synchronize_seconds)
+        if release_seconds is not None:
+            parts.append(release_seconds)
         if sum(parts) > self.elapsed_seconds + 1e-6:
             raise ValueError("the timings add up to more than elapsed_seconds")
         return self
@@ -337,19 +345,20 @@ def measured_summary(section: Any, *, boundary: str, action: str, reason: str | 
     ``section`` has ``status``, ``detail``, ``before``/``after`` (:class:`AllocatorSnapshot` or
     ``None``), ``allocator_bytes_delta``, ``host_before``/``host_after`` and ``elapsed_seconds``.
     """
+    before, after, host_before, host_after = section.before, section.after, section.host_before, section.host_after
     return ReportSummary(
         boundary=boundary,
         action=action,
         kind=section.status,
         reason=reason,
         detail=section.detail,
-        owned_before=section.before.allocated_bytes if section.before else None,
-        owned_after=section.after.allocated_bytes if section.after else None,
+        owned_before=before.allocated_bytes if before else None,
+        owned_after=after.allocated_bytes if after else None,
         delta=section.allocator_bytes_delta,
-        rss_before=section.host_before.rss_bytes if section.host_before else None,
-        rss_after=section.host_after.rss_bytes if section.host_after else None,
+        rss_before=host_before.rss_bytes if host_before else None,
+        rss_after=host_after.rss_bytes if host_after else None,
         elapsed_seconds=section.elapsed_seconds,
-        memory_after=section.host_after,
+        memory_after=host_after,
         **more,
     )
 
