@@ -274,13 +274,14 @@ def test_the_readmes_plot_is_drawn_from_the_checked_in_results(tmp_path: Path):
 def test_the_cli_scale_table_is_that_of_the_checked_in_results():
     bench = load_file(ROOT / "benchmarks" / "bench_cli_scale.py", "bench_cli_scale")
     results = ROOT / "benchmarks" / "results"
-    before, long_before, first, after = (
+    before, long_before, first, after, now = (
         json.loads((results / f"bench_cli_scale-{name}.json").read_text(encoding="utf-8"))
-        for name in ("before-rerun", "before-plot30000", "before", "after")
+        for name in ("before-rerun", "before-plot30000", "before", "after", "now")
     )
     cases = ("plot-300", "plot-2000", "plot-30000", "summarize-100000")
     rows = [bench.markdown_row(long_before if case == "plot-30000" else before, case, "before") for case in cases]
     rows += [bench.markdown_row(after, case, "after") for case in cases]
+    rows += [bench.markdown_row(now, case, "now") for case in cases]
     text = PAGE.read_text(encoding="utf-8")
     missing = [row for row in rows if row not in text]
     assert not missing, "docs/benchmarks.md lacks these rows of benchmarks/results/:\n" + "\n".join(missing)
@@ -291,11 +292,19 @@ def test_the_cli_scale_table_is_that_of_the_checked_in_results():
         loads = [run["load"] for case in doc["cases"].values() for run in case["runs"]]
         assert f"{min(loads):.1f}{DASH}{max(loads):.1f} at the end of the {shown}" in " ".join(text.split())
     assert f"under a load of {long_before['cases']['plot-30000']['runs'][0]['load']:.1f}" in " ".join(text.split())
-    summarize, plot = after["cases"]["summarize-100000"], after["cases"]["plot-30000"]
-    assert plot["wall_s"]["median"] < 10  # the targets the page says were met, and the one not met
+    summarize, plot = now["cases"]["summarize-100000"], now["cases"]["plot-30000"]
+    assert plot["wall_s"]["median"] < 10  # the targets the page says were met
     assert summarize["peak_rss_mib"]["median"] < 200
-    assert f"**not met** ({summarize['wall_s']['median']:.1f} s)" in text
-    assert summarize["wall_s"]["median"] >= 5
+    assert summarize["wall_s"]["median"] < 5
+    slower = [run["wall_s"] for run in summarize["runs"] if run["wall_s"] >= 5]
+    shown = " ".join(text.split())
+    assert f"**met by a hair** now ({summarize['wall_s']['median']:.2f} s, the median; {len(slower)} of 5" in shown
+    assert (
+        f"up to {max(slower):.2f} s; after, it took {after['cases']['summarize-100000']['wall_s']['median']:.1f} s"
+        in shown
+    )
+    loads = [run["load"] for case in now["cases"].values() for run in case["runs"]]
+    assert f"load of {min(loads):.1f}{DASH}{max(loads):.1f} at the end of each run" in shown
 
 
 def test_the_done_components_page_shows_the_checked_in_results_and_the_targets_they_meet():
