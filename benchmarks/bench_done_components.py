@@ -2,7 +2,7 @@
 
 The Flux-shaped pipeline of ``pinned_workload.py`` (random bf16 weights saved once, loaded with
 ``from_pretrained``), leaf-level group offloading with streams and ``record_stream=False``, in both
-``low_cpu_mem_usage`` modes. Arms, each in a fresh process (several at once: memory is per process):
+``low_cpu_mem_usage`` modes. Arms, each in a fresh process (one after the other by default):
 ``nothing``, ``diffusers-mm`` (``managed(pipe, strategy="group_offload", unload_text_encoders=True)``, when
 installed) and each preset. Each arm makes ``--calls`` plain calls back to back and reads at rest after each
 RSS split into anon / file / shmem, the cgroup's charge and the pinned bytes the allocator owns, then the same
@@ -47,7 +47,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--reps", type=int, default=6, help="pairs: interleaved calls per copy")
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--resolution", type=int, default=None, help="default: 1024; tiny: 64")
-    p.add_argument("--jobs", type=int, default=4, help="arms at once")
+    p.add_argument("--jobs", type=int, default=1, help="arms at once (several pin at once on one GPU: slow)")
     p.add_argument("--weights-dir", type=Path, default=Path(tempfile.gettempdir()) / "ddo-floor-weights")
     args = p.parse_args()
     args.families, args.budget_s = "flux", 0.0  # what bench_pinned_floor's helpers read
