@@ -27,21 +27,9 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from ddo_hooks.reports.release import AllocatorSnapshot, PinningSince, validate_active_counter
+from ddo_hooks.reports.release import AllocatorSnapshot, PinningSince, unavailable_snapshot, validate_active_counter
 
 __all__ = ["pinning_between", "read_snapshot", "snapshot_from_raw", "unavailable_snapshot"]
-
-
-def unavailable_snapshot(reason: str) -> AllocatorSnapshot:
-    """A snapshot whose counters could not be read (never reported as zeros)."""
-    return AllocatorSnapshot(
-        status="unavailable",
-        unavailable_reason=reason,
-        allocated_bytes=None,
-        reported_active_bytes=None,
-        active_bytes=None,
-        active_counter_consistent=False,
-    )
 
 
 def read_snapshot(read: Any) -> AllocatorSnapshot:

@@ -42,8 +42,10 @@ from ddo_hooks.reports.release import (
     HostCacheRelease,
     HostCacheReleaseReport,
     HostCacheReleaseSetup,
+    NoopReason,
     ReleaseTimings,
     ThresholdDecision,
+    noop_release,
     owned_delta,
 )
 
@@ -132,33 +134,10 @@ def _threshold(before: AllocatorSnapshot, minimum: int, torch_version: str) -> T
 
 
 def _noop(
-    phase: str, reason: str, detail: str, device: str, torch_version: str, started: float
+    phase: str, reason: NoopReason, detail: str, device: str, torch_version: str, started: float
 ) -> HostCacheReleaseReport:
-    return HostCacheReleaseReport(
-        setup=HostCacheReleaseSetup(
-            host_cache_release=HostCacheRelease(
-                phase=phase,
-                status="noop",
-                noop_reason=reason,  # type: ignore[arg-type]
-                detail=detail,
-                released=False,
-                elapsed_seconds=time.perf_counter() - started,
-                timings=ReleaseTimings(
-                    collect_seconds=0.0, synchronize_seconds=None, snapshot_seconds=0.0, release_seconds=None
-                ),
-                device=device,
-                synchronized=False,
-                entry_point=None,
-                torch_version=torch_version,
-                collection=None,
-                before=None,
-                after=None,
-                allocator_bytes_delta=None,
-                host_before=None,
-                host_after=None,
-            )
-        )
-    )
+    elapsed = time.perf_counter() - started
+    return noop_release(phase, reason, detail, device=device, torch_version=torch_version, elapsed_seconds=elapsed)
 
 
 def not_triggered(phase: str, detail: str, device: DeviceLike = "cuda") -> HostCacheReleaseReport:

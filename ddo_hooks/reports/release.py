@@ -49,7 +49,9 @@ __all__ = [
     "ReleaseTimings",
     "ThresholdDecision",
     "measured_summary",
+    "noop_release",
     "owned_delta",
+    "unavailable_snapshot",
     "validate_active_counter",
 ]
 
@@ -395,3 +397,29 @@ class HostCacheReleaseReport(RouteReport):
             repinned_bytes=since.bytes if since else None,
             repin_seconds=since.seconds if since else None,
         )
+
+
+def unavailable_snapshot(reason: str) -> AllocatorSnapshot:
+    """A snapshot whose counters could not be read (never reported as zeros)."""
+    return AllocatorSnapshot(
+        status="unavailable",
+        unavailable_reason=reason,
+        allocated_bytes=None,
+        reported_active_bytes=None,
+        active_bytes=None,
+        active_counter_consistent=False,
+    )
+
+
+def noop_release(
+    phase: str, reason: NoopReason, detail: str, *, device: str | None, torch_version: str, elapsed_seconds: float
+) -> HostCacheReleaseReport:
+    """The report of a release that did not run: nothing collected, synchronized, read or released."""
+    timings = ReleaseTimings(collect_seconds=0.0, synchronize_seconds=None, snapshot_seconds=0.0, release_seconds=None)
+    release = HostCacheRelease(
+        phase=phase, status="noop", noop_reason=reason, detail=detail, released=False,
+        elapsed_seconds=elapsed_seconds, timings=timings, device=device, synchronized=False, entry_point=None,
+        torch_version=torch_version, collection=None, before=None, after=None, allocator_bytes_delta=None,
+        host_before=None, host_after=None,
+    )  # fmt: skip
+    return HostCacheReleaseReport(setup=HostCacheReleaseSetup(host_cache_release=release))

@@ -38,11 +38,10 @@ from ddo_hooks.reports.ddo.base import DDOHostSnapshot
 from ddo_hooks.reports.ddo.host import DDOAllocatorSnapshot, DDOHostCacheReleaseReport, DDOReleaseStatus
 from ddo_hooks.reports.release import (
     AllocatorSnapshot,
-    HostCacheRelease,
     HostCacheReleaseReport,
-    HostCacheReleaseSetup,
     NoopReason,
-    ReleaseTimings,
+    noop_release,
+    unavailable_snapshot,
 )
 
 __all__ = [
@@ -217,14 +216,7 @@ def from_ddo_allocator_snapshot(snapshot: DDOAllocatorSnapshot) -> AllocatorSnap
         reason = "allocated_bytes.current was not a non-negative integer (as DDO reported it)"
     else:
         reason = "torch.cuda.host_memory_stats is missing (as DDO reported it)"
-    return AllocatorSnapshot(
-        status="unavailable",
-        unavailable_reason=reason,
-        allocated_bytes=None,
-        reported_active_bytes=None,
-        active_bytes=None,
-        active_counter_consistent=False,
-    )
+    return unavailable_snapshot(reason)
 
 
 def from_ddo_host_snapshot(
@@ -299,27 +291,7 @@ def from_ddo_release(report: Any, *, torch_version: str) -> HostCacheReleaseRepo
         report = parsed
     ddo = report.release
     status, reason, _ = DDO_RELEASE_STATUSES[ddo.status]
-    if status == "executed" or not _PHASE.fullmatch(ddo.phase):
+    if status == "executed" or reason is None or not _PHASE.fullmatch(ddo.phase):
         return None
-    release = HostCacheRelease(
-        phase=ddo.phase,
-        status="noop",
-        noop_reason=reason,
-        detail=_NOOP_DETAIL[ddo.status],
-        released=False,
-        elapsed_seconds=ddo.elapsed_seconds,
-        timings=ReleaseTimings(
-            collect_seconds=0.0, synchronize_seconds=None, snapshot_seconds=0.0, release_seconds=None
-        ),
-        device=None,
-        synchronized=False,
-        entry_point=None,
-        torch_version=torch_version,
-        collection=None,
-        before=None,
-        after=None,
-        allocator_bytes_delta=None,
-        host_before=None,
-        host_after=None,
-    )
-    return HostCacheReleaseReport(setup=HostCacheReleaseSetup(host_cache_release=release))
+    detail, elapsed = _NOOP_DETAIL[ddo.status], ddo.elapsed_seconds
+    return noop_release(ddo.phase, reason, detail, device=None, torch_version=torch_version, elapsed_seconds=elapsed)
