@@ -27,7 +27,7 @@ Examples:
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Annotated, Any, Literal, TypeAlias
+from typing import Annotated, Any, Literal, TypeAlias, get_args
 
 from pydantic import BaseModel, Discriminator, Field, Tag, TypeAdapter, ValidationError
 from pydantic_core import from_json
@@ -60,34 +60,6 @@ __all__ = [
     "report_shape",
 ]
 
-DDOReport: TypeAlias = Annotated[
-    HostCacheReleaseReport
-    | BoundaryRefusalReport
-    | ActionReport
-    | AuxiliarySourceDetachReport
-    | PinnedCopyRepackReport
-    | DoneComponentsReleaseReport,
-    Field(discriminator="route"),
-]
-"""Any DDO report of schema version 1, told apart by ``route``."""
-
-REPORT_TYPES = (
-    HostCacheReleaseReport,
-    BoundaryRefusalReport,
-    ActionReport,
-    AuxiliarySourceDetachReport,
-    PinnedCopyRepackReport,
-    DoneComponentsReleaseReport,
-)
-"""Every report model, one per route."""
-
-ROUTES: tuple[str, ...] = tuple(cls.model_fields["route"].default for cls in REPORT_TYPES)
-"""Every route name."""
-
-REPORT_ADAPTER: TypeAdapter[Any] = TypeAdapter(DDOReport)
-"""The pydantic adapter of :data:`DDOReport` (its ``validate_python`` lists every problem)."""
-
-
 OurReport: TypeAlias = (
     HostCacheReleaseReport
     | BoundaryRefusalReport
@@ -96,15 +68,22 @@ OurReport: TypeAlias = (
     | PinnedCopyRepackReport
     | DoneComponentsReleaseReport
 )
-"""A report of ddo_hooks' shape (the members of :data:`DDOReport`)."""
+"""A report of ddo_hooks' shape: one model per route."""
+
+DDOReport: TypeAlias = Annotated[OurReport, Field(discriminator="route")]
+"""Any DDO report of schema version 1, told apart by ``route``."""
+
+REPORT_TYPES: tuple[type[Any], ...] = get_args(OurReport)
+"""Every report model, one per route."""
+
+ROUTES: tuple[str, ...] = tuple(cls.model_fields["route"].default for cls in REPORT_TYPES)
+"""Every route name."""
+
+REPORT_ADAPTER: TypeAdapter[Any] = TypeAdapter(DDOReport)
+"""The pydantic adapter of :data:`DDOReport` (its ``validate_python`` lists every problem)."""
 
 AnyReport: TypeAlias = (
-    HostCacheReleaseReport
-    | BoundaryRefusalReport
-    | ActionReport
-    | AuxiliarySourceDetachReport
-    | PinnedCopyRepackReport
-    | DoneComponentsReleaseReport
+    OurReport
     | DDOHostCacheReleaseReport
     | DDOHostMemoryReport
     | DDOAuxiliarySourceDetachmentReport
