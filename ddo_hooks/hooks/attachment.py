@@ -106,8 +106,10 @@ def _check_named_components(pipeline: Any, policy: HookPolicy) -> None:
     held = [name for name, value in pipeline.components.items() if callable(getattr(value, "parameters", None))]
     for boundary in BOUNDARIES:
         for i, spec in enumerate(policy.actions(boundary)):
+            if spec.name != RELEASE_DONE_COMPONENTS:
+                continue
             unknown = [n for n in spec.options.get("components", ()) if n not in held]
-            if spec.name == RELEASE_DONE_COMPONENTS and unknown:
+            if unknown:
                 where = policy.locate(("boundaries", boundary, "actions", i))
                 raise InvalidArgumentError(
                     f"{where}: {RELEASE_DONE_COMPONENTS} at {boundary} names {unknown[0]!r}, which this "

@@ -272,7 +272,7 @@ class PipelineSignals:
         """The submodules that run first when a VAE decodes, each once."""
         found: dict[int, torch.nn.Module] = {}
         for _, module in self._components():
-            if callable(getattr(module, "decode", None)):
+            if _decodes(module):
                 for sub in DECODE_SUBMODULES:
                     part = getattr(module, sub, None)
                     if isinstance(part, torch.nn.Module):
@@ -343,9 +343,8 @@ class PipelineSignals:
         for module in self.denoisers():
             earlier = stages[id(module)] is Stage.EARLIER
             self._hooks.append(join(module, DenoiserSignal, HOOK_NAMES["denoiser"], machine, earlier=earlier))
-        vaes = {id(m) for _, m in self._components() if callable(getattr(m, "decode", None))}
-        for name, module in self._components():
-            if id(module) not in vaes and stages.get(id(module), Stage.EARLIER) is Stage.EARLIER:
+        for name, module in self._components():  # every component but the VAEs and the final denoisers
+            if not _decodes(module) and stages.get(id(module), Stage.EARLIER) is Stage.EARLIER:
                 self._ran.append(module.register_forward_pre_hook(functools.partial(_ran, machine, name)))
         decoders = self.decode_modules()
         machine.has_decoder = bool(decoders)
@@ -376,6 +375,11 @@ class PipelineSignals:
                 return original(*args, **kwargs)
 
         return wrapper
+
+
+def _decodes(module: torch.nn.Module) -> bool:
+    """Whether a component is a VAE: it has a ``decode`` method."""
+    return callable(getattr(module, "decode", None))
 
 
 def _ran(machine: CallPhases, name: str, module: torch.nn.Module, args: Any) -> None:

@@ -54,6 +54,7 @@ class _Mapping:
     private_file: bool  # a private mapping of a regular file
 
 
+@functools.cache  # once per process: neither the platform nor the pagemap's permissions change
 def supported() -> str | None:
     """``None`` where pages can be given back here, else why not (the platform, an unreadable pagemap)."""
     if not sys.platform.startswith("linux"):
