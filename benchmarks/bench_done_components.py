@@ -3,12 +3,15 @@
 The Flux-shaped pipeline of ``pinned_workload.py`` (random bf16 weights saved once, loaded with
 ``from_pretrained``), leaf-level group offloading with streams and ``record_stream=False``, in both
 ``low_cpu_mem_usage`` modes. Arms, each in a fresh process (one after the other by default):
-``nothing``, ``diffusers-mm`` (``managed(pipe, strategy="group_offload", unload_text_encoders=True)``, when
+``nothing``, ``delete`` (the text encoders deleted by hand after the first call, whose prompt embeddings the
+later calls pass), ``diffusers-mm`` (``managed(pipe, strategy="group_offload", unload_text_encoders=True)``, when
 installed) and each preset. Each arm makes ``--calls`` plain calls back to back and reads at rest after each
 RSS split into anon / file / shmem, the cgroup's charge and the pinned bytes the allocator owns, then the same
 after ``--idle-s`` of idle time. Then, for each preset of ``--pairs``, one process holds two copies of the
 pipeline, one with nothing and one with the preset, their calls interleaved (ABBA) ``--reps`` times: the
-steady-state call time of each (medians, spreads, the median of the per-pair ratios) and bitwise-equal outputs.
+steady-state call time of each (medians, spreads, the median of the per-pair ratios) and bitwise-equal outputs;
+with ``--block N`` each copy makes bursts of N calls, and the steady calls are all but the first of each burst
+(the first follows the other copy's burst: an idle time, in which ``lowest-latency`` gives back).
 
 GPU machine: ``python3 benchmarks/bench_done_components.py --out $OUT``.
 CPU, to try the flow: ``python benchmarks/bench_done_components.py --size tiny --arms nothing,preset:lowest-peak
@@ -29,7 +32,7 @@ from typing import Any
 import bench_pinned_floor as floor_bench
 
 RESULT = "bench_done_components.json"
-ARMS = "nothing,diffusers-mm,preset:default,preset:lowest-peak,preset:lowest-latency"
+ARMS = "nothing,delete,diffusers-mm,preset:default,preset:lowest-peak,preset:lowest-latency"
 GIB = 2**30
 TIMES, DASH = "\u00d7", "\u2013"  # as the docs write a ratio and a range
 
@@ -44,7 +47,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--idle-s", type=float, default=3.0, help="idle time before the last reading (lowest-latency: 2 s)")
     p.add_argument("--pairs", default="lowest-peak,lowest-latency", help="presets timed against nothing")
     p.add_argument("--pair-modes", default="true", help="low_cpu_mem_usage values of the pairs")
-    p.add_argument("--reps", type=int, default=6, help="pairs: interleaved calls per copy")
+    p.add_argument("--reps", type=int, default=6, help="pairs: interleaved bursts per copy")
+    p.add_argument("--block", type=int, default=1, help="pairs: calls per burst; >1: steady = all but each first")
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--resolution", type=int, default=None, help="default: 1024; tiny: 64")
     p.add_argument("--jobs", type=int, default=1, help="arms at once (several pin at once on one GPU: slow)")
@@ -85,7 +89,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     doc["arms"] = {label(s): doc["arms"][label(s)] for s in specs if label(s) in doc["arms"]}  # the plan's order
     for mode in filter(None, args.pair_modes.split(",")):
         for preset in filter(None, args.pairs.split(",")):
-            spec = {**base, "lcmu": mode == "true", "preset": preset, "reps": args.reps}
+            spec = {**base, "lcmu": mode == "true", "preset": preset, "reps": args.reps, "block": args.block}
             name = f"pair-lcmu-{mode}-{preset}"
             found = floor_bench.child(["done_workload.py", "pair", "--spec", json.dumps(spec)], out / f"{name}.json",
                                       out / f"{name}.log")  # fmt: skip
@@ -93,6 +97,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 doc["pairs"][f"lcmu={mode}/{preset}"] = found
     (out / RESULT).write_text(json.dumps(doc))
     return doc
+
+
+def steady(calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A pair's steady calls: in bursts, all but the first of each (it follows an idle time); else all but the first."""
+    return [c for c in calls if c.get("at", 0) > 0] if any(c.get("at", 0) for c in calls) else calls[1:]
 
 
 def _median(values: list[float]) -> str:
@@ -128,8 +137,8 @@ def report(doc: dict[str, Any]) -> None:
               + f" {arm['idle']['rss'] / GIB:>9.2f} {ratio:>6} {idle_ratio:>6}  {same}")  # fmt: skip
     for name, pair in doc["pairs"].items():
         a, b = pair["calls"]["nothing"], pair["calls"]["preset"]
-        steady_a, steady_b = [c["seconds"] for c in a[1:]], [c["seconds"] for c in b[1:]]
-        ratios = [y["seconds"] / x["seconds"] for x, y in zip(a[1:], b[1:], strict=True)]
+        steady_a, steady_b = [c["seconds"] for c in steady(a)], [c["seconds"] for c in steady(b)]
+        ratios = [y / x for x, y in zip(steady_a, steady_b, strict=True)]
         equal = all(x["digest"] == y["digest"] for x, y in zip(a, b, strict=True))
         print(f"pair {name}: steady call s, nothing {_median(steady_a)}, preset {_median(steady_b)}, "
               f"ratio of medians {statistics.median(steady_b) / statistics.median(steady_a):.3f}, per pair "
@@ -155,7 +164,7 @@ def markdown_rows(doc: dict[str, Any]) -> list[str]:
         ratios = f"{rss / base:.3f}{TIMES} | {idle / GIB:.2f} ({idle / nothing['idle']['rss']:.3f}{TIMES})"
         rows.append(f"| {name.split('/')[1]} | {calls} | " + " | ".join(cells) + f" | {ratios} |")
     for name, pair in doc["pairs"].items():
-        a, b = pair["calls"]["nothing"][1:], pair["calls"]["preset"][1:]
+        a, b = steady(pair["calls"]["nothing"]), steady(pair["calls"]["preset"])
         ratios = [y["seconds"] / x["seconds"] for x, y in zip(a, b, strict=True)]
         seconds = [statistics.median(c["seconds"] for c in side) for side in (a, b)]
         rows.append(

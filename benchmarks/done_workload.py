@@ -3,16 +3,21 @@
 * ``arm --spec JSON --result R.json``: load the saved pipeline (``floor_workload.py``'s loader: leaf-level group
   offloading with streams, ``record_stream=False``), apply the arm, make ``calls`` plain ``pipe(prompt=...)`` calls
   back to back, read which memory the process holds at rest after each, then once more after ``idle_s`` of idle
-  time. Arms: ``nothing``; ``preset:<name>`` (ddo_hooks attached); ``diffusers-mm`` (``managed(pipe,
+  time. Arms: ``nothing``; ``delete`` (after the first call the user encodes the prompt, deletes the text
+  encoders and empties the caches; the later calls pass those embeddings: one prompt only); ``preset:<name>``
+  (ddo_hooks attached); ``diffusers-mm`` (``managed(pipe,
   strategy="group_offload", unload_text_encoders=True)`` instead of the loader's offloading; a call that raises
   is recorded with its error and ends the arm).
 * ``pair --spec JSON --result R.json``: two copies of the pipeline in one process, one with nothing attached and
-  one with the preset, their calls interleaved (ABBA): call times and digests, for the steady-state call time.
+  one with the preset, their calls interleaved (ABBA) in bursts of ``block`` calls back to back: call times and
+  digests, for the steady-state call time. While one copy runs its burst the other is idle, long enough for
+  ``lowest-latency`` to give back: the first call of a burst follows an idle time, the others are steady.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import time
 from pathlib import Path
@@ -49,6 +54,19 @@ def _done_reports(attachment: Any) -> list[dict[str, Any]]:
     return kept
 
 
+def _delete_encoders(spec: dict[str, Any], pipe: Any) -> dict[str, Any]:
+    """What a user does by hand: encode the prompt once, delete the text encoders, empty the caches."""
+    with torch.no_grad():
+        embeds = floor.prompt_embeds(spec, pipe.encode_prompt(workload.PROMPT, **floor.encode_kwargs(spec, pipe)))
+    for name in floor.ENCODERS[spec["family"]]:
+        setattr(pipe, name, None)
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+        torch._C._host_emptyCache()
+    return embeds
+
+
 def run_arm(spec: dict[str, Any]) -> dict[str, Any]:
     """One arm: its plain calls back to back, which memory each left at rest, and the memory once idle."""
     workload._quiet()
@@ -56,12 +74,18 @@ def run_arm(spec: dict[str, Any]) -> dict[str, Any]:
     pipe = _mm(spec) if arm == "diffusers-mm" else floor.load(spec)
     attachment = floor.attach_preset(pipe, arm.split(":", 1)[1], True) if arm.startswith("preset:") else None
     result: dict[str, Any] = {"spec": spec, "attached": floor.memory(), "calls": []}
+    embeds: dict[str, Any] = {}
     for index in range(spec["calls"]):
+        kwargs = floor.call_kwargs(spec, index)
+        if embeds:  # "delete": the encoders are gone, so the calls pass the first call's prompt embeddings
+            kwargs.update(prompt=None, **embeds)
         try:
-            seconds, output = floor.timed_call(pipe, floor.call_kwargs(spec, index))
+            seconds, output = floor.timed_call(pipe, kwargs)
         except Exception as e:  # diffusers-mm cannot make a second call of a FluxPipeline
             result["error"] = {"call": index + 1, "error": f"{type(e).__name__}: {e}"[:400]}
             break
+        if arm == "delete" and index == 0:
+            embeds = _delete_encoders(spec, pipe)
         result["calls"].append({"seconds": seconds, "digest": output, "rest": floor.memory()})
     time.sleep(spec["idle_s"])  # lowest-latency gives back once the pipeline has been idle for 2 s
     result["idle"] = floor.memory()
@@ -79,8 +103,9 @@ def run_pair(spec: dict[str, Any]) -> dict[str, Any]:
     calls: dict[str, list[dict[str, Any]]] = {name: [] for name in pipes}
     for rep in range(spec["reps"]):
         for name in ("nothing", "preset") if rep % 2 == 0 else ("preset", "nothing"):
-            seconds, output = floor.timed_call(pipes[name], floor.call_kwargs(spec, rep))
-            calls[name].append({"rep": rep, "seconds": seconds, "digest": output})
+            for at in range(spec.get("block", 1)):  # a burst: the first call follows the other copy's burst
+                seconds, output = floor.timed_call(pipes[name], floor.call_kwargs(spec, rep))
+                calls[name].append({"rep": rep, "at": at, "seconds": seconds, "digest": output})
     result = {"spec": spec, "calls": calls, "done_reports": _done_reports(attachment)}
     attachment.detach()
     return result

@@ -30,6 +30,7 @@ __all__ = [
     "HOST_CACHE_RELEASE",
     "MALLOC_TRIM",
     "RELEASE_DONE_COMPONENTS",
+    "STAGE_DONE_COMPONENTS",
     "PHASE_PATTERN",
     "REFUSAL_REASONS",
     "BoundaryName",
@@ -78,7 +79,10 @@ MALLOC_TRIM = "malloc_trim"
 RELEASE_DONE_COMPONENTS = "release_done_components"
 """The built-in action that gives back the clean file pages of the components whose work in a call is done."""
 
-BUILT_IN_ACTIONS: tuple[str, ...] = (HOST_CACHE_RELEASE, MALLOC_TRIM, RELEASE_DONE_COMPONENTS)
+STAGE_DONE_COMPONENTS = "stage_done_components"
+"""The built-in action that pins again the copies ``release_done_components`` replaced by file views."""
+
+BUILT_IN_ACTIONS: tuple[str, ...] = (HOST_CACHE_RELEASE, MALLOC_TRIM, RELEASE_DONE_COMPONENTS, STAGE_DONE_COMPONENTS)
 """The actions ddo_hooks registers itself (they cannot be unregistered)."""
 
 HOST_CACHE_COMPONENT_PREFIX = "host_cache"

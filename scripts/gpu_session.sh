@@ -17,6 +17,7 @@
 #   floor        benchmarks/bench_pinned_floor.py $FLOOR_ARGS (e.g. "--families flux --reps 0")
 #   forward      benchmarks/bench_repack_forward.py: the denoiser's forward, repacked against not
 #   done         benchmarks/bench_done_components.py $DONE_ARGS: plain calls giving back what they no longer need
+#   tests        the gpu-marked tests in $GPU_TESTS (paths or node ids, space-separated)
 #   bench        every benchmarks/bench_*.py with its defaults
 #
 # Carried wheels live in .whl/ (ignored by git; see docs/development.md for the download line).
@@ -56,6 +57,8 @@ for step in "${steps[@]}"; do
                     -q -rA > "$OUT/structural-$shard.log" 2>&1 &
                   structural_pids+=($!)
                 done ;;
+    tests) python3 -m pytest ${GPU_TESTS:?GPU_TESTS names the tests} -m gpu -p no:cacheprovider -s -q -rA \
+             2>&1 | tee "$OUT/gpu-tests.log"; rc[$step]=${PIPESTATUS[0]} ;;
     repack) python3 -m pytest tests/gpu/test_repack_gpu.py tests/gpu/test_hooks_gpu.py -m gpu -p no:cacheprovider -s -q -rA \
               -k "${REPACK_ONLY:-repack or hooks}" 2>&1 | tee "$OUT/repack-tests.log"; rc[$step]=${PIPESTATUS[0]} ;;
     forward) python3 benchmarks/bench_repack_forward.py --out "$OUT" 2>&1 | tee "$OUT/forward.log"; rc[$step]=${PIPESTATUS[0]} ;;

@@ -17,6 +17,7 @@ from diffusers import AutoPipelineForImage2Image, DiffusionPipeline
 from support.overlap import overlapping_calls
 
 from ddo_hooks import HookPolicy, attach, register_action, unregister_action
+from ddo_hooks._compat import diffusers as diffusers_compat
 from ddo_hooks.errors import InvalidArgumentError, PolicyError
 from ddo_hooks.release import file_pages
 from ddo_hooks.testing.tiny_pipelines import build_pipeline, call_kwargs
@@ -52,7 +53,7 @@ def load(folder: Path) -> DiffusionPipeline:
 
 def resident(module: torch.nn.Module) -> int:
     """Resident pages of the module's file-backed weights, and that none was written."""
-    mappings = file_pages._mappings()
+    mappings = file_pages.mappings()
     ranges = []
     for address, size in file_pages._storages(module).items():
         mapping = next(m for m in mappings if m.start <= address < m.end)
@@ -142,6 +143,102 @@ def test_a_written_page_keeps_every_page_of_its_component(saved):
     assert "written" in component.detail
     assert torch.equal(got, plain(**call_kwargs("sd")).images)  # the edit survives
     assert resident(pipe.unet) >= before
+
+
+def hold_copies(module: torch.nn.Module) -> int:
+    """Put every weight of ``module`` in a copy in memory, as a load into memory does; their bytes."""
+    with torch.no_grad():
+        for tensor in [*module.parameters(), *module.buffers()]:
+            tensor.data = tensor.data.clone()
+    return sum(t.numel() * t.element_size() for t in [*module.parameters(), *module.buffers()])
+
+
+def in_files(module: torch.nn.Module) -> bool:
+    inside = file_pages.in_file_view(file_pages.mappings())
+    return all(inside(p.data_ptr(), p.numel() * p.element_size()) for p in module.parameters())
+
+
+def test_copies_equal_to_the_files_are_pointed_back_at_them_once_then_given_back_every_call(saved):
+    plain = outputs(load(saved["flux"]), "flux", 3)
+    pipe = load(saved["flux"])
+    held = {name: hold_copies(getattr(pipe, name)) for name in ("text_encoder", "text_encoder_2")}
+    assert not in_files(pipe.text_encoder)
+    with attach(pipe, HookPolicy.from_mapping(GIVE_BACK)) as attachment:
+        got = outputs(pipe, "flux", 3)
+        assert all(in_files(getattr(pipe, name)) and resident(getattr(pipe, name)) == 0 for name in held)
+    assert all(torch.equal(a, b) for a, b in zip(plain, got, strict=True))
+    first, *later = [r.release for r in attachment.reports]
+    assert {c.component: c.replaced_bytes for c in first.components} == held  # CLIP's position_ids: a plain copy
+    assert all(c.outcome == "released" for c in first.components)
+    assert "copies of them were freed first" in first.components[0].detail
+    assert all(c.replaced_bytes == 0 and c.outcome == "released" for r in later for c in r.components)
+
+
+def test_copies_that_differ_from_the_files_are_kept_and_compared_once(saved, monkeypatch):
+    from ddo_hooks.release import file_views
+
+    compared = []
+    same_bytes = file_views._same_bytes
+    monkeypatch.setattr(file_views, "_same_bytes", lambda a, b: compared.append(1) or same_bytes(a, b))
+    pipe, plain = load(saved["sd"]), load(saved["sd"])
+    hold_copies(pipe.text_encoder)
+    for each in (pipe, plain):
+        with torch.no_grad():
+            each.text_encoder.final_layer_norm.weight.mul_(1.5)  # a fused LoRA, say
+    with attach(pipe, HookPolicy.from_mapping(GIVE_BACK)) as attachment:
+        pipe(**call_kwargs("sd"))
+        after_first = len(compared)
+        got = pipe(**call_kwargs("sd", seed=1)).images
+    assert len(compared) == after_first > 0  # the second call did not compare again
+    assert torch.equal(got, plain(**call_kwargs("sd", seed=1)).images)  # the edit survives
+    assert not in_files(pipe.text_encoder)
+    for report in attachment.reports:
+        (component,) = report.release.components
+        assert (component.outcome, component.reason) == ("left", "modified")
+        assert "final_layer_norm.weight differs from its weights file" in component.detail
+
+
+def test_copies_in_another_dtype_than_the_files_are_kept_and_say_which_weight(saved):
+    pipe = load(saved["sd"])
+    pipe.to(torch.float64)
+    with attach(pipe, HookPolicy.from_mapping(GIVE_BACK)) as attachment:
+        pipe(**call_kwargs("sd"))
+    (component,) = attachment.reports[0].release.components
+    assert (component.outcome, component.reason) == ("left", "not_file_backed")
+    assert "(torch.float64" in component.detail
+    assert "converted to another dtype" in component.detail
+
+
+def test_pinned_copies_are_pointed_back_at_the_files_then_staged_again_at_the_next_call(saved):
+    from diffusers.hooks import apply_group_offloading
+    from support.fakes import FakeHostAllocator, pin_like_streams
+
+    from ddo_hooks.release.allocator import use_backend
+
+    plain = outputs(load(saved["flux"]), "flux", 3)
+    policy = {"version": 1, "pinned_copies": {"repack": False}, "boundaries": {
+        "before_transformer": {"actions": ["stage_done_components"]}, "before_vae": {"enabled": False},
+        "after_call": {"actions": ["release_done_components"]},
+    }}  # fmt: skip
+    with use_backend(FakeHostAllocator(cached_bytes=0, live_bytes=0)) as fake:
+        pipe = load(saved["flux"])
+        for name in ("text_encoder", "text_encoder_2"):
+            apply_group_offloading(getattr(pipe, name), onload_device=torch.device("cpu"), offload_type="leaf_level")
+            pin_like_streams(getattr(pipe, name), fake)  # the pinned copies streams make, through the fake
+        with attach(pipe, HookPolicy.from_mapping(policy)) as attachment:
+            got = outputs(pipe, "flux", 3)
+            groups = diffusers_compat.offload_groups(pipe.text_encoder_2)
+            sources = [t for g in groups for t in diffusers_compat.group_cpu_sources(g).values()]
+            assert sources
+            assert not any(fake.is_pinned(t) for t in sources)  # given back after the last call
+        stage = [r for r in attachment.reports if r.route != "done_components_release"]
+        release = [r.release for r in attachment.reports if r.route == "done_components_release"]
+    assert all(torch.equal(a, b) for a, b in zip(plain, got, strict=True))
+    assert [r.route for r in stage] == ["boundary_action", "pinned_copy_repack", "pinned_copy_repack"]
+    for report in stage[1:]:  # each call after a give-back pins the encoders again, into slabs
+        assert [(c.component, c.status, c.pinned_bytes_before) for c in report.repack.components] == [
+            ("text_encoder", "repacked", 0), ("text_encoder_2", "repacked", 0)]  # fmt: skip
+    assert all(c.outcome == "released" and c.replaced_bytes > 0 for r in release for c in r.components)
 
 
 def test_a_component_another_attached_pipeline_holds_is_left(saved):

@@ -1,4 +1,4 @@
-"""The built-in boundary actions: ``host_cache_release``, ``malloc_trim`` and ``release_done_components``.
+"""The built-in boundary actions: ``host_cache_release``, ``malloc_trim``, ``release_done_components`` and its pair.
 
 :mod:`ddo_hooks.hooks.actions` registers both from :data:`BUILT_IN` (this module imports nothing of it)
 and they receive their settings as options, like any action. ``host_cache_release`` runs the release
@@ -23,15 +23,22 @@ import ctypes.util
 import functools
 import sys
 import time
+import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from ddo_hooks.boundaries import HOST_CACHE_COMPONENT_PREFIX, HOST_CACHE_RELEASE, MALLOC_TRIM, RELEASE_DONE_COMPONENTS
+from ddo_hooks.boundaries import (
+    HOST_CACHE_COMPONENT_PREFIX,
+    HOST_CACHE_RELEASE,
+    MALLOC_TRIM,
+    RELEASE_DONE_COMPONENTS,
+    STAGE_DONE_COMPONENTS,
+)
 
 if TYPE_CHECKING:
     from ddo_hooks.hooks.actions import BoundaryContext
 
-__all__ = ["BUILT_IN", "host_cache_release", "malloc_trim", "release_done_components"]
+__all__ = ["BUILT_IN", "host_cache_release", "malloc_trim", "release_done_components", "stage_done_components"]
 
 
 def host_cache_release(ctx: BoundaryContext) -> Any:
@@ -120,13 +127,19 @@ def _faults() -> tuple[int, int] | None:
 def release_done_components(ctx: BoundaryContext) -> Any:
     """Give back the clean file pages of the components whose work in this call is done.
 
+    A component that holds copies of its weights (pinned by group offloading with
+    ``low_cpu_mem_usage=False``, or loaded into memory) first has them pointed back at its weights
+    files where they are equal byte for byte (:mod:`ddo_hooks.release.file_views`); from then on it
+    is staged at each use, as with ``low_cpu_mem_usage=True``.
+
     The components are ``ctx.done`` (those that ran before ``before_transformer`` was due), or
     those the ``components`` option names. A component another attached pipeline holds is left
     (``shared``), as is one whose weights are not file views or were written. Its report (route
     ``done_components_release``) also says what bringing pages back cost since this action's
     previous boundary: the process's page faults and the growth of ``RssFile``.
     """
-    from ddo_hooks.release.file_pages import give_back_file_pages, left_shared, supported
+    from ddo_hooks.release.file_pages import left_shared, supported
+    from ddo_hooks.release.file_views import give_back
     from ddo_hooks.release.host_memory import observe_host
     from ddo_hooks.reports.pages import (
         ComponentPages,
@@ -143,9 +156,10 @@ def release_done_components(ctx: BoundaryContext) -> Any:
     modules = [(name, held[name]) for name in (ctx.done if named is None else named) if held.get(name) is not None]
     pages: list[ComponentPages] = []
     why = supported()
+    unbound = ctx.state.setdefault("unbound", weakref.WeakKeyDictionary())
     for name, module in modules if why is None else ():
         holder = ctx.held_elsewhere(module)
-        pages.append(give_back_file_pages(name, module) if holder is None else left_shared(name, module, holder))
+        pages.append(give_back(name, module, unbound) if holder is None else left_shared(name, module, holder))
     host_after = observe_host()
     released = sum(p.released_bytes for p in pages)
     since = None
@@ -175,9 +189,34 @@ def release_done_components(ctx: BoundaryContext) -> Any:
     return DoneComponentsReleaseReport(setup=DoneComponentsReleaseSetup(done_components_release=body))
 
 
+def stage_done_components(ctx: BoundaryContext) -> Any:
+    """Pin again the copies that ``release_done_components`` replaced by views of the weights files.
+
+    A component whose pinned copies were pointed back at its files is onloaded from pinned blocks
+    made at each onload; staging it gives it exact-size pinned copies (slabs) again, so that its
+    next calls run as fast as before. ``lowest-latency`` stages before the transformer of the first
+    call after an idle time that gave the copies back: memory back while idle, speed while busy.
+    Its report is a repack's (route ``pinned_copy_repack``, each ``pinned_bytes_before`` 0), or a
+    no-op when no component is to be staged.
+    """
+    from ddo_hooks.release.file_views import UNPINNED
+    from ddo_hooks.release.repack import stage_pinned_copies
+
+    held = {} if ctx.pipeline is None else ctx.pipeline.components
+    names = [name for name, module in held.items() if module in UNPINNED]  # not weakly referable: not in it
+    if not names:
+        return ctx.action_report("noop", detail="no component's pinned copies were given back to stage again")
+    report = stage_pinned_copies(ctx.pipeline, names, phase=ctx.boundary)
+    for result in report.repack.components:
+        if result.status == "repacked":
+            UNPINNED.discard(held[result.component])
+    return report
+
+
 BUILT_IN: dict[str, tuple[Callable[[BoundaryContext], Any], str]] = {
     HOST_CACHE_RELEASE: (host_cache_release, HOST_CACHE_COMPONENT_PREFIX),
     MALLOC_TRIM: (malloc_trim, MALLOC_TRIM),
     RELEASE_DONE_COMPONENTS: (release_done_components, "done_components"),
+    STAGE_DONE_COMPONENTS: (stage_done_components, "stage_done"),
 }
 """Each built-in action's function and the prefix of its tracker component."""

@@ -33,7 +33,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from ddo_hooks._diagnostics import KeyPath, show_value
-from ddo_hooks.boundaries import ACTION_NAME_PATTERN, HOST_CACHE_RELEASE, RELEASE_DONE_COMPONENTS
+from ddo_hooks.boundaries import ACTION_NAME_PATTERN, HOST_CACHE_RELEASE, RELEASE_DONE_COMPONENTS, STAGE_DONE_COMPONENTS
 from ddo_hooks.errors import InvalidArgumentError
 from ddo_hooks.policy.messages import literal_problem
 from ddo_hooks.release.devices import parse_cuda_device
@@ -238,6 +238,9 @@ class ActionSpec(Model):
             _check_release_options(self.options)
         elif self.name == RELEASE_DONE_COMPONENTS:
             _check_done_options(self.options)
+        elif self.name == STAGE_DONE_COMPONENTS and self.options:
+            message = f"unknown option of {STAGE_DONE_COMPONENTS}; it takes none"
+            raise located_error("release_option", message, ("options", next(iter(self.options))))
         return self
 
 

@@ -32,7 +32,7 @@ import stat
 import sys
 import time
 from array import array
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch
@@ -40,7 +40,7 @@ import torch
 from ddo_hooks._compat import diffusers as diffusers_compat
 from ddo_hooks.reports.pages import ComponentPages
 
-__all__ = ["PAGE_SIZE", "give_back_file_pages", "left_shared", "supported"]
+__all__ = ["PAGE_SIZE", "give_back_file_pages", "in_file_view", "left_shared", "mappings", "supported"]
 
 PAGE_SIZE = mmap.PAGESIZE
 _PRESENT, _SWAPPED, _FILE = 1 << 63, 1 << 62, 1 << 61  # /proc/<pid>/pagemap bits (Documentation/admin-guide/mm)
@@ -89,7 +89,7 @@ def _regular_file(path: str) -> bool:
         return False
 
 
-def _mappings() -> list[_Mapping]:
+def mappings() -> list[_Mapping]:
     """The process's mappings, sorted, each marked when it is a private mapping of a regular file."""
     found = []
     with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
@@ -100,6 +100,17 @@ def _mappings() -> list[_Mapping]:
             private_file = fields[1][3] == "p" and path.startswith("/") and _regular_file(path)
             found.append(_Mapping(int(start, 16), int(end, 16), private_file))
     return found
+
+
+def in_file_view(mappings: list[_Mapping]) -> Callable[[int, int], bool]:
+    """A test of whether ``size`` bytes at ``address`` lie inside one private mapping of a regular file."""
+    starts = [m.start for m in mappings]
+
+    def inside(address: int, size: int) -> bool:
+        at = bisect.bisect_right(starts, address) - 1
+        return at >= 0 and mappings[at].private_file and address + size <= mappings[at].end
+
+    return inside
 
 
 def _storages(module: torch.nn.Module) -> dict[int, int]:
@@ -174,12 +185,14 @@ def left_shared(name: str, module: torch.nn.Module, holder: str) -> ComponentPag
     return _left(name, "shared", detail, 0, sum(_storages(module).values()), time.perf_counter())
 
 
-def give_back_file_pages(name: str, module: torch.nn.Module) -> ComponentPages:
+def give_back_file_pages(name: str, module: torch.nn.Module, *, replaced_bytes: int = 0) -> ComponentPages:
     """Drop the resident pages of ``module``'s weights that are clean views of its weights files.
 
     Args:
         name: The component's name, for the report.
         module: The component.
+        replaced_bytes: Bytes of copies just replaced by its file views
+            (:func:`~ddo_hooks.release.file_views.rebind_to_files`), for the report.
 
     Returns:
         What it gave back: ``released`` with the resident bytes dropped, or ``left`` (nothing
@@ -197,13 +210,8 @@ def give_back_file_pages(name: str, module: torch.nn.Module) -> ComponentPages:
     why = supported()
     if why is not None:
         return _left(name, "unsupported", why, 0, total, started)
-    mappings = _mappings()
-    starts = [m.start for m in mappings]
-    in_files: list[tuple[int, int]] = []
-    for address, size in storages.items():
-        at = bisect.bisect_right(starts, address) - 1
-        if at >= 0 and mappings[at].private_file and address + size <= mappings[at].end:
-            in_files.append((address, address + size))
+    inside = in_file_view(mappings())
+    in_files = [(address, address + size) for address, size in storages.items() if inside(address, size)]
     file_bytes = sum(end - start for start, end in in_files)
     other_bytes = total - file_bytes
     if not in_files:
@@ -222,6 +230,8 @@ def give_back_file_pages(name: str, module: torch.nn.Module) -> ComponentPages:
             error = ctypes.get_errno()
             raise OSError(error, f"madvise(MADV_DONTNEED) of {name}'s pages {start:#x}-{end:#x}: {os.strerror(error)}")
     kept = f"; {other_bytes} bytes are not file views and stay" if other_bytes else ""
+    if replaced_bytes:
+        kept += f"; {replaced_bytes} bytes of copies of them were freed first"
     return ComponentPages(
         component=name,
         outcome="released",
@@ -229,6 +239,7 @@ def give_back_file_pages(name: str, module: torch.nn.Module) -> ComponentPages:
         detail=f"dropped {resident} resident page(s) of its {file_bytes} bytes of clean file-backed weights{kept}",
         file_bytes=file_bytes,
         other_bytes=other_bytes,
+        replaced_bytes=replaced_bytes,
         resident_bytes=resident * PAGE_SIZE,
         released_bytes=resident * PAGE_SIZE,
         seconds=time.perf_counter() - started,

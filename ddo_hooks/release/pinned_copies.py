@@ -105,21 +105,25 @@ def refuse(reason: RepackReason, detail: str) -> Left:
     return Left("refused", reason, detail)
 
 
-def _tensor_problem(tensor: Any) -> str | None:
-    """Why a copy cannot move into a slab as plain bytes, or ``None``."""
+def _tensor_problem(tensor: Any, staging: bool) -> str | None:
+    """Why a copy cannot move into a slab as plain bytes, or ``None`` (a source to stage may be a view of a file)."""
     if type(tensor) is not torch.Tensor:
         return f"is a {type(tensor).__qualname__} (a tensor subclass, such as torchao's)"
     if tensor.layout is not torch.strided or tensor.is_quantized or tensor.device.type != "cpu":
         return f"is a {tensor.layout} {tensor.dtype} tensor on {tensor.device}"
-    if not tensor.is_contiguous() or tensor.storage_offset() != 0:
+    if not tensor.is_contiguous() or (tensor.storage_offset() != 0 and not staging):
         return "is not a contiguous tensor at the start of its storage"
-    if tensor.untyped_storage().nbytes() != tensor.numel() * tensor.element_size():
+    if tensor.untyped_storage().nbytes() != tensor.numel() * tensor.element_size() and not staging:
         return "shares a larger storage"
     return None
 
 
-def inspect_component(name: str, module: torch.nn.Module) -> Component:
-    """Check every copy of ``module``'s groups; raise :class:`Left` when it is not to be repacked."""
+def inspect_component(name: str, module: torch.nn.Module, *, staging: bool = False) -> Component:
+    """Check every copy of ``module``'s groups; raise :class:`Left` when it is not to be repacked.
+
+    ``staging``: its sources are not pinned (views of its weights files) and are to be pinned into
+    slabs; they may share one storage, which stays as long as anything else holds it.
+    """
     from ddo_hooks._compat import diffusers as diffusers_compat
 
     groups = diffusers_compat.offload_groups(module)
@@ -132,12 +136,12 @@ def inspect_component(name: str, module: torch.nn.Module) -> Component:
         if isinstance(tensor, torch.Tensor) and tensor.numel() > 0
     ]
     try:
-        return _check(name, groups, copies)
+        return _check(name, groups, copies, staging)
     except Left as left:
         raise left.found(groups, copies) from None
 
 
-def _check(name: str, groups: list[Any], copies: list[Copy]) -> Component:
+def _check(name: str, groups: list[Any], copies: list[Copy], staging: bool) -> Component:
     from ddo_hooks._compat import diffusers as diffusers_compat
 
     if any(diffusers_compat.group_disk_path(group) is not None for group in groups):
@@ -151,9 +155,9 @@ def _check(name: str, groups: list[Any], copies: list[Copy]) -> Component:
             "no_pinned_copies", f"{name}'s groups keep no CPU copies: without use_stream=True, nothing is pinned"
         )
     for copy in copies:
-        if (problem := _tensor_problem(copy.tensor)) is not None:
+        if (problem := _tensor_problem(copy.tensor, staging)) is not None:
             raise refuse("unsupported_tensor", f"a pinned copy in {name} {problem}; it is left as it was")
-    if not all(_allocator.backend().is_pinned(copy.tensor) for copy in copies):
+    if not staging and not all(_allocator.backend().is_pinned(copy.tensor) for copy in copies):
         detail = (
             f"{name}'s CPU copies are not pinned: with low_cpu_mem_usage=True diffusers pins them at each onload, "
             "from a cache the boundaries' releases give back"
@@ -170,7 +174,7 @@ def _check(name: str, groups: list[Any], copies: list[Copy]) -> Component:
             where = f"a weight of {name} is not on its pinned copy (it is on {weight.device}): a call is in progress"
             raise refuse("onloaded", f"{where}; repack before the first call, or between calls")
         entry.weights.append(weight)
-    for entry in stored.values():
+    for entry in stored.values() if not staging else ():
         own = len({id(c.tensor) for c in entry.copies}) + len(entry.weights)
         others = torch_compat.storage_use_count(entry.tensor) - own
         if others > 0:

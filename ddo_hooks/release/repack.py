@@ -58,7 +58,7 @@ from ddo_hooks.reports.repack import (
     PinnedCopyRepackSetup,
 )
 
-__all__ = ["repack_pinned_copies"]
+__all__ = ["repack_pinned_copies", "stage_pinned_copies"]
 
 
 def _pin_slabs(plan: SlabPlan, stored: list[Stored]) -> list[torch.Tensor]:
@@ -107,13 +107,13 @@ def _left_as_it_was(name: str, left: Left, started: float) -> ComponentRepack:
     )
 
 
-def _repack_one(name: str, module: torch.nn.Module) -> ComponentRepack:
+def _repack_one(name: str, module: torch.nn.Module, staging: bool = False) -> ComponentRepack:
     started = time.perf_counter()
     try:
-        component = inspect_component(name, module)
+        component = inspect_component(name, module, staging=staging)
         copies = [copy for entry in component.stored for copy in entry.copies]
         plan = plan_slabs([entry.nbytes for entry in component.stored])
-        if plan.capacity >= plan.rounded:
+        if plan.capacity >= plan.rounded and not staging:
             what = f"slabs for {name}'s copies would own {plan.capacity:,} bytes, no less than now ({plan.rounded:,})"
             raise skip("no_gain", what).found(component.groups, copies)
         try:
@@ -124,15 +124,16 @@ def _repack_one(name: str, module: torch.nn.Module) -> ComponentRepack:
     except Left as left:
         return _left_as_it_was(name, left, started)
     _switch(component, moved)
+    what = "sources of {} staged" if staging else "pinned copies of {} moved"
     return ComponentRepack(
         component=name,
         status="repacked",
         reason=None,
-        detail=f"{len(component.stored)} pinned copies of {name} moved into {len(plan.slabs)} slabs",
+        detail=f"{len(component.stored)} {what.format(name)} into {len(plan.slabs)} slabs",
         groups=len(component.groups),
         tensors=len(component.stored),
         tensor_bytes=plan.needed,
-        pinned_bytes_before=plan.rounded,
+        pinned_bytes_before=0 if staging else plan.rounded,
         pinned_bytes_after=plan.capacity,
         slabs=tuple(slab.size for slab in plan.slabs),
         seconds=time.perf_counter() - started,
@@ -232,6 +233,24 @@ def repack_pinned_copies(
     return _report(phase, results, started, before=before, host_before=host_before, releases=releases, refused=refused)
 
 
+def stage_pinned_copies(pipeline: Any, names: Iterable[str], *, phase: str) -> PinnedCopyRepackReport:
+    """Pin the unpinned CPU sources of the named components' groups into slabs (nothing is released).
+
+    :func:`~ddo_hooks.release.file_views.rebind_to_files` leaves a component's groups reading views of
+    its weights files, pinned at each onload; staging them gives the component exact-size pinned
+    copies again, so that its next calls onload as before. The report is a repack's, each
+    component's ``pinned_bytes_before`` 0.
+    """
+    started = time.perf_counter()
+    backend = _allocator.backend()
+    unsupported = backend.entry_point(lazy_init_done=False)
+    if isinstance(unsupported, str):
+        return _report(phase, [], started, unsupported=unsupported)
+    host_before, before = observe_host(), read_snapshot(backend.raw_host_stats)
+    results = [_repack_one(name, module, staging=True) for name, module in _components(pipeline, names)]
+    return _report(phase, results, started, before=before, host_before=host_before)
+
+
 def _report(
     phase: str,
     results: list[ComponentRepack],
@@ -247,11 +266,11 @@ def _report(
     repacked = [r for r in results if r.status == "repacked"]
     noop_reason: Literal["unsupported_build", "nothing_to_repack"] | None = None
     if repacked:
-        detail = (
-            f"repacked {', '.join(r.component for r in repacked)}: "
-            f"{sum(r.pinned_bytes_before for r in repacked):,} bytes of rounded copies became "
-            f"{sum(r.pinned_bytes_after for r in repacked):,} bytes of slabs"
-        )
+        names = ", ".join(r.component for r in repacked)
+        rounded, slabs = sum(r.pinned_bytes_before for r in repacked), sum(r.pinned_bytes_after for r in repacked)
+        detail = f"staged {names} into {slabs:,} bytes of slabs"  # sources that were not pinned
+        if rounded:
+            detail = f"repacked {names}: {rounded:,} bytes of rounded copies became {slabs:,} bytes of slabs"
         after, host_after = read_snapshot(_allocator.backend().raw_host_stats), observe_host()
     else:
         noop_reason = "unsupported_build" if unsupported else "nothing_to_repack"

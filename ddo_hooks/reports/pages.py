@@ -47,11 +47,12 @@ __all__ = [
 PagesReason = Literal["not_file_backed", "modified", "shared", "unsupported"]
 """Why a done component was left as it was.
 
-``not_file_backed``: none of its CPU weights is a view of a weights file (built in memory,
-converted to another dtype when loaded, or offloaded to pinned copies); ``modified``: a page of its
-file views was written (a fused LoRA, an in-place edit), so dropping it would bring back the
-file's bytes; ``shared``: another attached pipeline holds it, and its calls would pay for the
-faults; ``unsupported``: not Linux, or ``/proc/self/pagemap`` cannot be read.
+``not_file_backed``: none of its CPU weights is a view of a weights file, and its copies
+cannot be pointed back at its files (built in memory, converted to another dtype when loaded, its
+files not found); ``modified``: a page of its file views was written, or its copies differ from its
+files (a fused LoRA, an in-place edit), so dropping them would bring back the file's bytes;
+``shared``: another attached pipeline holds it, and its calls would pay for the faults;
+``unsupported``: not Linux, or ``/proc/self/pagemap`` cannot be read.
 """
 
 
@@ -70,6 +71,10 @@ class ComponentPages(ReportModel):
     """Bytes of its CPU weights that are views of a weights file."""
     other_bytes: Bytes
     """Bytes of its CPU weights that are not (built in memory, converted, pinned): they stay."""
+    replaced_bytes: Bytes = 0
+    """Bytes of copies of its weights (pinned by group offloading, or loaded into memory) that this
+    boundary replaced by views of its weights files equal to them byte for byte, and freed (pinned
+    ones into the host cache, which ``host_cache_release`` gives back); 0 when it held none."""
     resident_bytes: Bytes | None
     """Resident bytes of its file views before (whole pages); ``None`` when not counted."""
     released_bytes: Bytes
@@ -81,8 +86,8 @@ class ComponentPages(ReportModel):
     def _coherent(self) -> ComponentPages:
         if (self.outcome == "released") != (self.reason is None):
             raise ValueError("reason must be null exactly when outcome is 'released'")
-        if self.outcome == "left" and self.released_bytes:
-            raise ValueError("a component left as it was released 0 bytes")
+        if self.outcome == "left" and (self.released_bytes or self.replaced_bytes):
+            raise ValueError("a component left as it was released and replaced 0 bytes")
         if self.outcome == "released" and self.released_bytes != self.resident_bytes:
             raise ValueError("a released component gives back every resident page it held (resident_bytes)")
         return self

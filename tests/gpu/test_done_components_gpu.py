@@ -3,9 +3,10 @@
 Tiny real pipelines are saved and loaded back in bf16 (their weights views of the files), offloaded at
 leaf level with streams and ``record_stream=False``; ten plain calls with ``lowest-peak`` against the same
 pipeline with nothing attached. With ``low_cpu_mem_usage=True`` the encoders' weights stay file views, each
-call gives back every resident page of them before the transformer, and the outputs stay bitwise equal; with
-``low_cpu_mem_usage=False`` group offloading has replaced them by pinned copies, and they are left as
-``not_file_backed``. Detaching leaves the forward hooks and the class as they were.
+call gives back every resident page of them before the transformer, and the outputs stay bitwise equal. With
+``low_cpu_mem_usage=False`` group offloading has replaced them by pinned copies: the first call points them back
+at the files (the copies are freed and no pinned source is left), and from then on it goes as with ``True``.
+Detaching leaves the forward hooks and the class as they were.
 """
 
 import pytest
@@ -17,9 +18,10 @@ import json, tempfile, warnings, torch
 warnings.simplefilter("ignore")
 from diffusers import DiffusionPipeline
 from ddo_hooks import HookPolicy, attach
+from ddo_hooks._compat import diffusers as diffusers_compat
 from ddo_hooks.testing.tiny_pipelines import build_pipeline, call_kwargs
 
-family, lcmu = {family!r}, {lcmu!r}
+family, lcmu, policy = {family!r}, {lcmu!r}, {policy!r}
 folder = tempfile.mkdtemp()
 build_pipeline(family, dtype=torch.bfloat16).save_pretrained(folder)
 
@@ -37,15 +39,24 @@ plain = outputs(load())
 pipe = load()
 cls = type(pipe)
 hooks = {{n: len(m._forward_pre_hooks) for n, m in pipe.components.items() if isinstance(m, torch.nn.Module)}}
-attachment = attach(pipe, HookPolicy.preset("lowest-peak"))
+attachment = attach(pipe, HookPolicy.preset(policy) if isinstance(policy, str) else HookPolicy.from_mapping(policy))
 got = outputs(pipe)
 reports = [r.release for r in attachment.reports if r.route == "done_components_release"]
+staged = [[c.component for c in r.repack.components if c.status == "repacked"]
+          for r in attachment.reports if r.route == "pinned_copy_repack" and r.repack.phase != "attach"]
 attachment.detach()
+encoders = [m for n, m in pipe.components.items() if n.startswith("text_encoder")]
+sources = [t for m in encoders for g in diffusers_compat.offload_groups(m)
+           for t in diffusers_compat.group_cpu_sources(g).values()]
+weights = sum(p.numel() * p.element_size() for m in encoders for p in m.parameters())
 print(json.dumps({{
     "equal": [bool(torch.equal(a, b)) for a, b in zip(plain, got)],
     "releases": [{{"boundary": r.boundary, "status": r.status, "released": r.released_bytes, "components": [
-                      [c.component, c.outcome, c.reason, c.file_bytes, c.resident_bytes] for c in r.components]}}
+                      [c.component, c.outcome, c.reason, c.file_bytes, c.resident_bytes] for c in r.components],
+                  "replaced": sum(c.replaced_bytes for c in r.components)}}
                  for r in reports],
+    "staged": staged, "pinned_sources": sum(bool(t.is_pinned()) for t in sources), "sources": len(sources),
+    "weights": weights,
     "detached": type(pipe) is cls and {{n: len(m._forward_pre_hooks) for n, m in pipe.components.items()
                                        if isinstance(m, torch.nn.Module)}} == hooks,
 }}))
@@ -54,9 +65,11 @@ print(json.dumps({{
 ENCODERS = {"flux": ["text_encoder", "text_encoder_2"], "sd": ["text_encoder"]}
 
 
-@pytest.mark.parametrize("family", ["flux", "sd"])
-def test_the_encoders_file_pages_are_given_back_every_call_and_the_outputs_stay_equal(run_fresh, gpu_count, family):
-    result = run_fresh(SCENARIO.format(family=family, lcmu=True))
+@pytest.mark.parametrize(("family", "lcmu"), [("flux", True), ("sd", True), ("flux", False), ("sd", False)])
+def test_the_encoders_file_pages_are_given_back_every_call_and_the_outputs_stay_equal(
+    run_fresh, gpu_count, family, lcmu
+):
+    result = run_fresh(SCENARIO.format(family=family, lcmu=lcmu, policy="lowest-peak"))
     assert result["equal"] == [True] * 10
     assert result["detached"]
     releases = result["releases"]
@@ -67,12 +80,25 @@ def test_the_encoders_file_pages_are_given_back_every_call_and_the_outputs_stay_
         for _, outcome, reason, file_bytes, resident in release["components"]:
             assert (outcome, reason) == ("released", None)
             assert resident >= 0.95 * file_bytes  # every page came back in the call, and went again
+    replaced = [r["replaced"] for r in releases]
+    assert replaced[1:] == [0] * 9
+    assert replaced[0] == 0 if lcmu else replaced[0] >= result["weights"]  # the pinned copies, freed
+    assert result["sources"] > 0
+    assert result["pinned_sources"] == 0  # staged at each use from then on, as with low_cpu_mem_usage=True
 
 
-def test_pinned_copies_are_not_file_views_and_are_left_saying_so(run_fresh, gpu_count):
-    result = run_fresh(SCENARIO.format(family="flux", lcmu=False))
+STAGING = {"version": 1, "boundaries": {
+    "before_transformer": {"actions": ["stage_done_components"]}, "before_vae": {"enabled": False},
+    "after_call": {"actions": ["release_done_components", "host_cache_release"]},
+}}  # fmt: skip
+
+
+def test_copies_given_back_after_a_call_are_pinned_again_at_the_next(run_fresh, gpu_count):
+    """lowest-latency's pair, without its idle wait: give back after each call, pin again in the next."""
+    result = run_fresh(SCENARIO.format(family="flux", lcmu=False, policy=STAGING))
     assert result["equal"] == [True] * 10
     assert result["detached"]
-    for release in result["releases"]:
-        assert release["status"] == "noop"
-        assert {c[2] for c in release["components"]} == {"not_file_backed"}
+    assert result["staged"] == [["text_encoder", "text_encoder_2"]] * 9  # calls 2 to 10
+    assert [r["boundary"] for r in result["releases"]] == ["after_call"] * 10
+    assert all(r["replaced"] >= result["weights"] for r in result["releases"])  # the pinned copies, each call
+    assert result["pinned_sources"] == 0
