@@ -66,20 +66,35 @@ def test_an_invalid_ddo_line_is_located_and_read_as_ddos_shape(tmp_path: Path):
     assert all(line.endswith("(read as DDO's own shape)") for line in message.splitlines()), message
 
 
-def test_a_record_holding_a_ddo_report_is_refused_with_the_reason(tmp_path: Path):
-    record = {"component": "ddo_release", "report": PAYLOADS[0]}
-    path = write(tmp_path, "records.jsonl", lines({"component": "c", "report": ours()}, record))
-    with pytest.raises(ReportError, match=r"records\.jsonl:2:\d+: report: a report of DDO's own shape .* record hold"):
-        load_report_file(path)
-    with pytest.raises(ReportError, match=r"^line 2\.report: a report of DDO's own shape \(it has a top-level"):
-        MetricsTracker.from_jsonl(lines({"component": "c", "report": ours()}, record))
+def test_a_record_holds_a_report_of_either_shape(tmp_path: Path):
+    """Records of both shapes in one file: each report read by its own keys, and written back unchanged."""
+    records = [{"component": "c", "report": ours()}, *({"component": "ddo", "report": p} for p in PAYLOADS)]
+    path = write(tmp_path, "records.jsonl", lines(*records))
+    loaded = load_report_file(path)
+    assert loaded.form == "JSON Lines"
+    assert [report.model_dump(mode="json") for _, report in loaded.records] == [r["report"] for r in records]
+    tracker = MetricsTracker.from_jsonl(lines(*records))
+    assert MetricsTracker.from_json(tracker.to_json()).reports() == tracker.reports() == [r for _, r in loaded.records]
 
 
-def test_a_tracker_keeps_ddo_hooks_reports_only():
+def test_an_invalid_ddo_report_in_a_record_is_located_and_read_as_ddos_shape(tmp_path: Path):
+    bad = json.loads(json.dumps(PAYLOADS[0]))
+    bad["setup"][next(iter(bad["setup"]))] = {"status": "exploded"} if bad["route"] != "diffusers_group_offload" else 1
+    text = lines({"component": "c", "report": ours()}, {"component": "ddo", "report": bad})
+    with pytest.raises(ReportError, match=r"records\.jsonl:2:\d+: report\.setup\..*\(read as DDO's own shape\)"):
+        load_report_file(write(tmp_path, "records.jsonl", text))
+    with pytest.raises(ReportError, match=r"^line 2\.report: not a valid DynamicOffloadMetrics report \(read as DDO"):
+        MetricsTracker.from_jsonl(text)
+
+
+def test_a_tracker_keeps_ddos_reports_too():
     from ddo_hooks import parse_report
 
-    with pytest.raises(InvalidArgumentError, match="is a report of DDO's own shape: keep DDO's reports as JSON Lines"):
-        MetricsTracker().record_ddo_metrics(parse_report(PAYLOADS[0]), component="ddo")
+    tracker = MetricsTracker()
+    tracker.record_ddo_metrics(parse_report(PAYLOADS[0]), component="ddo")
+    assert tracker.reports()[0].as_dict() == PAYLOADS[0]
+    with pytest.raises(InvalidArgumentError, match=r"expects a DDO report model, got dict"):
+        tracker.record_ddo_metrics(PAYLOADS[0], component="ddo")  # type: ignore[arg-type]
 
 
 def test_a_ddo_metrics_journal_record_is_refused_saying_what_it_is(tmp_path: Path):

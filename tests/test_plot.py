@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from support.report_runs import gpu_run
+from support.report_runs import ddo_run, gpu_run
 
 from ddo_hooks import MetricsTracker, release_pytorch_host_cache
 from ddo_hooks.cli import main
@@ -73,6 +73,36 @@ def test_a_process_forked_after_attach_is_a_series_of_its_own(tmp_path: Path):
     found, _ = collect_runs([load_report_file(path)])
     assert [series_label(run, hosts=False) for run in found] == ["run f6f6f6f6 pid 100", "run f6f6f6f6 pid 101"]
     assert [len(release_points(run)) for run in found] == [3, 3]  # each its own call 1, not one call of 6
+
+
+def test_releases_on_ddos_core_are_drawn_beside_ddo_hooks_own(tmp_path: Path):
+    """A run with ``core: ddo`` records DDO's reports (rows ``ddo.host_cache_release``): the same readings, drawn."""
+    from ddo_hooks.cli.plot import positions, release_points
+    from ddo_hooks.cli.summarize import collect_runs
+    from ddo_hooks.reports.files import load_report_file
+
+    ours = gpu_run("a1").write_jsonl(tmp_path / "ours.jsonl")
+    theirs = ddo_run("d2").write_jsonl(tmp_path / "ddo.jsonl")
+    found, _ = collect_runs([load_report_file(ours), load_report_file(theirs)])
+    points = {run.run_id[:2]: release_points(run) for run in found}
+    assert {p.row.action for p in points["d2"]} == {"ddo.host_cache_release"}
+    # the released ones hold DDO's readings; its cuda_not_initialized no-ops hold none and are left out
+    assert [(p.call, p.boundary) for p in points["d2"]] == [
+        (call, boundary) for call in (1, 2) for boundary in ("before_transformer", "before_vae")
+    ]
+    row = points["d2"][0].row
+    assert (row.owned_before, row.owned_after, row.delta) == (4 << 30, 0, 4 << 30)
+    assert (row.rss_before, row.rss_after) == (13_958_643_712, 9_663_676_416)
+    assert positions(list(points.values())) == [
+        (call, boundary, 1) for call in (1, 2) for boundary in ("before_transformer", "before_vae", "after_call")
+    ]
+    pytest.importorskip("matplotlib", reason="the plot extra is not installed (pip install -e '.[dev]' adds it)")
+    out = tmp_path / "both.png"
+    assert main(["plot", str(ours), str(theirs), "-o", str(out)]) == 0
+    assert _png_size(out)[0] >= 900
+    alone = tmp_path / "ddo.png"
+    assert main(["plot", str(theirs), "-o", str(alone)]) == 0  # DDO's releases alone have something to draw
+    assert alone.stat().st_size > 20_000
 
 
 @pytest.mark.parametrize("calls", [2, 25])

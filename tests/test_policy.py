@@ -125,7 +125,7 @@ def test_the_built_in_action_receives_the_release_settings_overridden_per_bounda
         "  before_vae: {actions: [{name: host_cache_release, options: {min_releasable_bytes: 2MiB}}, other]}\n"
         "  after_call: {actions: [{name: host_cache_release, options: {collect: full}}]}\n"
     )
-    always = {"trigger": "always"}
+    always = {"trigger": "always", "core": "ddo_hooks"}
     assert policy.actions("before_transformer")[0].options == {
         "collect": "young",
         "min_releasable_bytes": MiB,
@@ -253,7 +253,7 @@ WRONG_VALUES = [
     (AFTER % "{name: x, options: {a: [1, .inf]}}", r"options\.a\[1\]: \.inf is not a JSON number"),
     (AFTER % "{name: host_cache_release, options: {colect: full}}",
      r"^policy\.yaml:2:74: boundaries\.after_call\.actions\[0\]\.options\.colect: unknown option of "
-     r"host_cache_release; it takes collect, min_releasable_bytes, trigger \(the keys of 'release'\)$"),
+     r"host_cache_release; it takes collect, min_releasable_bytes, trigger, core \(the keys of 'release'\)$"),
     (AFTER % "{name: host_cache_release, options: {collect: ful}}",
      r"actions\[0\]\.options\.collect: 'ful' is not one of full, young, auto; did you mean 'full'\?$"),
     (AFTER % "{name: host_cache_release, options: {min_releasable_bytes: 5 parsecs}}",
@@ -262,6 +262,27 @@ WRONG_VALUES = [
      "  after_call: {enabled: false}\n",
      r"^policy\.yaml:2:1: boundaries: every boundary is disabled, so the policy would do nothing; "
      r"enable a boundary or set enabled: false at the top$"),
+    # the release core: a value of its own, and settings DDO's core cannot honour, where they are written
+    (V + "release: {core: DDO}\n", r"^policy\.yaml:2:11: release\.core: 'DDO' is not one of ddo_hooks, ddo; did you "
+     r"mean 'ddo'\?$"),
+    (V + "release: {core: true}\n", r"^policy\.yaml:2:11: release\.core: true is not one of ddo_hooks, ddo$"),
+    (AFTER % "{name: host_cache_release, options: {core: dd0}}",
+     r"actions\[0\]\.options\.core: 'dd0' is not one of ddo_hooks, ddo; did you mean 'ddo'\?$"),
+    (V + "release: {core: ddo, collect: young}\n",
+     r"^policy\.yaml:2:22: release\.collect: 'young' does not fit core: ddo: DDO's release core always collects "
+     r"every generation \(gc\.collect\(\)\); use full or auto, or core: ddo_hooks \(the default\)$"),
+    (V + "release: {min_releasable_bytes: 64MiB, core: ddo}\n",
+     r"^policy\.yaml:2:11: release\.min_releasable_bytes: 64\.0 MiB does not fit core: ddo: DDO's release core has "
+     r"no threshold; leave min_releasable_bytes at 0, or core: ddo_hooks \(the default\)$"),
+    (AFTER % "{name: host_cache_release, options: {core: ddo, collect: young}}",
+     r"^policy\.yaml:2:85: boundaries\.after_call\.actions\[0\]\.options\.collect: 'young' does not fit core: ddo"),
+    (V + "release: {collect: young}\n" + (AFTER % "{name: host_cache_release, options: {core: ddo}}")[len(V):],
+     r"^policy\.yaml:3:74: boundaries\.after_call\.actions\[0\]\.options\.core: 'ddo' does not fit "
+     r"release\.collect: 'young': DDO's release core always collects every generation"),
+    (V + "release: {core: ddo}\n"
+     + (AFTER % "{name: host_cache_release, options: {min_releasable_bytes: 1KiB}}")[len(V):],
+     r"options\.min_releasable_bytes: 1\.0 KiB does not fit core: ddo \(from release\): DDO's release core has no "
+     r"threshold"),
 ]
 MISSHAPEN = [
     ("", r"^policy\.yaml: the policy is empty; write at least 'version: 1'"),
@@ -300,6 +321,25 @@ BAD_SYNTAX = [
     (V + "x: *nowhere\n", r":2:4: not valid YAML: found undefined alias 'nowhere'"),
 ]
 # fmt: on
+
+
+def test_the_release_core_is_a_release_setting_and_an_action_option():
+    assert HookPolicy.default().release.core == "ddo_hooks"
+    policy = load(
+        V + "release: {core: ddo, collect: full}\n"
+        "boundaries:\n"
+        "  after_call:\n"
+        "    actions: [{name: host_cache_release, options: {core: ddo_hooks, min_releasable_bytes: 1MiB}}]\n"
+    )
+    assert policy.release.core == "ddo"
+    assert policy.actions("before_vae")[0].options == {
+        "collect": "full", "min_releasable_bytes": 0, "trigger": "always", "core": "ddo",
+    }  # fmt: skip
+    assert policy.actions("after_call")[0].options["core"] == "ddo_hooks"  # this boundary's own core
+    assert policy.locate(("release", "core")) == "policy.yaml:2:11"
+    assert_round_trips(policy)
+    schema = policy_json_schema()["$defs"]["ReleasePolicy"]["properties"]["core"]
+    assert (schema["enum"], schema["default"]) == (["ddo_hooks", "ddo"], "ddo_hooks")
 
 
 @pytest.mark.parametrize(("text", "message"), WRONG_VALUES)
@@ -495,7 +535,7 @@ def test_the_packaged_default_names_the_schema_relative_to_itself():
 
 # fmt: off
 KEYS = [
-    "version", "enabled", "device", "report_sink", "release", "collect", "min_releasable_bytes",
+    "version", "enabled", "device", "report_sink", "release", "collect", "min_releasable_bytes", "core",
     "boundaries", *BOUNDARIES, "actions", "name", "options", "auxiliary_sources", "max_copy_bytes",
 ]
 scalars = (

@@ -8,7 +8,11 @@ repack at attach is ``call 0``, ``attach``):
 * the pinned bytes the allocator owned before and after each release
   (``setup.host_cache_release.before.allocated_bytes`` and ``.after.allocated_bytes``), with the
   bytes it gave back written where ``allocator_bytes_delta`` is positive;
-* the process RSS before and after (``.host_before.rss_bytes`` and ``.host_after.rss_bytes``).
+* the process RSS before and after (``.host_before.rss_bytes`` and ``.host_after.rss_bytes``;
+  in DDO's report, ``.process_rss_bytes``).
+
+A release run on DDO's core (``core: ddo``) is DDO's report, whose row is
+``ddo.host_cache_release``: the same readings, drawn the same way.
 
 Each run (each worker or rank) is a series of its own colour; an open marker is a value before
 the boundary, a filled one after. Beyond :data:`MARKED_POSITIONS` boundaries, a few calls are
@@ -38,6 +42,7 @@ from ddo_hooks.cli.cells import number_cell, size_cell
 from ddo_hooks.cli.summarize import ReportSource, Run, collect
 from ddo_hooks.cli.table import BoundaryRow
 from ddo_hooks.errors import DDOError, ReportError
+from ddo_hooks.reports.ddo.host import DDO_RELEASE_ACTION
 from ddo_hooks.sizes import format_size
 
 __all__ = [
@@ -74,8 +79,9 @@ class Point:
     row: BoundaryRow
 
 
-_DRAWN = (HOST_CACHE_RELEASE, "repack")
-"""The reports drawn: each release, and the repack of pinned copies (at attach, before the first call)."""
+_DRAWN = (HOST_CACHE_RELEASE, DDO_RELEASE_ACTION, "repack")
+"""The reports drawn: each release (ddo_hooks' report, or DDO's under ``core: ddo``), and the repack of
+pinned copies (at attach, before the first call)."""
 
 
 def release_points(run: Run) -> list[Point]:

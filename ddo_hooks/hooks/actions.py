@@ -33,7 +33,7 @@ from ddo_hooks.errors import InvalidArgumentError, PolicyError, ReportError
 from ddo_hooks.hooks.builtin_actions import BUILT_IN
 from ddo_hooks.reports.base import describe_errors
 from ddo_hooks.reports.boundary import ActionReport, ActionResult, ActionResultSetup
-from ddo_hooks.reports.parse import REPORT_TYPES
+from ddo_hooks.reports.parse import ANY_REPORT_TYPES
 
 if TYPE_CHECKING:
     from ddo_hooks.policy.model import HookPolicy
@@ -154,9 +154,9 @@ class RegisteredAction:
         return component_name(self.component_prefix, boundary)
 
     def __call__(self, ctx: BoundaryContext) -> Any:
-        """Run the action and check that it returned a DDO report or ``None``."""
+        """Run the action and check that it returned a DDO report (of either shape) or ``None``."""
         report = self.run(ctx)
-        if report is not None and not isinstance(report, REPORT_TYPES):
+        if report is not None and not isinstance(report, ANY_REPORT_TYPES):
             raise InvalidArgumentError(
                 f"action {self.name!r} returned {type(report).__name__}; an action returns a DDO report "
                 "(e.g. ctx.action_report('executed', data={...})) or None"

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from ddo_hooks.boundaries import BOUNDARIES, RELEASE_DONE_COMPONENTS
 from ddo_hooks.errors import BoundaryRefusedError, InvalidArgumentError, ReportSinkError
 from ddo_hooks.hooks.components import Components
+from ddo_hooks.hooks.cores import check_release_cores
 from ddo_hooks.hooks.phases import CallPhases, Phase
 from ddo_hooks.hooks.recorder import Recorder
 from ddo_hooks.hooks.runner import BoundaryRunner
@@ -81,8 +82,9 @@ def attach(
 
     Raises:
         InvalidArgumentError: Not a pipeline, or already attached.
-        PolicyError: The policy is invalid, names an unknown action, or its ``report_sink``
-            cannot be written.
+        PolicyError: The policy is invalid, names an unknown action, its ``report_sink``
+            cannot be written, or it chooses DDO's release core (``core: ddo``) where that core
+            cannot run (DDO missing or not at 0.1.0rc2, or a torch before 2.12).
     """
     from diffusers import DiffusionPipeline  # imported when the first attachment is made
 
@@ -96,6 +98,7 @@ def attach(
         )
     loaded = _load_policy(policy)
     _check_named_components(pipeline, loaded)
+    check_release_cores(loaded)
     attachment = Attachment(pipeline, loaded, tracker or MetricsTracker(max_records=loaded.keep_reports))
     _ATTACHED[pipeline] = attachment
     return attachment

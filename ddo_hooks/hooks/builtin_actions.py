@@ -45,13 +45,20 @@ def host_cache_release(ctx: BoundaryContext) -> Any:
     """The built-in release: :func:`~ddo_hooks.release_pytorch_host_cache` with its options.
 
     Options (the policy's ``release`` settings, overridden by the boundary's own): ``collect``,
-    ``min_releasable_bytes`` and ``trigger`` (``dropped``: only when a component left the pipeline
-    since the previous boundary). Dropped components it could not free are noted as survivors.
+    ``min_releasable_bytes``, ``trigger`` (``dropped``: only when a component left the pipeline
+    since the previous boundary) and ``core``. Dropped components it could not free are noted as
+    survivors. With ``core: ddo`` it calls DDO's ``release_pytorch_host_cache`` instead
+    (:func:`~ddo_hooks.release.ddo_core.release_with_ddo`) and returns DDO's report, validated; a
+    ``trigger: dropped`` that finds nothing left still answers ``not_triggered`` without calling it.
     """
     from ddo_hooks.release.host_cache import not_triggered, release_pytorch_host_cache  # imports torch
 
     if ctx.options["trigger"] == "dropped" and not ctx.left:
         return not_triggered(ctx.boundary, "no component left the pipeline since the previous boundary", ctx.device)
+    if ctx.options.get("core") == "ddo":
+        from ddo_hooks.release.ddo_core import release_with_ddo
+
+        return release_with_ddo(phase=ctx.boundary, device=ctx.device)
     report = release_pytorch_host_cache(
         enabled=True,
         phase=ctx.boundary,

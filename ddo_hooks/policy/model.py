@@ -49,7 +49,9 @@ from ddo_hooks.policy.parts import (
     Model,
     PinnedCopiesPolicy,
     ReleasePolicy,
+    core_conflict,
     located_error,
+    shown_setting,
     validate_device,
 )
 from ddo_hooks.policy.yaml_loader import LoadedYaml, compose_policy_yaml, read_policy_file
@@ -161,6 +163,28 @@ class HookPolicy(Model):
             problem = "every boundary is disabled, so the policy would do nothing"
             fix = "enable a boundary or set enabled: false at the top"
             raise located_error("inert_policy", f"{problem}; {fix}", ("boundaries",))
+        return self
+
+    @model_validator(mode="after")
+    def _release_cores_fit(self) -> HookPolicy:
+        """A boundary's release options and the ``release`` section, each valid, may not conflict once merged."""
+        base = self.release.model_dump()
+        for name in BOUNDARIES:
+            for i, spec in enumerate(self.boundary(name).actions):
+                if spec.name != HOST_CACHE_RELEASE or not spec.options:
+                    continue
+                conflict = core_conflict({**base, **spec.options})
+                if conflict is None:
+                    continue
+                key, problem = conflict
+                at = ("boundaries", name, "actions", i, "options")
+                if key in spec.options:
+                    shown = shown_setting(key, getattr(ReleasePolicy.model_validate(spec.options), key))
+                    message = f"{shown} does not fit core: ddo (from release): {problem}"
+                    raise located_error("release_core", message, (*at, key), value=spec.options[key])
+                setting = shown_setting(key, base[key]).replace("{value}", show_value(base[key]))
+                message = f"{{value}} does not fit release.{key}: {setting}: {problem}"
+                raise located_error("release_core", message, (*at, "core"), value=spec.options["core"])
         return self
 
     def __eq__(self, other: object) -> bool:
@@ -357,7 +381,7 @@ class HookPolicy(Model):
             >>> policy = HookPolicy.from_mapping({"version": 1, "release": {"collect": "young"}, "boundaries": {
             ...     "after_call": {"actions": [{"name": "host_cache_release", "options": {"collect": "full"}}]}}})
             >>> policy.actions("before_vae")[0].options["collect"], policy.actions("after_call")[0].options
-            ('young', {'collect': 'full', 'min_releasable_bytes': 0, 'trigger': 'always'})
+            ('young', {'collect': 'full', 'min_releasable_bytes': 0, 'trigger': 'always', 'core': 'ddo_hooks'})
         """
         return tuple(
             spec.model_copy(update={"options": _release_options(self.release, spec.options)})

@@ -37,7 +37,7 @@ from ddo_hooks.boundaries import ACTION_NAME_PATTERN, HOST_CACHE_RELEASE, RELEAS
 from ddo_hooks.errors import InvalidArgumentError
 from ddo_hooks.policy.messages import literal_problem
 from ddo_hooks.release.devices import parse_cuda_device
-from ddo_hooks.sizes import ByteSize
+from ddo_hooks.sizes import ByteSize, format_size
 
 __all__ = [
     "DEVICE_PATTERN",
@@ -50,6 +50,8 @@ __all__ = [
     "BoundaryPolicy",
     "Model",
     "ReleasePolicy",
+    "core_conflict",
+    "shown_setting",
     "located_error",
     "parse_duration",
     "validate_device",
@@ -148,6 +150,59 @@ class ReleasePolicy(Model):
     trigger: Literal["always", "dropped"] = "always"
     """``always``; or ``dropped``: release only when a component left the pipeline since the
     previous boundary (its pinned copies are then in the cache), else a ``not_triggered`` no-op."""
+    core: Literal["ddo_hooks", "ddo"] = "ddo_hooks"
+    """The release core the action calls: ``ddo_hooks`` (its own) or ``ddo``: DDO's
+    ``release_pytorch_host_cache``, recorded as DDO's own report (needs diffusers-dynamic-offloader
+    0.1.0rc2 and torch >= 2.12, checked at attach; DDO always collects fully and has no threshold)."""
+
+    @model_validator(mode="after")
+    def _core_takes_the_settings(self) -> ReleasePolicy:
+        conflict = core_conflict(self.model_dump())
+        if conflict is not None:
+            key, problem = conflict
+            value = getattr(self, key)
+            message = f"{shown_setting(key, value)} does not fit core: ddo: {problem}"
+            raise located_error("release_core", message, (key,), value=value)
+        return self
+
+
+def shown_setting(key: str, value: object) -> str:
+    """How a release setting's value is shown in a message: a size for people, else as written (``{value}``).
+
+    Examples:
+        >>> shown_setting("min_releasable_bytes", 64 << 20), shown_setting("collect", "young")
+        ('64.0 MiB', '{value}')
+    """
+    return format_size(value) if key == "min_releasable_bytes" and type(value) is int else "{value}"
+
+
+def core_conflict(settings: Mapping[str, Any]) -> tuple[str, str] | None:
+    """The setting that DDO's release core cannot honour, and why, when ``settings`` choose ``core: ddo``.
+
+    DDO's ``release_pytorch_host_cache`` always runs ``gc.collect()`` (every generation) and has
+    no threshold: ``collect: young`` and a ``min_releasable_bytes`` above 0 would be ignored.
+
+    Args:
+        settings: A release's settings, as :class:`ReleasePolicy` dumps them.
+
+    Returns:
+        ``(key, problem)``: the setting and a sentence with its fix; ``None`` when the settings
+        fit the chosen core.
+
+    Examples:
+        >>> core_conflict({"core": "ddo", "collect": "young", "min_releasable_bytes": 0})[0]
+        'collect'
+        >>> core_conflict({"core": "ddo_hooks", "collect": "young", "min_releasable_bytes": 1}) is None
+        True
+    """
+    if settings.get("core") != "ddo":
+        return None
+    fix = "or core: ddo_hooks (the default)"
+    if settings.get("collect") == "young":
+        return "collect", f"DDO's release core always collects every generation (gc.collect()); use full or auto, {fix}"
+    if settings.get("min_releasable_bytes"):
+        return "min_releasable_bytes", f"DDO's release core has no threshold; leave min_releasable_bytes at 0, {fix}"
+    return None
 
 
 def _check_release_options(options: Mapping[str, Any]) -> None:
@@ -162,6 +217,10 @@ def _check_release_options(options: Mapping[str, Any]) -> None:
     except ValidationError as e:
         item = e.errors(include_url=False)[0]
         at, value = ("options", *item["loc"]), item["input"]
+        if item["type"] == "release_core":  # core: ddo with a setting it cannot honour, both in these options
+            key = item["ctx"]["at"][0]
+            message = item["ctx"].get("template", item["ctx"]["message"])
+            raise located_error("release_option", message, ("options", key), value=options[key]) from e
         if item["type"] == "literal_error":
             choices = typing.get_args(ReleasePolicy.model_fields[str(item["loc"][0])].annotation)
             message = literal_problem("{value}", choices, value)

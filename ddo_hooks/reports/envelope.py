@@ -36,7 +36,7 @@ from ddo_hooks._diagnostics import show_repr
 from ddo_hooks.boundaries import BOUNDARIES
 from ddo_hooks.errors import InvalidArgumentError
 from ddo_hooks.reports.base import Bytes, PhaseLabel, ReportModel
-from ddo_hooks.reports.parse import DDOReport
+from ddo_hooks.reports.parse import EitherShapeReport
 
 __all__ = [
     "COMPONENT_PATTERN",
@@ -203,8 +203,9 @@ class ReportRecord(ReportModel):
 
     component: str = Field(pattern=COMPONENT_PATTERN)
     """Where the report belongs, e.g. ``host_cache_before_transformer``."""
-    report: DDOReport
-    """The DDO report, exactly as the specification defines it."""
+    report: EitherShapeReport
+    """The report, exactly as its shape defines it: ddo_hooks' own or DDO's (told apart by
+    :func:`~ddo_hooks.reports.parse.report_shape`)."""
     envelope: RecordEnvelope | None = None
     """Where and when it was recorded; ``None`` in files written before envelopes existed."""
 

@@ -38,7 +38,6 @@ from ddo_hooks._diagnostics import (
 from ddo_hooks.errors import InvalidArgumentError, ReportError
 from ddo_hooks.reports import REPORT_FILE_FORMS
 from ddo_hooks.reports.base import explain_error
-from ddo_hooks.reports.ddo.base import ddo_shape_keys
 from ddo_hooks.reports.ddo.routes import DDO_REPORT_ADAPTER, DDO_ROUTES
 from ddo_hooks.reports.envelope import RecordEnvelope
 from ddo_hooks.reports.parse import REPORT_ADAPTER, ROUTES, parse_report, report_shape
@@ -320,16 +319,9 @@ def json_positions(text: str) -> Positions:
     return positions
 
 
-def _report_problems(
-    data: Any, positions: Positions, prefix: KeyPath, *, record: bool = False
-) -> list[tuple[tuple[int, int], str]]:
-    """The problems of a report: validated as the shape it is read as (a record's: ddo_hooks' only)."""
+def _report_problems(data: Any, positions: Positions, prefix: KeyPath) -> list[tuple[tuple[int, int], str]]:
+    """The problems of a report (bare or a record's): validated as the shape it is read as."""
     ddo = report_shape(data) == "ddo"
-    if ddo and record:
-        keys = " and ".join(repr(key) for key in ddo_shape_keys(data))
-        where = nearest_position(positions, prefix) or (1, 1)
-        message = f"a report of DDO's own shape (it has a top-level {keys}); a record holds a ddo_hooks report"
-        return [(where, f"{format_key_path(prefix)}: {message}")]
     adapter, routes = (DDO_REPORT_ADAPTER, DDO_ROUTES) if ddo else (REPORT_ADAPTER, ROUTES)
     try:
         adapter.validate_python(data)
@@ -359,7 +351,7 @@ def _record_problems(item: Any, positions: Positions, prefix: KeyPath) -> list[t
         name = format_key_path(prefix) if prefix else "record"
         wanted = "'component', 'report' and (optionally) 'envelope'"
         return [(where, f"{name}: expected an object with {wanted}, got {got}")]
-    problems = _report_problems(item["report"], positions, (*prefix, "report"), record=True)
+    problems = _report_problems(item["report"], positions, (*prefix, "report"))
     if item.get("envelope") is not None:
         try:
             RecordEnvelope.model_validate(item["envelope"])

@@ -48,13 +48,14 @@ from ddo_hooks.reports.repack import PinnedCopyRepackReport
 
 __all__ = [
     "ANY_REPORT_ADAPTER",
+    "ANY_REPORT_TYPES",
     "REPORT_ADAPTER",
     "REPORT_TYPES",
     "ROUTES",
     "AnyReport",
     "DDOReport",
+    "EitherShapeReport",
     "ReportShape",
-    "parse_ddo_hooks_report",
     "parse_report",
     "report_json_schema",
     "report_shape",
@@ -114,12 +115,16 @@ def report_shape(data: Any) -> ReportShape:
     return "ddo" if ddo_shape_keys(data) else "ddo_hooks"
 
 
-ANY_REPORT_ADAPTER: TypeAdapter[Any] = TypeAdapter(
-    Annotated[
-        Annotated[DDOReport, Tag("ddo_hooks")] | Annotated[DDOPackageReport, Tag("ddo")],
-        Discriminator(report_shape),
-    ]
-)
+EitherShapeReport: TypeAlias = Annotated[
+    Annotated[DDOReport, Tag("ddo_hooks")] | Annotated[DDOPackageReport, Tag("ddo")],
+    Discriminator(report_shape),
+]
+"""A report of either shape, told apart by :func:`report_shape`: what a tracker's record holds."""
+
+ANY_REPORT_TYPES: tuple[type[Any], ...] = (*REPORT_TYPES, *DDO_REPORT_TYPES)
+"""Every report model of either shape: ddo_hooks' routes, then DDO's."""
+
+ANY_REPORT_ADAPTER: TypeAdapter[Any] = TypeAdapter(EitherShapeReport)
 """Both shapes, told apart by :func:`report_shape`: the JSON Schema of :func:`report_json_schema`.
 
 Validate with :func:`parse_report`, whose errors name the shape and leave out the shape's tag."""
@@ -184,28 +189,6 @@ def parse_report(data: Any) -> AnyReport:
                 f"not a valid DynamicOffloadMetrics report ({_why(shape, document)}): {describe_ddo_errors(e)}"
             ) from e
         raise ReportError(f"not a valid DDO report ({_why(shape, document)}): {describe_errors(e)}") from e
-
-
-def parse_ddo_hooks_report(data: Any) -> OurReport:
-    """Validate a mapping as a report of ddo_hooks' shape only (what a tracker's record holds).
-
-    Raises:
-        ReportError: It is not a valid ddo_hooks report, or it is of DDO's shape (a record holds
-            ddo_hooks' reports only).
-
-    Examples:
-        >>> parse_ddo_hooks_report({"schema_version": 1, "route": "x", "configuration": {}, "runtime": {}})
-        Traceback (most recent call last):
-        ...
-        ddo_hooks.errors.ReportError: a report of DDO's own shape (it has a top-level 'configuration' and ...
-    """
-    if report_shape(data) == "ddo":
-        keys = " and ".join(repr(k) for k in ddo_shape_keys(data)) or "DDO's keys"
-        raise ReportError(
-            f"a report of DDO's own shape (it has a top-level {keys}): a record holds a ddo_hooks report; "
-            "write DDO's reports one per line, bare, or as one JSON document"
-        )
-    return parse_report(data)  # type: ignore[return-value]
 
 
 def report_json_schema() -> dict[str, Any]:

@@ -1,5 +1,9 @@
 """``MetricsTracker``: validated DDO reports kept by component, in order.
 
+A record holds a report of either shape: ddo_hooks' own, or DDO's (``diffusers-dynamic-offloader``'s
+``DynamicOffloadMetrics``, validated by :mod:`ddo_hooks.reports.ddo`), each written as its own
+``model_dump`` and read back by the rule of :func:`~ddo_hooks.reports.parse.report_shape`.
+
 Examples:
     >>> from ddo_hooks import MetricsTracker, release_pytorch_host_cache
     >>> tracker = MetricsTracker()
@@ -28,9 +32,8 @@ from pydantic import BaseModel, ValidationError
 from ddo_hooks._diagnostics import json_error_sentence, show_repr, show_value
 from ddo_hooks.errors import InvalidArgumentError, ReportError
 from ddo_hooks.reports.base import FROM_CHECKED_JSON
-from ddo_hooks.reports.ddo.routes import DDO_REPORT_TYPES
 from ddo_hooks.reports.envelope import RecordEnvelope, ReportRecord
-from ddo_hooks.reports.parse import REPORT_TYPES, parse_ddo_hooks_report
+from ddo_hooks.reports.parse import ANY_REPORT_TYPES, parse_report
 
 __all__ = [
     "MAX_COMPONENT_LENGTH",
@@ -117,7 +120,8 @@ class MetricsTracker:
         """Record one report under a component name.
 
         Args:
-            report: A DDO report model (for example from :func:`release_pytorch_host_cache`).
+            report: A report model of either shape: ddo_hooks' (for example from
+                :func:`release_pytorch_host_cache`) or DDO's own (``parse_report(metrics)``).
             component: Where it belongs, e.g. ``"host_cache_before_transformer"``: a letter or
                 digit then up to 127 of letters, digits, ``_ . -``.
             envelope: Where and when it was recorded (attachments pass one; ``None`` for none).
@@ -125,15 +129,11 @@ class MetricsTracker:
         Raises:
             InvalidArgumentError: ``report`` is not a DDO report or ``component`` is malformed.
         """
-        if isinstance(report, DDO_REPORT_TYPES):
-            raise InvalidArgumentError(
-                f"record_ddo_metrics keeps ddo_hooks' reports; {type(report).__name__} is a report of DDO's own shape: "
-                "keep DDO's reports as JSON Lines of bare reports (one report.as_dict() per line)"
-            )
-        if not isinstance(report, REPORT_TYPES):
+        if not isinstance(report, ANY_REPORT_TYPES):
             raise InvalidArgumentError(
                 f"record_ddo_metrics expects a DDO report model, got {type(report).__name__}; "
-                "pass the report returned by release_pytorch_host_cache (or ddo_hooks.parse_report(data))"
+                "pass the report returned by release_pytorch_host_cache (or ddo_hooks.parse_report(data), which "
+                "also reads DDO's own DynamicOffloadMetrics)"
             )
         if not _valid_component(component):
             raise InvalidArgumentError(f"component={show_repr(component)} {_component_problem(component)}")
@@ -270,7 +270,7 @@ def _record_from_json(item: Any, where: str) -> Entry:
         problem = _component_problem(component).removeprefix("must be ")
         raise ReportError(f"{where}.component: {show_value(component)} is not a component name: it must be {problem}")
     try:
-        report = parse_ddo_hooks_report(item["report"])
+        report = parse_report(item["report"])
     except ReportError as e:
         raise ReportError(f"{where}.report: {e}") from e
     envelope = None

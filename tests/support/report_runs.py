@@ -7,10 +7,11 @@ fields: owned pinned bytes before and after, the delta, and the process RSS befo
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-from ddo_hooks import MetricsTracker, release_pytorch_host_cache
+from ddo_hooks import MetricsTracker, parse_report, release_pytorch_host_cache
 from ddo_hooks.release.allocator import use_backend
 from ddo_hooks.reports.boundary import (
     ActionReport,
@@ -21,6 +22,7 @@ from ddo_hooks.reports.boundary import (
     BoundaryRefusalSetup,
 )
 from ddo_hooks.reports.envelope import RecordEnvelope
+from support.ddo_payloads import CORPUS
 from support.fakes import FakeHostAllocator
 
 MiB = 1 << 20
@@ -91,6 +93,27 @@ def gpu_run(run: str, *, rank=None, world=None, calls=(1, 2), host="gpu-node-1",
             n += 1
             env = envelope(run, call, boundary, n=n, rank=rank, world=world, host=host, pid=pid)
             tracker.record_ddo_metrics(report, component=component, envelope=env)
+    return tracker
+
+
+def ddo_release(phase: str, status: str = "released"):
+    """DDO's release report at ``phase``: the corpus's Linux release (4 GiB given back), or one of its no-ops."""
+    name = "released.handwritten-from-source" if status == "released" else status
+    payload = json.loads((CORPUS / f"ddo-0.1.0rc2-pytorch_host_cache_release.{name}.json").read_text(encoding="utf-8"))
+    payload["setup"]["host_cache_release"]["phase"] = phase
+    return parse_report(payload)
+
+
+def ddo_run(run: str, *, calls=(1, 2), host="gpu-node-1", pid=4343):
+    """A run whose releases ran on DDO's core (``core: ddo``): two released, then a ``cuda_not_initialized`` no-op."""
+    tracker = MetricsTracker()
+    n = 0
+    for call in calls:
+        for boundary in BOUNDARIES:
+            report = ddo_release(boundary, "released" if boundary != "after_call" else "cuda_not_initialized")
+            n += 1
+            env = envelope(run, call, boundary, n=n, host=host, pid=pid)
+            tracker.record_ddo_metrics(report, component=f"host_cache_{boundary}", envelope=env)
     return tracker
 
 

@@ -37,6 +37,7 @@ from ddo_hooks.reports.ddo.base import (
 )
 
 __all__ = [
+    "DDO_RELEASE_ACTION",
     "DDOAllocatorSnapshot",
     "DDOCpuStorages",
     "DDOHostCacheRelease",
@@ -52,6 +53,9 @@ __all__ = [
     "DDOStorageExample",
     "DDOStorageSample",
 ]
+
+DDO_RELEASE_ACTION = "ddo.host_cache_release"
+"""The action a table row of DDO's release report names (its :meth:`DDOHostCacheReleaseReport.summary`)."""
 
 DDOReleaseStatus = Literal["disabled", "cuda_not_initialized", "unsupported", "released"]
 """DDO's release statuses: ``disabled`` (``enabled=False``), ``cuda_not_initialized``
@@ -189,7 +193,7 @@ class DDOHostCacheReleaseReport(DDORouteReport):
         released = r.status == "released"
         return ReportSummary(
             boundary=r.phase,
-            action="ddo.host_cache_release",
+            action=DDO_RELEASE_ACTION,
             kind="executed" if released else "noop",
             reason=None if released else r.status,
             detail=f"DDO's release: {r.status}",
