@@ -334,3 +334,33 @@ def test_the_done_components_page_shows_the_checked_in_results_and_the_targets_t
         medians = [statistics.median(c["seconds"] for c in pair[side][1:]) for side in ("nothing", "preset")]
         assert medians[1] / medians[0] <= most
         assert len(pair["nothing"]) >= 6
+
+
+def test_the_done_components_page_shows_the_pinned_copies_results_and_the_targets_they_meet():
+    bench = load_file(ROOT / "benchmarks" / "bench_done_components.py", "bench_done_components", beside=True)
+    results = ROOT / "benchmarks" / "results"
+    docs = {name: json.loads((results / f"bench_done_components-{name}.json").read_text("utf-8"))
+            for name in ("lcmu-false", "lcmu-false-bursts", "bursts-before-staging")}  # fmt: skip
+    text = (ROOT / "docs" / "done-components.md").read_text(encoding="utf-8")
+    missing = [row for doc in docs.values() for row in bench.markdown_rows(doc) if row not in text]
+    assert not missing, "docs/done-components.md lacks these rows of benchmarks/results/:\n" + "\n".join(missing)
+    arms = docs["lcmu-false"]["arms"]
+    nothing, mm = arms["lcmu=false/nothing"], arms["lcmu=false/diffusers-mm"]
+    for arm in arms.values():  # bitwise equal to nothing's at every call of every arm
+        assert [c["digest"] for c in arm["calls"]] == [c["digest"] for c in nothing["calls"]][: len(arm["calls"])]
+    assert mm["error"]["call"] == 2
+    loaded = json.loads((results / "bench_pinned_floor-flux.json").read_text("utf-8"))["arms"]
+    copies = next(iter(loaded.values()))["copies_loaded"]
+    exact = copies["transformer"]["tensor_bytes"] + copies["vae"]["tensor_bytes"]
+    peak, latency = arms["lcmu=false/lowest-peak"], arms["lcmu=false/lowest-latency"]
+    assert f"the transformer's and the VAE's copies need {exact:,}" in " ".join(text.split())
+    for rest in [c["rest"] for c in peak["calls"]] + [latency["idle"]]:
+        assert rest["pinned_owned"] <= 1.02 * exact  # the encoders' copies are gone, the rest at its size
+        assert rest["rss"] <= mm["calls"][0]["rest"]["rss"]  # at or below diffusers-mm's single generation
+    assert {r["released_bytes"] for r in peak["done_reports"]} == {1_486_864_384}
+    assert len(peak["done_reports"]) == len(peak["calls"]) == 10
+    pair = docs["lcmu-false-bursts"]["pairs"]["lcmu=false/lowest-latency"]["calls"]
+    medians = [statistics.median(c["seconds"] for c in bench.steady(pair[side])) for side in ("nothing", "preset")]
+    assert medians[1] / medians[0] <= 1.05
+    assert len(bench.steady(pair["preset"])) >= 10
+    assert all(a["digest"] == b["digest"] for a, b in zip(pair["nothing"], pair["preset"], strict=True))
