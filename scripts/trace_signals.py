@@ -59,7 +59,7 @@ import torch
 
 from ddo_hooks.boundaries import AFTER_CALL, BEFORE_TRANSFORMER, BEFORE_VAE
 from ddo_hooks.hooks.phases import CallPhases
-from ddo_hooks.hooks.signals import DECODE_SUBMODULES, DENOISER_COMPONENTS, VAE_COMPONENTS, PipelineSignals
+from ddo_hooks.hooks.signals import DECODE_SUBMODULES, DENOISER_PATTERN, PipelineSignals, _decodes
 from ddo_hooks.testing import FAMILIES
 
 # Components whose forward is a denoising step, for the verdict (today's list plus the combined
@@ -171,37 +171,49 @@ class LoggingPhases(CallPhases):
     def __init__(self, owner: str, tracer: Tracer) -> None:
         self.tracer = tracer
 
-        def fire(boundary: str) -> None:
+        def fire(boundary: str, call: Any) -> None:
             tracer.log("boundary", f">>> BOUNDARY {boundary} fires", role=boundary)
 
-        super().__init__(owner, fire)
+        def miss(boundary: str, call: Any, detail: str) -> None:
+            tracer.log("signal", f"[missed] {boundary}: {detail}")
+
+        super().__init__(owner, fire, miss)
 
     def _signal(self, name: str, detail: str = "") -> None:
         self.tracer.log("signal", f"[signal] {name}{detail} (phase {self.phase.value})")
 
-    def call_start(self) -> None:
+    def call_start(self) -> Any:
         self._signal("call_start")
-        super().call_start()
+        return super().call_start()
 
-    def loop_enter(self) -> int:
-        self._signal("loop_enter")
-        return super().loop_enter()
+    def loop_enter(self, **kwargs: Any) -> Any:
+        stage = kwargs.get("stage")
+        self._signal("loop_enter", f" ({stage.value} stage)" if stage is not None else " (no stage)")
+        return super().loop_enter(**kwargs)
 
-    def loop_exit(self, *, error: bool, call: int | None = None) -> None:
-        self._signal("loop_exit", " error" if error else "")
-        super().loop_exit(error=error, call=call)
+    def loop_steps_done(self, token: object) -> None:
+        self._signal("loop_steps_done")
+        super().loop_steps_done(token)
 
-    def denoiser_forward(self) -> None:
-        self._signal("denoiser_forward")
-        super().denoiser_forward()
+    def loop_exit(self, call: Any = None) -> None:
+        self._signal("loop_exit")
+        super().loop_exit(call)
+
+    def denoiser_forward(self, *, earlier: bool = False) -> None:
+        self._signal("denoiser_forward", " (earlier stage)" if earlier else "")
+        super().denoiser_forward(earlier=earlier)
+
+    def component_ran(self, name: str) -> None:
+        self._signal("component_ran", f" {name}")
+        super().component_ran(name)
 
     def decode_start(self) -> None:
         self._signal("decode_start")
         super().decode_start()
 
-    def call_end(self) -> None:
-        self._signal("call_end")
-        super().call_end()
+    def call_end(self, call: Any, error: BaseException | None = None) -> None:
+        self._signal("call_end", " error" if error is not None else "")
+        super().call_end(call, error)
 
 
 # -- installing the trace -----------------------------------------------------------------------
@@ -250,8 +262,9 @@ def install_trace(pipe: Any, tracer: Tracer) -> Callable[[], None]:
                 names.setdefault(id(component), []).append(f"{path}{name}")
                 modules[id(component)] = component
     top = pipe.components
-    hooked_denoisers = {id(top[n]) for n in DENOISER_COMPONENTS if isinstance(top.get(n), torch.nn.Module)}
-    hooked_vaes = {id(top[n]) for n in VAE_COMPONENTS if isinstance(top.get(n), torch.nn.Module)}
+    top_modules = {n: m for n, m in top.items() if isinstance(m, torch.nn.Module)}
+    hooked_denoisers = {id(m) for n, m in top_modules.items() if DENOISER_PATTERN.match(n)}
+    hooked_vaes = {id(m) for m in top_modules.values() if _decodes(m)}
     for key, module in modules.items():
         label = "=".join(sorted(names[key], key=lambda n: (n.count("."), n)))
         denoiser = any(DENOISER_NAMES.match(n.rsplit(".", 1)[-1]) for n in names[key])
@@ -388,7 +401,6 @@ def trace(name: str) -> tuple[Any, list[Event]]:
     finally:
         tracer.active = False
         signals.remove()
-        machine.reset()
         remove_trace()
     return pipe, tracer.events
 

@@ -185,3 +185,12 @@ def test_the_cli_scale_benchmark_runs_small_cases(tmp_path: Path) -> None:
     assert (summarize["records"], summarize["files"], summarize["timed_out"]) == (40, 2, 0)
     assert {"wall_s", "cpu_s", "peak_rss_mib", "load"} <= set(summarize["runs"][0])
     assert "summarize-40" in proc.stdout
+
+
+def test_the_signal_trace_script_runs_and_finds_each_boundary_where_it_belongs():
+    trace = load_file(ROOT / "scripts" / "trace_signals.py", "trace_signals_smoke")
+    pipe, events = trace.trace("sd")
+    verdicts = trace.verdict(events)
+    assert [v.split(":")[0] for v in verdicts] == ["before_transformer", "before_vae", "after_call"]
+    assert all(v.split(": ", 1)[1].startswith("ok") for v in verdicts), verdicts
+    assert "unet [D].forward" in trace.render("sd", pipe, events)
