@@ -13,7 +13,13 @@ attach and DDO's own release reporting ``unsupported``.
 import pytest
 
 pytestmark = pytest.mark.gpu
-ddo = pytest.importorskip("diffusers_dynamic_offloader")
+
+
+@pytest.fixture
+def ddo() -> None:
+    """DDO in this interpreter (the scenarios' fresh ones use the same path); skipped where it is missing."""
+    pytest.importorskip("diffusers_dynamic_offloader")
+
 
 ENTRY = """
 import json, warnings, torch
@@ -75,7 +81,7 @@ ORDER = ["before_transformer", "before_vae", "after_call"]
 
 
 @pytest.mark.parametrize("entry", ["enable_pipeline_offload", "enable_offload", "enable_diffusers_group_offload"])
-def test_the_hooks_on_a_pipeline_ddo_offloaded(run_fresh, gpu_count, entry):
+def test_the_hooks_on_a_pipeline_ddo_offloaded(run_fresh, gpu_count, ddo, entry):
     result = run_fresh(ENTRY.format(entry=entry))
     assert result["device"] == "cuda:0"
     if entry != "enable_pipeline_offload":  # its "auto" preset may pick the unmanaged route on a large GPU
@@ -119,7 +125,7 @@ print(json.dumps({{
 """
 
 
-def test_both_release_cores_on_one_workload(run_fresh, gpu_count):
+def test_both_release_cores_on_one_workload(run_fresh, gpu_count, ddo):
     result = run_fresh(CORES.format())
     assert [phase for phase, _, _ in result["ours"]] == ORDER
     assert any(status == "executed" for _, status, _ in result["ours"])
