@@ -7,7 +7,9 @@ weights are views of their safetensors files, as a user's are. Resident pages ar
 
 from __future__ import annotations
 
+import gc
 import sys
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -196,6 +198,10 @@ def test_copies_that_differ_from_the_files_are_kept_and_compared_once(saved, mon
         (component,) = report.release.components
         assert (component.outcome, component.reason) == ("left", "modified")
         assert "final_layer_norm.weight differs from its weights file" in component.detail
+    encoder = weakref.ref(pipe.text_encoder)
+    del pipe
+    gc.collect()
+    assert encoder() is None  # what the attachment remembers of it keeps nothing alive
 
 
 def test_copies_in_another_dtype_than_the_files_are_kept_and_say_which_weight(saved):

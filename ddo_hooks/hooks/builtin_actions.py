@@ -1,6 +1,6 @@
 """The built-in boundary actions: ``host_cache_release``, ``malloc_trim``, ``release_done_components`` and its pair.
 
-:mod:`ddo_hooks.hooks.actions` registers both from :data:`BUILT_IN` (this module imports nothing of it)
+:mod:`ddo_hooks.hooks.actions` registers each from :data:`BUILT_IN` (this module imports nothing of it)
 and they receive their settings as options, like any action. ``host_cache_release`` runs the release
 core with the policy's ``release`` settings (overridden per boundary) and remembers its last
 allocator snapshot, so that each report says what was pinned since the previous boundary.

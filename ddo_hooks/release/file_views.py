@@ -178,8 +178,8 @@ def give_back(name: str, module: torch.nn.Module, unbound: MutableMapping[torch.
     if refusal is None:
         try:
             replaced = rebind_to_files(name, module)
-        except Unbound as e:
-            unbound[module] = refusal = e
+        except Unbound as e:  # kept without its traceback, whose frames hold the module and its files' views
+            unbound[module] = refusal = Unbound(e.reason, e.detail)
     pages = file_pages.give_back_file_pages(name, module, replaced_bytes=replaced)
     if refusal is not None and pages.reason == "not_file_backed":
         return pages.model_copy(update={"reason": refusal.reason, "detail": refusal.detail})
