@@ -237,11 +237,15 @@ def test_pinned_copies_are_pointed_back_at_the_files_then_staged_again_at_the_ne
             sources = [t for g in groups for t in diffusers_compat.group_cpu_sources(g).values()]
             assert sources
             assert not any(fake.is_pinned(t) for t in sources)  # given back after the last call
+        again = [t for g in groups for t in diffusers_compat.group_cpu_sources(g).values()]
+        assert all(fake.is_pinned(t) for t in again)  # detach pinned them again, as they were
+        assert outputs(pipe, "flux", 1)[0].equal(plain[0])
         stage = [r for r in attachment.reports if r.route != "done_components_release"]
         release = [r.release for r in attachment.reports if r.route == "done_components_release"]
     assert all(torch.equal(a, b) for a, b in zip(plain, got, strict=True))
-    assert [r.route for r in stage] == ["boundary_action", "pinned_copy_repack", "pinned_copy_repack"]
-    for report in stage[1:]:  # each call after a give-back pins the encoders again, into slabs
+    assert [r.route for r in stage] == ["boundary_action"] + ["pinned_copy_repack"] * 3
+    assert [r.repack.phase for r in stage[1:]] == ["before_transformer", "before_transformer", "detach"]
+    for report in stage[1:]:  # each call after a give-back pins the encoders again, into slabs, and detach
         assert [(c.component, c.status, c.pinned_bytes_before) for c in report.repack.components] == [
             ("text_encoder", "repacked", 0), ("text_encoder_2", "repacked", 0)]  # fmt: skip
     assert all(c.outcome == "released" and c.replaced_bytes > 0 for r in release for c in r.components)

@@ -315,6 +315,9 @@ class Attachment:
     def detach(self) -> None:
         """Remove every hook, wrapper and attribute this attachment added; a second call does nothing.
 
+        Components whose pinned copies ``release_done_components`` pointed back at their weights
+        files get pinned copies again (recorded as a ``pinned_copy_repack`` at phase ``detach``).
+
         A deferred ``after_call`` still waiting is recorded as cancelled. Detaching always completes;
         if that record could not be written and the policy says ``report_sink_failure: raise``, the
         :class:`~ddo_hooks.errors.ReportSinkError` is raised afterwards.
@@ -329,6 +332,11 @@ class Attachment:
             failure = e
         self._signals.remove()
         pipe = self.pipeline
+        if pipe is not None:  # pinned copies given back are pinned again, as they were
+            from ddo_hooks.release.file_views import stage_again
+
+            if (staged := stage_again(pipe, phase="detach")) is not None:
+                self._recorder.record("pinned_copy_repack", staged, None, self.machine.call_index)
         if pipe is not None and _ATTACHED.get(pipe) is self:
             del _ATTACHED[pipe]
         if failure is not None:

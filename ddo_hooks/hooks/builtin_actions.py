@@ -206,17 +206,11 @@ def stage_done_components(ctx: BoundaryContext) -> Any:
     Its report is a repack's (route ``pinned_copy_repack``, each ``pinned_bytes_before`` 0), or a
     no-op when no component is to be staged.
     """
-    from ddo_hooks.release.file_views import UNPINNED
-    from ddo_hooks.release.repack import stage_pinned_copies
+    from ddo_hooks.release.file_views import stage_again
 
-    held = {} if ctx.pipeline is None else ctx.pipeline.components
-    names = [name for name, module in held.items() if module in UNPINNED]  # not weakly referable: not in it
-    if not names:
+    report = None if ctx.pipeline is None else stage_again(ctx.pipeline, phase=ctx.boundary)
+    if report is None:
         return ctx.action_report("noop", detail="no component's pinned copies were given back to stage again")
-    report = stage_pinned_copies(ctx.pipeline, names, phase=ctx.boundary)
-    for result in report.repack.components:
-        if result.status == "repacked":
-            UNPINNED.discard(held[result.component])
     return report
 
 

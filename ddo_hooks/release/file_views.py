@@ -30,7 +30,7 @@ import os
 import weakref
 from collections.abc import MutableMapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -40,7 +40,10 @@ from ddo_hooks.release import file_pages
 from ddo_hooks.release.pinned_copies import REPACKED
 from ddo_hooks.reports.pages import ComponentPages, PagesReason
 
-__all__ = ["UNPINNED", "Unbound", "give_back", "rebind_to_files"]
+if TYPE_CHECKING:
+    from ddo_hooks.reports.repack import PinnedCopyRepackReport
+
+__all__ = ["UNPINNED", "Unbound", "give_back", "rebind_to_files", "stage_again"]
 
 UNPINNED: weakref.WeakSet[torch.nn.Module] = weakref.WeakSet()
 """The components whose pinned copies :func:`rebind_to_files` replaced (weakly: a dropped one is not kept);
@@ -184,3 +187,23 @@ def give_back(name: str, module: torch.nn.Module, unbound: MutableMapping[torch.
     if refusal is not None and pages.reason == "not_file_backed":
         return pages.model_copy(update={"reason": refusal.reason, "detail": refusal.detail})
     return pages
+
+
+def stage_again(pipeline: Any, *, phase: str) -> PinnedCopyRepackReport | None:
+    """Pin again, into slabs, the copies :func:`rebind_to_files` replaced in ``pipeline``'s components.
+
+    Returns:
+        The report of the staging (route ``pinned_copy_repack``), or ``None`` when none of the
+        pipeline's components is in :data:`UNPINNED`.
+    """
+    held = pipeline.components
+    names = [name for name, module in held.items() if module in UNPINNED]  # not weakly referable: not in it
+    if not names:
+        return None
+    from ddo_hooks.release.repack import stage_pinned_copies
+
+    report = stage_pinned_copies(pipeline, names, phase=phase)
+    for result in report.repack.components:
+        if result.status == "repacked":
+            UNPINNED.discard(held[result.component])
+    return report

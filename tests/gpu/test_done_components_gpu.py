@@ -6,7 +6,7 @@ pipeline with nothing attached. With ``low_cpu_mem_usage=True`` the encoders' we
 call gives back every resident page of them before the transformer, and the outputs stay bitwise equal. With
 ``low_cpu_mem_usage=False`` group offloading has replaced them by pinned copies: the first call points them back
 at the files (the copies are freed and no pinned source is left), and from then on it goes as with ``True``.
-Detaching leaves the forward hooks and the class as they were.
+Detaching leaves the forward hooks and the class as they were, and pins the copies again.
 """
 
 import pytest
@@ -42,12 +42,17 @@ hooks = {{n: len(m._forward_pre_hooks) for n, m in pipe.components.items() if is
 attachment = attach(pipe, HookPolicy.preset(policy) if isinstance(policy, str) else HookPolicy.from_mapping(policy))
 got = outputs(pipe)
 reports = [r.release for r in attachment.reports if r.route == "done_components_release"]
+encoders = [m for n, m in pipe.components.items() if n.startswith("text_encoder")]
+
+def sources():
+    return [t for m in encoders for g in diffusers_compat.offload_groups(m)
+            for t in diffusers_compat.group_cpu_sources(g).values()]
+
+pinned_before = sum(bool(t.is_pinned()) for t in sources())
+attachment.detach()
 staged = [[c.component for c in r.repack.components if c.status == "repacked"]
           for r in attachment.reports if r.route == "pinned_copy_repack" and r.repack.phase != "attach"]
-attachment.detach()
-encoders = [m for n, m in pipe.components.items() if n.startswith("text_encoder")]
-sources = [t for m in encoders for g in diffusers_compat.offload_groups(m)
-           for t in diffusers_compat.group_cpu_sources(g).values()]
+after = plain[0].equal(pipe(**call_kwargs(family, seed=0)).images.float().cpu())
 weights = sum(p.numel() * p.element_size() for m in encoders for p in m.parameters())
 print(json.dumps({{
     "equal": [bool(torch.equal(a, b)) for a, b in zip(plain, got)],
@@ -55,7 +60,8 @@ print(json.dumps({{
                       [c.component, c.outcome, c.reason, c.file_bytes, c.resident_bytes] for c in r.components],
                   "replaced": sum(c.replaced_bytes for c in r.components)}}
                  for r in reports],
-    "staged": staged, "pinned_sources": sum(bool(t.is_pinned()) for t in sources), "sources": len(sources),
+    "staged": staged, "pinned_before_detach": pinned_before, "sources": len(sources()),
+    "pinned_after_detach": sum(bool(t.is_pinned()) for t in sources()), "equal_after_detach": after,
     "weights": weights,
     "detached": type(pipe) is cls and {{n: len(m._forward_pre_hooks) for n, m in pipe.components.items()
                                        if isinstance(m, torch.nn.Module)}} == hooks,
@@ -84,7 +90,10 @@ def test_the_encoders_file_pages_are_given_back_every_call_and_the_outputs_stay_
     assert replaced[1:] == [0] * 9
     assert replaced[0] == 0 if lcmu else replaced[0] >= result["weights"]  # the pinned copies, freed
     assert result["sources"] > 0
-    assert result["pinned_sources"] == 0  # staged at each use from then on, as with low_cpu_mem_usage=True
+    assert result["pinned_before_detach"] == 0  # staged at each use from then on, as with low_cpu_mem_usage=True
+    assert result["pinned_after_detach"] == (0 if lcmu else result["sources"])  # detach pins them again
+    assert result["staged"] == ([] if lcmu else [ENCODERS[family]])  # at detach
+    assert result["equal_after_detach"]
 
 
 STAGING = {"version": 1, "boundaries": {
@@ -98,7 +107,9 @@ def test_copies_given_back_after_a_call_are_pinned_again_at_the_next(run_fresh, 
     result = run_fresh(SCENARIO.format(family="flux", lcmu=False, policy=STAGING))
     assert result["equal"] == [True] * 10
     assert result["detached"]
-    assert result["staged"] == [["text_encoder", "text_encoder_2"]] * 9  # calls 2 to 10
+    assert result["staged"] == [["text_encoder", "text_encoder_2"]] * 10  # calls 2 to 10, then detach
     assert [r["boundary"] for r in result["releases"]] == ["after_call"] * 10
     assert all(r["replaced"] >= result["weights"] for r in result["releases"])  # the pinned copies, each call
-    assert result["pinned_sources"] == 0
+    assert result["pinned_before_detach"] == 0
+    assert result["pinned_after_detach"] == result["sources"]
+    assert result["equal_after_detach"]
