@@ -26,7 +26,7 @@ from support.ddo_payloads import (
     key_shape,
     real_payloads,
 )
-from support.report_corpus import base_reports, mutations, schema_validator
+from support.report_corpus import base_reports, mutations, removed, replaced, schema_validator
 
 from ddo_hooks import parse_report
 from ddo_hooks.errors import ReportError
@@ -51,24 +51,6 @@ def by_name(name: str) -> dict[str, Any]:
 
 def released() -> dict[str, Any]:
     return by_name("pytorch_host_cache_release.released")
-
-
-def changed(document: dict[str, Any], path: tuple[Any, ...], value: Any) -> dict[str, Any]:
-    document = copy.deepcopy(document)
-    target = document
-    for part in path[:-1]:
-        target = target[part]
-    target[path[-1]] = value
-    return document
-
-
-def removed(document: dict[str, Any], path: tuple[Any, ...]) -> dict[str, Any]:
-    document = copy.deepcopy(document)
-    target = document
-    for part in path[:-1]:
-        target = target[part]
-    del target[path[-1]]
-    return document
 
 
 # -- the corpus ----------------------------------------------------------------------------------
@@ -136,13 +118,13 @@ def test_the_handwritten_payloads_are_marked_and_are_the_gpu_statuses():
 )
 def test_a_mutated_release_is_refused_naming_the_shape_and_the_field(path, value, says):
     with pytest.raises(ReportError, match=DDO_REFUSAL) as info:
-        parse_report(changed(released(), path, value))
+        parse_report(replaced(released(), path, value))
     assert __import__("re").search(says, str(info.value)), str(info.value)
 
 
 def test_an_unread_route_is_refused_listing_the_routes_read():
     with pytest.raises(ReportError, match=DDO_REFUSAL + r".*'dynamic_offload' is not a route whose report ddo_hooks"):
-        parse_report(changed(released(), ("route",), "dynamic_offload"))
+        parse_report(replaced(released(), ("route",), "dynamic_offload"))
 
 
 @pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
@@ -207,7 +189,7 @@ def test_a_ddo_metrics_object_is_read_through_its_as_dict():
 
     assert isinstance(parse_report(Metrics(released())), DDOHostCacheReleaseReport)
     with pytest.raises(ReportError, match=DDO_REFUSAL):
-        parse_report(Metrics(changed(released(), ("setup", "host_cache_release", "released"), False)))
+        parse_report(Metrics(replaced(released(), ("setup", "host_cache_release", "released"), False)))
 
 
 # -- DDO's snapshots, form by form ---------------------------------------------------------------

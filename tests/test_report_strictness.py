@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import json
 import math
 import random
@@ -10,7 +9,7 @@ from typing import Any
 
 import pytest
 from pydantic import ValidationError
-from support.report_corpus import base_reports, corpus, schema_validator
+from support.report_corpus import base_reports, corpus, replaced, schema_validator
 
 from ddo_hooks import MetricsTracker, parse_report, release_pytorch_host_cache
 from ddo_hooks.errors import InvalidArgumentError, ReportError
@@ -23,15 +22,6 @@ RELEASE = ("setup", "host_cache_release")
 
 def noop() -> dict[str, Any]:
     return release_pytorch_host_cache(phase="after_call").model_dump(mode="json")
-
-
-def with_value(data: dict[str, Any], path: tuple[str, ...], value: Any) -> dict[str, Any]:
-    data = copy.deepcopy(data)
-    target = data
-    for part in path[:-1]:
-        target = target[part]
-    target[path[-1]] = value
-    return data
 
 
 def model_errors(document: Any) -> set[str] | None:
@@ -63,7 +53,7 @@ def model_errors(document: Any) -> set[str] | None:
     ],
 )
 def test_a_value_of_the_wrong_json_type_is_refused_by_the_model_and_the_schema(path, value):
-    document = with_value(noop(), path, value)
+    document = replaced(noop(), path, value)
     assert not schema_validator().is_valid(document)
     with pytest.raises(ReportError):
         parse_report(document)
@@ -72,8 +62,8 @@ def test_a_value_of_the_wrong_json_type_is_refused_by_the_model_and_the_schema(p
 
 
 def test_whole_seconds_are_seconds_in_python_and_in_json_text():
-    document = with_value(noop(), (*RELEASE, "elapsed_seconds"), 0)
-    document = with_value(document, (*RELEASE, "timings", "collect_seconds"), 0)
+    document = replaced(noop(), (*RELEASE, "elapsed_seconds"), 0)
+    document = replaced(document, (*RELEASE, "timings", "collect_seconds"), 0)
     assert schema_validator().is_valid(document)
     assert parse_report(document).release.elapsed_seconds == 0.0
     assert parse_report(json.dumps(document)).release.elapsed_seconds == 0.0
@@ -157,7 +147,7 @@ def test_action_data_with_an_int_json_cannot_write_is_refused_naming_the_path(ba
 
 
 def test_a_string_json_cannot_hold_is_refused():
-    document = with_value(noop(), (*RELEASE, "detail"), "half a pair \ud800")
+    document = replaced(noop(), (*RELEASE, "detail"), "half a pair \ud800")
     with pytest.raises(
         ReportError,
         match=r"pytorch_host_cache_release: Value error, the report cannot be written as JSON: a string holds half",

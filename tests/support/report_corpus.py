@@ -187,7 +187,8 @@ def _paths(document: Any, path: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...
             yield from _paths(value, (*path, index))
 
 
-def _replaced(document: Any, path: tuple[Any, ...], value: Any) -> Any:
+def replaced(document: Any, path: tuple[Any, ...], value: Any) -> Any:
+    """A copy of ``document`` with ``value`` at ``path`` (the whole document when ``path`` is empty)."""
     if not path:
         return copy.deepcopy(value)
     changed = copy.deepcopy(document)
@@ -198,23 +199,28 @@ def _replaced(document: Any, path: tuple[Any, ...], value: Any) -> Any:
     return changed
 
 
+def removed(document: Any, path: tuple[Any, ...]) -> Any:
+    """A copy of ``document`` without the key or item at ``path``."""
+    changed = copy.deepcopy(document)
+    parent = changed
+    for part in path[:-1]:
+        parent = parent[part]
+    del parent[path[-1]]
+    return changed
+
+
 def mutations(document: dict[str, Any]) -> Iterator[dict[str, Any]]:
     """Every single change of a document: each value replaced, each key removed, a key added to each object."""
     for path in _paths(document):
         for value in REPLACEMENTS:
-            yield _replaced(document, path, value)
+            yield replaced(document, path, value)
         target = document
         for part in path:
             target = target[part]
         if isinstance(target, dict):
-            yield _replaced(document, path, {**target, "bogus": 1})
+            yield replaced(document, path, {**target, "bogus": 1})
         if path and isinstance(path[-1], str):
-            changed = copy.deepcopy(document)
-            parent = changed
-            for part in path[:-1]:
-                parent = parent[part]
-            del parent[path[-1]]
-            yield changed
+            yield removed(document, path)
 
 
 def corpus() -> list[Any]:
@@ -232,5 +238,5 @@ def random_mutant(rng: random.Random, document: Any, changes: int = 3) -> Any:
         paths = list(_paths(document))
         path = rng.choice(paths)
         value = rng.choice([*REPLACEMENTS, rng.randint(-(2**70), 2**70), rng.random() * 1e6, "x" * rng.randint(0, 300)])
-        document = _replaced(document, path, value)
+        document = replaced(document, path, value)
     return document
