@@ -212,25 +212,7 @@ def repack_pinned_copies(
             f"phase={phase!r} must be a label such as 'attach': a lowercase letter, then up to 63 of a-z 0-9 _ . -"
         )
     parse_cuda_device(device)
-    chosen = _components(target, components)
-    backend = _allocator.backend()
-    unsupported = backend.entry_point(lazy_init_done=False)
-    if isinstance(unsupported, str):  # no CUDA host allocator: nothing is pinned
-        return _report(phase, [], started, unsupported=unsupported)
-    host_before, before = observe_host(), read_snapshot(backend.raw_host_stats)
-    results: list[ComponentRepack] = []
-    releases: list[HostCacheRelease] = []
-    refused: str | None = None
-    for name, module in chosen:
-        results.append(_repack_one(name, module))
-        if results[-1].status == "repacked" and release and refused is None:
-            try:
-                report = release_pytorch_host_cache(enabled=True, phase=phase, device=device, collect="young")
-            except BoundaryRefusedError as e:
-                refused = f"{e} (the rounded blocks stay cached until the next boundary's release)"
-            else:
-                releases.append(report.release)
-    return _report(phase, results, started, before=before, host_before=host_before, releases=releases, refused=refused)
+    return _repack(_components(target, components), phase, started, release=release, device=device)
 
 
 def stage_pinned_copies(pipeline: Any, names: Iterable[str], *, phase: str) -> PinnedCopyRepackReport:
@@ -241,14 +223,37 @@ def stage_pinned_copies(pipeline: Any, names: Iterable[str], *, phase: str) -> P
     copies again, so that its next calls onload as before. The report is a repack's, each
     component's ``pinned_bytes_before`` 0.
     """
-    started = time.perf_counter()
+    return _repack(_components(pipeline, names), phase, time.perf_counter(), staging=True)
+
+
+def _repack(
+    chosen: list[tuple[str, torch.nn.Module]],
+    phase: str,
+    started: float,
+    *,
+    release: bool = False,
+    device: DeviceLike = "cuda",
+    staging: bool = False,
+) -> PinnedCopyRepackReport:
+    """Repack (or stage) each chosen component, releasing the rounded blocks after each when ``release``."""
     backend = _allocator.backend()
     unsupported = backend.entry_point(lazy_init_done=False)
-    if isinstance(unsupported, str):
+    if isinstance(unsupported, str):  # no CUDA host allocator: nothing is pinned
         return _report(phase, [], started, unsupported=unsupported)
     host_before, before = observe_host(), read_snapshot(backend.raw_host_stats)
-    results = [_repack_one(name, module, staging=True) for name, module in _components(pipeline, names)]
-    return _report(phase, results, started, before=before, host_before=host_before)
+    results: list[ComponentRepack] = []
+    releases: list[HostCacheRelease] = []
+    refused: str | None = None
+    for name, module in chosen:
+        results.append(_repack_one(name, module, staging))
+        if results[-1].status == "repacked" and release and refused is None:
+            try:
+                report = release_pytorch_host_cache(enabled=True, phase=phase, device=device, collect="young")
+            except BoundaryRefusedError as e:
+                refused = f"{e} (the rounded blocks stay cached until the next boundary's release)"
+            else:
+                releases.append(report.release)
+    return _report(phase, results, started, before=before, host_before=host_before, releases=releases, refused=refused)
 
 
 def _report(
