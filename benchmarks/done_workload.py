@@ -17,7 +17,6 @@
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import time
 from pathlib import Path
@@ -56,11 +55,7 @@ def _done_reports(attachment: Any) -> list[dict[str, Any]]:
 
 def _delete_encoders(spec: dict[str, Any], pipe: Any) -> dict[str, Any]:
     """What a user does by hand: encode the prompt once, delete the text encoders, empty the caches."""
-    with torch.no_grad():
-        embeds = floor.prompt_embeds(spec, pipe.encode_prompt(workload.PROMPT, **floor.encode_kwargs(spec, pipe)))
-    for name in floor.ENCODERS[spec["family"]]:
-        setattr(pipe, name, None)
-    gc.collect()
+    embeds = floor.delete_encoders(spec, pipe)
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
         torch._C._host_emptyCache()

@@ -204,12 +204,7 @@ def run_arm(spec: dict[str, Any]) -> dict[str, Any]:
             kwargs.update(prompt=None, **embeds)
         seconds, output = timed_call(pipe, kwargs)
         if arm == "delete" and index == 0:
-            with torch.no_grad():
-                encoded = pipe.encode_prompt(workload.PROMPT, **encode_kwargs(spec, pipe))
-            embeds = prompt_embeds(spec, encoded)
-            for name in ENCODERS[spec["family"]]:
-                setattr(pipe, name, None)
-            gc.collect()
+            embeds = delete_encoders(spec, pipe)
         time.sleep(spec["rest_s"])  # lowest-latency releases after_call once idle
         calls.append({"seconds": seconds, "digest": output, "rest": memory()})
     result.update(calls=calls, copies_end=copies(pipe))
@@ -224,6 +219,16 @@ def run_arm(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 KEPT = ("phase", "status", "noop_reason", "allocator_bytes_delta", "elapsed_seconds", "pinned_since_previous")
+
+
+def delete_encoders(spec: dict[str, Any], pipe: Any) -> dict[str, Any]:
+    """What a user does by hand: encode the prompt once, delete the text encoders and collect; the embeddings."""
+    with torch.no_grad():
+        embeds = prompt_embeds(spec, pipe.encode_prompt(workload.PROMPT, **encode_kwargs(spec, pipe)))
+    for name in ENCODERS[spec["family"]]:
+        setattr(pipe, name, None)
+    gc.collect()
+    return embeds
 
 
 def encode_kwargs(spec: dict[str, Any], pipe: Any) -> dict[str, Any]:
