@@ -55,12 +55,8 @@ def load(folder: Path) -> DiffusionPipeline:
 
 def resident(module: torch.nn.Module) -> int:
     """Resident pages of the module's file-backed weights, and that none was written."""
-    mappings = file_pages.mappings()
-    ranges = []
-    for address, size in file_pages._storages(module).items():
-        mapping = next(m for m in mappings if m.start <= address < m.end)
-        if mapping.private_file:
-            ranges.append((address, address + size))
+    inside = file_pages.in_file_view(file_pages.mappings())
+    ranges = [(at, at + size) for at, size in file_pages._storages(module).items() if inside(at, size)]
     pages, written = file_pages._census(file_pages._page_runs(ranges))
     assert written == 0
     return pages
