@@ -247,6 +247,23 @@ def test_pinned_copies_are_pointed_back_at_the_files_then_staged_again_at_the_ne
     assert all(c.outcome == "released" and c.replaced_bytes > 0 for r in release for c in r.components)
 
 
+def test_a_staging_that_fails_at_detach_propagates_and_leaves_the_pipeline_detached(saved, monkeypatch):
+    from ddo_hooks.release import file_views
+
+    def fails(pipeline, *, phase):
+        raise RuntimeError("pinning failed")
+
+    monkeypatch.setattr(file_views, "stage_again", fails)
+    pipe = load(saved["sd"])
+    attachment = attach(pipe, HookPolicy.from_mapping(GIVE_BACK))
+    with pytest.raises(RuntimeError, match="pinning failed"):
+        attachment.detach()
+    assert attachment.detached
+    monkeypatch.undo()
+    with attach(pipe):  # nothing was left attached
+        pass
+
+
 def test_a_component_another_attached_pipeline_holds_is_left(saved):
     pipe = load(saved["sd"])
     other = AutoPipelineForImage2Image.from_pipe(pipe)

@@ -332,13 +332,13 @@ class Attachment:
             failure = e
         self._signals.remove()
         pipe = self.pipeline
-        if pipe is not None:  # pinned copies given back are pinned again, as they were
+        if pipe is not None and _ATTACHED.get(pipe) is self:
+            del _ATTACHED[pipe]
+        if pipe is not None:  # pinned copies given back are pinned again, as they were (detached already)
             from ddo_hooks.release.file_views import stage_again
 
             if (staged := stage_again(pipe, phase="detach")) is not None:
                 self._recorder.record("pinned_copy_repack", staged, None, self.machine.call_index)
-        if pipe is not None and _ATTACHED.get(pipe) is self:
-            del _ATTACHED[pipe]
         if failure is not None:
             raise failure
 
