@@ -353,12 +353,20 @@ def test_the_done_components_page_shows_the_pinned_copies_results_and_the_target
     copies = next(iter(loaded.values()))["copies_loaded"]
     exact = copies["transformer"]["tensor_bytes"] + copies["vae"]["tensor_bytes"]
     peak, latency = arms["lcmu=false/lowest-peak"], arms["lcmu=false/lowest-latency"]
-    assert f"the transformer's and the VAE's copies need {exact:,}" in " ".join(text.split())
+    shown = " ".join(text.split())
+    assert f"the transformer's and the VAE's copies need {exact:,}" in shown
     for rest in [c["rest"] for c in peak["calls"]] + [latency["idle"]]:
         assert rest["pinned_owned"] <= 1.02 * exact  # the encoders' copies are gone, the rest at its size
         assert rest["rss"] <= mm["calls"][0]["rest"]["rss"]  # at or below diffusers-mm's single generation
     assert {r["released_bytes"] for r in peak["done_reports"]} == {1_486_864_384}
     assert len(peak["done_reports"]) == len(peak["calls"]) == 10
+    first, *later = peak["done_reports"]
+    seconds = [r["seconds"] for r in later]
+    minor = [r["faults"]["minor_faults"] for r in later]
+    assert f"freed them in {first['seconds']:.2f} s; each later call gave back in" in shown
+    assert f"{min(seconds):.2f}{DASH}{max(seconds):.2f} s, and brought the pages back with" in shown
+    assert f"{min(minor):,}{DASH}{max(minor):,} minor faults and no major fault" in shown
+    assert {r["faults"]["major_faults"] for r in later} == {0}
     pair = docs["lcmu-false-bursts"]["pairs"]["lcmu=false/lowest-latency"]["calls"]
     medians = [statistics.median(c["seconds"] for c in bench.steady(pair[side])) for side in ("nothing", "preset")]
     assert medians[1] / medians[0] <= 1.05
