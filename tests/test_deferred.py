@@ -5,13 +5,12 @@ from __future__ import annotations
 import gc
 import json
 import os
-import pickle
 import threading
-import time
 
 import pytest
 from support.fakes import HANG_SECONDS, FakeScheduler
 from support.overlap import overlapping_calls
+from support.processes import in_child, wait_until
 
 from ddo_hooks import HookPolicy, InvalidArgumentError, ReportSinkError, attach, register_action, unregister_action
 from ddo_hooks.hooks.idle import use_scheduler
@@ -57,15 +56,6 @@ def boom():
 
     yield "boom"
     unregister_action("boom")
-
-
-def wait_until(predicate) -> None:
-    """Poll ``predicate`` (a hang guard bounded by counting polls, not a measurement)."""
-    for _ in range(int(HANG_SECONDS / 0.005)):
-        if predicate():
-            return
-        time.sleep(0.005)
-    pytest.fail("gave up waiting")
 
 
 @pytest.mark.parametrize("idle", [0, "1ms"])
@@ -205,29 +195,6 @@ def test_drop_names_the_fix_for_a_list(sd):
 
 
 # -- fork ------------------------------------------------------------------------------------------
-
-
-def in_child(work) -> dict:
-    """Fork; run ``work()`` in the child and return what it returned (the child never runs pytest)."""
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child
-        os.close(read)
-        try:
-            result = {"ok": work()}
-        except BaseException as e:  # everything goes back to the parent
-            result = {"error": repr(e)}
-        os.write(write, pickle.dumps(result))
-        os._exit(0)
-    os.close(write)
-    try:
-        wait_until(lambda: os.waitpid(pid, os.WNOHANG) != (0, 0))  # a hung child fails the test
-    except BaseException:
-        os.kill(pid, 9)
-        os.waitpid(pid, 0)
-        raise
-    with os.fdopen(read, "rb") as pipe:
-        return pickle.loads(pipe.read())
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="fork is POSIX")

@@ -8,6 +8,7 @@ weights are views of their safetensors files, as a user's are. Resident pages ar
 from __future__ import annotations
 
 import gc
+import os
 import sys
 import weakref
 from pathlib import Path
@@ -17,6 +18,7 @@ import pytest
 import torch
 from diffusers import AutoPipelineForImage2Image, DiffusionPipeline
 from support.overlap import overlapping_calls
+from support.processes import in_child
 
 from ddo_hooks import HookPolicy, attach, register_action, unregister_action
 from ddo_hooks._compat import diffusers as diffusers_compat
@@ -326,3 +328,27 @@ def test_detach_removes_the_forward_hooks_it_added(saved):
     assert len(pipe.transformer._forward_pre_hooks) == hooks["transformer"]  # the final denoiser is not followed
     attachment.detach()
     assert {n: len(m._forward_pre_hooks) for n, m in pipe.components.items() if n in hooks} == hooks
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork is POSIX")
+def test_a_child_forked_after_a_call_calls_with_its_own_fault_counts(saved):
+    """A pre-fork server: a warm-up call in the parent, then calls in a child, whose fault counters start at 0."""
+    pipe = load(saved["sd"])
+    with attach(pipe, HookPolicy.preset("lowest-peak")) as attachment:
+        pipe(**call_kwargs("sd"))
+
+        def child() -> list[Any]:
+            torch.set_num_threads(1)  # torch's OpenMP pool does not survive a fork (a plain pipeline hangs too)
+            images = [pipe(**call_kwargs("sd", seed=n)).images for n in range(2)]
+            mine = [r.release for r in attachment.reports if r.route == "done_components_release"]  # the child's run
+            return [len(images), *[(r.status, r.faults_since_previous) for r in mine]]
+
+        got = in_child(child)
+    assert "error" not in got, got
+    calls, first, second = got["ok"]
+    assert calls == 2
+    assert first == ("executed", None)  # the parent's mark is not the child's: unavailable, not negative
+    status, since = second
+    assert status == "executed"
+    assert since is not None
+    assert (since.since, since.minor_faults >= 0, since.major_faults >= 0) == ("before_transformer", True, True)

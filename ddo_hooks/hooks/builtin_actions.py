@@ -21,6 +21,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
+import os
 import sys
 import time
 import weakref
@@ -113,12 +114,34 @@ def malloc_trim(ctx: BoundaryContext) -> Any:
 
 
 class _Mark(NamedTuple):
-    """Where ``release_done_components`` left off: its boundary, the faults so far and ``RssFile`` after it."""
+    """Where ``release_done_components`` left off: its boundary, the faults so far and ``RssFile`` after it.
+
+    The process's fault counts are its own: a child forked after the mark was taken counts from 0,
+    so the mark holds the pid it was taken in.
+    """
 
     boundary: str
     minor: int
     major: int
     rss_file: int
+    pid: int
+
+
+def _faults_since(last: _Mark | None, faults: tuple[int, int] | None, rss_file: int | None) -> Any:
+    """What bringing pages back cost since ``last``; ``None`` where that cannot be trusted.
+
+    Unavailable at the first boundary, where the platform does not count faults, and in a child
+    forked since the mark: its counters started again at 0, so the differences would be meaningless.
+    """
+    from ddo_hooks.reports.pages import FaultsSince
+
+    if last is None or faults is None or rss_file is None or last.pid != os.getpid():
+        return None
+    minor, major = faults[0] - last.minor, faults[1] - last.major
+    if minor < 0 or major < 0:  # counters that went back: not this process's own
+        return None
+    return FaultsSince(since=last.boundary, minor_faults=minor, major_faults=major,
+                       rss_file_growth_bytes=rss_file - last.rss_file)  # fmt: skip
 
 
 def _faults() -> tuple[int, int] | None:
@@ -153,7 +176,6 @@ def release_done_components(ctx: BoundaryContext) -> Any:
         DoneComponentsRelease,
         DoneComponentsReleaseReport,
         DoneComponentsReleaseSetup,
-        FaultsSince,
     )
 
     started = time.perf_counter()
@@ -169,15 +191,10 @@ def release_done_components(ctx: BoundaryContext) -> Any:
         pages.append(give_back(name, module, unbound) if holder is None else left_shared(name, module, holder))
     host_after = observe_host()
     released = sum(p.released_bytes for p in pages)
-    since = None
-    last: _Mark | None = ctx.state.get("last")
-    if last is not None and faults is not None and host_before.rss_file_bytes is not None:
-        growth = host_before.rss_file_bytes - last.rss_file
-        since = FaultsSince(since=last.boundary, minor_faults=faults[0] - last.minor,
-                            major_faults=faults[1] - last.major, rss_file_growth_bytes=growth)  # fmt: skip
+    since = _faults_since(ctx.state.get("last"), faults, host_before.rss_file_bytes)
     after = _faults()
     if after is not None and host_after.rss_file_bytes is not None:
-        ctx.state["last"] = _Mark(ctx.boundary, *after, host_after.rss_file_bytes)
+        ctx.state["last"] = _Mark(ctx.boundary, *after, host_after.rss_file_bytes, os.getpid())
     if any(p.outcome == "released" for p in pages):
         status, reason = "executed", None
         detail = f"{sum(p.outcome == 'released' for p in pages)} done component(s) gave back {released} bytes"

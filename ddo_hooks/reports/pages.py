@@ -127,7 +127,8 @@ class DoneComponentsRelease(ReportModel):
     host_after: HostObservation | None
     """Host memory after."""
     faults_since_previous: FaultsSince | None
-    """The cost of bringing memory back since the previous boundary; ``None`` at the first one."""
+    """The cost of bringing memory back since the previous boundary; ``None`` at the first one, where
+    the platform counts no faults, and in a child forked since (its counters started again)."""
     elapsed_seconds: Seconds
     """All of it."""
 
