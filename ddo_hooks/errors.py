@@ -47,7 +47,8 @@ class ReportError(DDOError, ValueError):
 class ReportSinkError(DDOError, RuntimeError):
     """Writing a report to the policy's ``report_sink`` failed; the message names the file and the fix.
 
-    The original ``OSError`` is chained as ``__cause__``. No partial line is left in the file.
+    The original ``OSError`` is chained as ``__cause__``. The file is left as it is (never truncated:
+    other processes may share it); after a write cut short, the next line starts on a line of its own.
     """
 
 

@@ -88,7 +88,7 @@ def test_a_deferred_action_that_raises_is_recorded_and_the_next_action_still_run
 
 
 def failing_writes(monkeypatch) -> None:
-    def full_disk(self, data, *, keep):
+    def full_disk(self, data):
         raise ReportSinkError(f"report_sink {str(self.path)!r} cannot be written: No space left on device")
 
     monkeypatch.setattr(ReportSink, "_append", full_disk)

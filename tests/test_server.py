@@ -5,7 +5,6 @@ Concurrency tests synchronize with events (with timeouts), never with sleeps.
 
 from __future__ import annotations
 
-import errno
 import gc
 import json
 import logging
@@ -13,6 +12,7 @@ import os
 import re
 import threading
 import weakref
+from pathlib import Path
 
 import pytest
 import torch
@@ -245,19 +245,17 @@ def test_with_a_sink_nothing_needs_to_stay_in_memory(tmp_path):
 # -- the report sink -------------------------------------------------------------------------------
 
 
-def test_a_sink_that_cannot_take_a_byte_is_refused_at_attach_time(tmp_path, monkeypatch):
+def test_a_sink_on_a_full_disk_is_refused_at_attach_time_without_a_write(tmp_path, monkeypatch):
     full = tmp_path / "full.jsonl"
     pipe = build_pipeline("sd")
     policy = HookPolicy.from_mapping({"version": 1, "report_sink": str(full)})
-
-    def full_disk(fd, data):
-        raise OSError(errno.ENOSPC, "No space left on device")
-
-    monkeypatch.setattr(os, "write", full_disk)
-    with pytest.raises(PolicyError, match=r"report_sink '.*full\.jsonl' cannot be written: No space left on device"):
+    writes = []
+    monkeypatch.setattr(os, "write", lambda fd, data: writes.append(data) or len(data))
+    monkeypatch.setattr(os, "fstatvfs", lambda fd: os.statvfs_result((4096,) * 3 + (0,) * 7))  # no free block
+    with pytest.raises(PolicyError, match=r"report_sink '.*full\.jsonl' cannot be written: the disk holding it has no"):
         attach(pipe, policy)
     monkeypatch.undo()
-    assert full.read_bytes() == b""
+    assert (writes, full.read_bytes()) == ([], b"")
 
 
 def sink_policy(path, failure="continue"):
@@ -297,22 +295,55 @@ def test_a_sink_failure_can_end_the_call_instead(tmp_path):
         assert guard.busy_reason() is None
 
 
-def test_a_failed_write_never_leaves_a_partial_line(tmp_path, monkeypatch):
+def test_a_short_write_leaves_the_file_as_it_is_and_the_next_line_starts_a_line_of_its_own(tmp_path, monkeypatch):
     path = tmp_path / "r.jsonl"
     sink = ReportSink(path, on_failure="continue")
     sink.write(json.dumps({"n": 1}))
     real_write = os.write
 
-    def half_then_full_disk(fd, data):
-        real_write(fd, data[: len(data) // 2])
-        raise OSError(28, "No space left on device")
+    def half_then_full_disk(fd, data):  # what write(2) does when the disk fills mid-line
+        return real_write(fd, data[: len(data) // 2])
 
     monkeypatch.setattr(os, "write", half_then_full_disk)
     assert sink.write(json.dumps({"n": 2})) is False
     monkeypatch.setattr(os, "write", real_write)
     assert sink.write(json.dumps({"n": 3})) is True
-    assert [json.loads(line) for line in path.read_text().splitlines()] == [{"n": 1}, {"n": 3}]
-    assert "No space left on device" in sink.failures[0]
+    assert sink.write(json.dumps({"n": 4})) is True
+    assert path.read_text().splitlines() == ['{"n": 1}', '{"n"', '{"n": 3}', '{"n": 4}']  # nothing truncated
+    assert "only 4 of 9 bytes were written (is the disk full?); the cut line is left" in sink.failures[0]
+
+
+def test_two_processes_sharing_a_sink_lose_no_line_while_one_attaches_in_a_loop(tmp_path):
+    """A worker writes lines while another attaches (each attach probes the sink): every line is kept."""
+    path = tmp_path / "shared.jsonl"
+    policy = HookPolicy.from_mapping({"version": 1, "report_sink": str(path)})
+    pipe = build_pipeline("sd")
+    attach(pipe, policy).detach()  # the file exists before the writer starts
+    lines = 4000
+
+    def writer() -> int:
+        sink = ReportSink(path, on_failure="raise")
+        for n in range(lines):
+            sink.write(json.dumps({"n": n}))
+        return lines
+
+    pid = os.fork()
+    if pid == 0:  # the writer
+        status = 0
+        try:
+            writer()
+        except BaseException:
+            status = 1
+        os._exit(status)
+    attaches = 0
+    while (done := os.waitpid(pid, os.WNOHANG)) == (0, 0):
+        attach(pipe, policy).detach()
+        attaches += 1
+        assert attaches < 1_000_000
+    assert os.waitstatus_to_exitcode(done[1]) == 0  # the writer was never refused
+    written = [json.loads(line)["n"] for line in path.read_text().splitlines() if line.strip()]
+    assert attaches > 0
+    assert sorted(written) == list(range(lines))
 
 
 posix_only = pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="FIFOs are POSIX")
@@ -354,7 +385,7 @@ def special_file(tmp_path, kind: str):
     elif kind == "directory":
         path.mkdir()
     else:
-        path.symlink_to("/dev/null")
+        return Path("/dev/null")
     return path
 
 
@@ -366,12 +397,34 @@ def special_file(tmp_path, kind: str):
 def test_a_sink_that_is_not_a_regular_file_is_refused_at_attach_naming_the_policy_line(tmp_path, kind, what):
     path = special_file(tmp_path, kind)
     policy_file = tmp_path / "policy.yaml"
-    policy_file.write_text(f"version: 1\nreport_sink: {kind}\n")
+    policy_file.write_text(f"version: 1\nreport_sink: {path}\n")
     pipe = build_pipeline("sd")
-    expected = rf"^.*policy\.yaml:2:1: report_sink '.*{kind}' is {re.escape(what)}, {re.escape(NOT_REGULAR)}"
+    expected = (
+        rf"^.*policy\.yaml:2:1: report_sink '{re.escape(str(path))}' is {re.escape(what)}, {re.escape(NOT_REGULAR)}"
+    )
     with pytest.raises(PolicyError, match=expected):
         without_blocking(path, lambda: attach(pipe, policy_file))
     attach(pipe).detach()  # nothing was left attached
+
+
+@pytest.mark.parametrize("target", ["real.jsonl", "missing.jsonl"])
+def test_a_symlinked_sink_is_refused_at_attach_naming_the_real_path_and_its_target_is_untouched(tmp_path, target):
+    real = tmp_path / "elsewhere" / target
+    real.parent.mkdir()
+    if target == "real.jsonl":
+        real.write_text("someone else's file\n")
+    link = tmp_path / "reports.jsonl"
+    link.symlink_to(real)  # e.g. planted in a shared folder such as /tmp by another user
+    pipe = build_pipeline("sd")
+    with pytest.raises(PolicyError, match=rf"is a symbolic link .*set report_sink to '{re.escape(str(real))}' itself"):
+        attach(pipe, HookPolicy.from_mapping({"version": 1, "report_sink": str(link)}))
+    with attach(pipe, sink_policy(real)) as attachment:  # the real path works, and a link put in its place since
+        real.rename(tmp_path / "moved.jsonl")
+        real.symlink_to(tmp_path / "moved.jsonl")
+        pipe(**call_kwargs("sd"))
+    assert len(attachment.sink_failures) == 3
+    assert "is a symbolic link" in attachment.sink_failures[0]
+    assert (tmp_path / "moved.jsonl").read_text() == ("someone else's file\n" if target == "real.jsonl" else "")
 
 
 @posix_only

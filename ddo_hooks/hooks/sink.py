@@ -1,19 +1,23 @@
 """The policy's report sink: a JSON Lines file that each report is appended to, one whole line at a time.
 
-A line is written with one ``write`` to the file opened for appending; if the write fails or is
-short (a full disk), the file is cut back to its size before the write, so the file never holds
-a partial line and the next report is not appended onto a fragment. A failure is a
-:class:`~ddo_hooks.errors.ReportSinkError` that names the file and the fix. The policy's
-``report_sink_failure`` decides what it does: ``raise`` ends the pipeline call with it;
-``continue`` (the default) keeps the call going, keeps the failure in :attr:`ReportSink.failures`
-(the last 100) and logs it once, so that a failed log write never costs the user the image.
+Several processes may share one sink (forked children, workers that load one policy): each line is
+written with one ``write`` to the file opened with ``O_APPEND``, so lines of different writers never
+interleave, and the sink never truncates the file, which would erase the lines another process
+appended meanwhile. :meth:`ReportSink.probe` checks at attach that the file can be opened for
+writing without writing to it. A write that fails or is short (a full disk) leaves the file as it
+is: the failure is a :class:`~ddo_hooks.errors.ReportSinkError` that names the file and the fix,
+and where part of the line reached the file, the sink starts its next line on a line of its own, so
+that only the cut line is lost (readers name it). The policy's ``report_sink_failure`` decides
+what a failure does: ``raise`` ends the pipeline call with it; ``continue`` (the default) keeps the
+call going, keeps the failure in :attr:`ReportSink.failures` (the last 100) and logs it once, so
+that a failed log write never costs the user the image.
 
-The sink is a regular file (a missing one is created). A FIFO, a directory, a device (``/dev/null``,
-``/dev/stdout`` when it is a terminal or a pipe) or a socket is refused: :meth:`ReportSink.probe`
-refuses it at attach, and a write finding the path replaced by one fails like any other write.
-The path is looked at with :func:`os.stat` before it is opened, and opened with ``O_NONBLOCK``, so
-a FIFO whose reader went away never blocks a call; and only a regular file can be cut back after
-a failed write, which is what keeps every line whole.
+The sink is a regular file (a missing one is created). A symbolic link is refused (opened with
+``O_NOFOLLOW``, so that nobody who can write the folder redirects the reports into another file),
+as are a FIFO, a directory, a device (``/dev/null``, ``/dev/stdout`` when it is a terminal or a
+pipe) or a socket: :meth:`ReportSink.probe` refuses them at attach, and a write finding the path
+replaced by one fails like any other write. The path is looked at with :func:`os.lstat` before it
+is opened, and opened with ``O_NONBLOCK``, so a FIFO whose reader went away never blocks a call.
 
 Examples:
     >>> import pathlib, tempfile
@@ -30,10 +34,12 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import errno
 import logging
 import os
 import stat
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Literal
 
@@ -48,7 +54,9 @@ MAX_FAILURES_KEPT = 100
 _log = logging.getLogger("ddo_hooks")
 
 # O_NONBLOCK: opening a FIFO that has no reader fails at once instead of waiting for one.
-_FLAGS = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
+# O_NOFOLLOW: a symbolic link put in the sink's place is never followed.
+_FLAGS = os.O_WRONLY | os.O_APPEND | os.O_CREAT
+_FLAGS |= getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_NOFOLLOW", 0)
 
 
 def missing_folder(path: Path) -> str | None:
@@ -76,18 +84,25 @@ class ReportSink:
         self.failures: collections.deque[str] = collections.deque(maxlen=MAX_FAILURES_KEPT)
         self.failure_count = 0
         self._lock = threading.Lock()
+        self._cut = False  # the last write left part of its line in the file
 
     def probe(self) -> None:
-        """Check that a line can be written now: append a newline, then cut the file back.
+        """Check that the file can be opened for appending now, without writing to it.
 
         Raises:
-            ReportSinkError: The folder is missing, the path is not a regular file, or the file
-                cannot be opened or written.
+            ReportSinkError: The folder is missing, the path is a symbolic link or not a regular
+                file, the file cannot be opened for writing, or the disk holding it has no free block.
         """
         problem = missing_folder(self.path)
         if problem is not None:
             raise ReportSinkError(f"report_sink {str(self.path)!r}: {problem}")
-        self._append(b"\n", keep=False)
+        with self._lock, self._opened() as fd:
+            try:
+                free = os.fstatvfs(fd).f_bavail
+            except (OSError, AttributeError):  # no statvfs here: the first write tells
+                return
+            if free == 0:
+                raise self._error("cannot be written", OSError(28, "the disk holding it has no free block"))
 
     def write(self, line: str) -> bool:
         """Append ``line`` and a newline, whole or not at all.
@@ -99,7 +114,7 @@ class ReportSink:
             ReportSinkError: The write failed and ``on_failure`` is ``raise``.
         """
         try:
-            self._append(line.encode("utf-8") + b"\n", keep=True)
+            self._append(line.encode("utf-8") + b"\n")
         except ReportSinkError as e:
             if self.on_failure == "raise":
                 raise
@@ -124,36 +139,51 @@ class ReportSink:
         """In a forked child: a lock another thread of the parent held at the fork is never released there."""
         self._lock = threading.Lock()
 
-    def _append(self, data: bytes, *, keep: bool) -> None:
-        with self._lock:
+    @contextlib.contextmanager
+    def _opened(self) -> Iterator[int]:
+        """The file, opened for appending (a special file or a link is never opened)."""
+        try:
+            self._check_regular(os.lstat(self.path).st_mode)
+        except FileNotFoundError:
+            pass  # created below
+        except OSError as e:
+            raise self._error("cannot be opened", e) from e
+        try:
+            fd = os.open(self.path, _FLAGS, 0o666)
+        except OSError as e:  # also a FIFO or a link put in its place since: ENXIO or ELOOP, never a wait
+            raise (self._linked() if e.errno == errno.ELOOP else self._error("cannot be opened", e)) from e
+        try:
+            self._check_regular(os.fstat(fd).st_mode)
+            yield fd
+        finally:
+            os.close(fd)
+
+    def _append(self, data: bytes) -> None:
+        with self._lock, self._opened() as fd:
+            if self._cut:  # a line of ours was cut short: this one starts on a line of its own
+                data = b"\n" + data
             try:
-                self._check_regular(os.stat(self.path).st_mode)  # a special file is never opened
-            except FileNotFoundError:
-                pass  # created below
+                written = os.write(fd, data)
             except OSError as e:
-                raise self._error("cannot be opened", e) from e
-            try:
-                fd = os.open(self.path, _FLAGS, 0o666)
-            except OSError as e:  # also a FIFO put in its place since: ENXIO, never a wait for a reader
-                raise self._error("cannot be opened", e) from e
-            try:
-                info = os.fstat(fd)
-                self._check_regular(info.st_mode)
-                size = info.st_size
-                try:
-                    written = os.write(fd, data)
-                    if written != len(data):
-                        raise OSError(f"only {written} of {len(data)} bytes were written (is the disk full?)")
-                except OSError as e:
-                    with contextlib.suppress(OSError):
-                        os.ftruncate(fd, size)  # never leave a partial line
-                    raise self._error("cannot be written", e) from e
-                if not keep:
-                    os.ftruncate(fd, size)
-            finally:
-                os.close(fd)
+                raise self._error("cannot be written", e) from e
+            if written != len(data):
+                self._cut = written > 0
+                cut = OSError(
+                    f"only {written} of {len(data)} bytes were written (is the disk full?); the cut line is left"
+                )
+                raise self._error("cannot be written", cut)
+            self._cut = False
+
+    def _linked(self) -> ReportSinkError:
+        real = os.path.realpath(self.path)
+        return ReportSinkError(
+            f"report_sink {str(self.path)!r} is a symbolic link (to {real!r}), which is never followed: anyone "
+            f"who can write its folder could redirect the reports; set report_sink to {real!r} itself"
+        )
 
     def _check_regular(self, mode: int) -> None:
+        if stat.S_ISLNK(mode):
+            raise self._linked()
         if not stat.S_ISREG(mode):
             what = "a directory" if stat.S_ISDIR(mode) else special_file_kind(mode)
             raise ReportSinkError(
