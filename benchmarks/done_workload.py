@@ -5,7 +5,7 @@
   back to back, read which memory the process holds at rest after each, then once more after ``idle_s`` of idle
   time. Arms: ``nothing``; ``delete`` (after the first call the user encodes the prompt, deletes the text
   encoders and empties the caches; the later calls pass those embeddings: one prompt only); ``preset:<name>``
-  (ddo_hooks attached); ``diffusers-mm`` (``managed(pipe,
+  (ddo_hooks attached; ``<name>+stable`` with ``stable_files: true``); ``diffusers-mm`` (``managed(pipe,
   strategy="group_offload", unload_text_encoders=True)`` instead of the loader's offloading; a call that raises
   is recorded with its error and ends the arm).
 * ``pair --spec JSON --result R.json``: two copies of the pipeline in one process, one with nothing attached and

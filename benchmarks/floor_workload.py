@@ -165,10 +165,24 @@ def call_kwargs(spec: dict[str, Any], index: int) -> dict[str, Any]:
     return kwargs
 
 
+def preset_policy(preset: str) -> dict[str, Any]:
+    """The preset as a mapping; ``<name>+stable`` declares the weights files stable (``stable_files: true``)."""
+    from ddo_hooks import HookPolicy
+
+    name, _, extra = preset.partition("+")
+    policy = HookPolicy.preset(name).model_dump(mode="json")
+    if extra == "stable":
+        for boundary in policy["boundaries"].values():
+            for action in boundary["actions"]:
+                if action["name"] == "release_done_components":
+                    action["options"]["stable_files"] = True
+    return policy
+
+
 def attach_preset(pipe: Any, preset: str, repack: bool) -> Any:
     from ddo_hooks import HookPolicy, attach
 
-    policy = HookPolicy.preset(preset).model_dump(mode="json")
+    policy = preset_policy(preset)
     policy["pinned_copies"] = {"repack": repack}
     return attach(pipe, HookPolicy.from_mapping(policy))
 

@@ -49,6 +49,7 @@ _EXPORTS: dict[str, str] = {
     "PolicyError": "ddo_hooks.errors",
     "ReportError": "ddo_hooks.errors",
     "ReportSinkError": "ddo_hooks.errors",
+    "WeightsFileChangedError": "ddo_hooks.errors",
 }
 
 __all__ = [
@@ -80,6 +81,7 @@ __all__ = [
     "PolicyError",
     "ReportError",
     "ReportSinkError",
+    "WeightsFileChangedError",
 ]
 
 if TYPE_CHECKING:  # what the lazy names are, for type checkers and IDEs
@@ -91,6 +93,7 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and IDEs
         PolicyError,
         ReportError,
         ReportSinkError,
+        WeightsFileChangedError,
     )
     from ddo_hooks.hooks.actions import BoundaryContext, register_action, unregister_action
     from ddo_hooks.hooks.attachment import Attachment, attach

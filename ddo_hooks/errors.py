@@ -25,6 +25,7 @@ __all__ = [
     "PolicyError",
     "ReportError",
     "ReportSinkError",
+    "WeightsFileChangedError",
 ]
 
 
@@ -72,4 +73,12 @@ class HostCacheReleaseError(DDOError, RuntimeError):
 
     The original exception is chained as ``__cause__``. A failed release is never reported
     as a successful one.
+    """
+
+
+class WeightsFileChangedError(DDOError, RuntimeError):
+    """A weights file that a pipeline's weights read, declared stable, was rewritten, replaced or deleted since.
+
+    Raised where ddo_hooks would otherwise use the changed bytes (before giving back pages, staging
+    copies again, or copying them back at detach); the message names the file and the fix.
     """

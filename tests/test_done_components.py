@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gc
 import os
+import shutil
 import sys
 import weakref
 from pathlib import Path
@@ -22,7 +23,8 @@ from support.processes import in_child
 
 from ddo_hooks import HookPolicy, attach, register_action, unregister_action
 from ddo_hooks._compat import diffusers as diffusers_compat
-from ddo_hooks.errors import InvalidArgumentError, PolicyError
+from ddo_hooks.errors import InvalidArgumentError, PolicyError, WeightsFileChangedError
+from ddo_hooks.hooks.phases import Phase
 from ddo_hooks.release import file_pages
 from ddo_hooks.testing.tiny_pipelines import build_pipeline, call_kwargs
 
@@ -36,6 +38,9 @@ GIVE_BACK = {
         "after_call": {"enabled": False},
     },
 }
+STABLE = {**GIVE_BACK, "boundaries": {**GIVE_BACK["boundaries"], "before_transformer": {"actions": [
+    {"name": "release_done_components", "options": {"stable_files": True}}]}}}  # fmt: skip
+"""GIVE_BACK, with the files declared stable: copies equal to them are freed."""
 
 
 @pytest.fixture(scope="module")
@@ -158,12 +163,75 @@ def in_files(module: torch.nn.Module) -> bool:
     return all(inside(p.data_ptr(), p.numel() * p.element_size()) for p in module.parameters())
 
 
+def rewrite_in_place(folder: Path, component: str) -> None:
+    """Overwrite the tensor bytes of ``component``'s weights file where it is, as an in-place edit or a copy does."""
+    (path,) = (folder / component).glob("*.safetensors")
+    with open(path, "r+b") as file:
+        header = int.from_bytes(file.read(8), "little")
+        file.seek(8 + header)
+        size = path.stat().st_size - 8 - header
+        file.write(bytes(size))  # every weight 0
+
+
+@pytest.fixture
+def own_copy(saved, tmp_path) -> Path:
+    """A copy of the saved SD pipeline that a test may rewrite."""
+    return Path(shutil.copytree(saved["sd"], tmp_path / "sd"))
+
+
+def test_copies_are_kept_without_stable_files_so_a_rewritten_file_changes_nothing(own_copy):
+    plain = outputs(load(own_copy), "sd", 2)
+    pipe = load(own_copy)
+    hold_copies(pipe.text_encoder)
+    parameters = list(pipe.text_encoder.parameters())
+    held = f"holds its own copies of {len(parameters)} weights ({sum(p.nbytes for p in parameters)} bytes"
+    with attach(pipe, HookPolicy.preset("lowest-peak")) as attachment:
+        first = outputs(pipe, "sd", 1)
+        rewrite_in_place(own_copy, "text_encoder")
+        second = pipe(**call_kwargs("sd", seed=1)).images
+        assert not in_files(pipe.text_encoder)
+    assert torch.equal(first[0], plain[0])
+    assert torch.equal(second, plain[1])  # as without ddo_hooks: the pipeline never read that file
+    for report in [r.release for r in attachment.reports if r.route == "done_components_release"]:
+        (component,) = report.components
+        assert (component.outcome, component.reason, component.replaced_bytes) == ("left", "own_copies", 0)
+        assert held in component.detail
+        assert "stable_files: true frees copies equal to them" in component.detail
+
+
+def test_with_stable_files_a_rewritten_file_is_caught_before_its_bytes_are_used_again(own_copy):
+    pipe = load(own_copy)
+    hold_copies(pipe.text_encoder)
+    attachment = attach(pipe, HookPolicy.from_mapping(STABLE))
+    pipe(**call_kwargs("sd"))
+    assert in_files(pipe.text_encoder)
+    rewrite_in_place(own_copy, "text_encoder")
+    with pytest.raises(WeightsFileChangedError, match=r"text_encoder's weights read .*model\.safetensors \(rewritten"):
+        pipe(**call_kwargs("sd"))
+    assert attachment.phase is Phase.IDLE  # the call ended, and the attachment is ready for the next one
+    with pytest.raises(WeightsFileChangedError, match="load the pipeline again"):
+        attachment.detach()  # it does not copy the new bytes back as if they were the weights
+    assert attachment.detached
+
+
+def test_with_stable_files_detach_gives_back_copies_so_the_pipeline_no_longer_reads_its_files(own_copy):
+    plain = outputs(load(own_copy), "sd", 2)
+    pipe = load(own_copy)
+    hold_copies(pipe.text_encoder)
+    with attach(pipe, HookPolicy.from_mapping(STABLE)):
+        pipe(**call_kwargs("sd"))
+        assert in_files(pipe.text_encoder)
+    assert not in_files(pipe.text_encoder)  # copies again, as before attach
+    rewrite_in_place(own_copy, "text_encoder")
+    assert torch.equal(pipe(**call_kwargs("sd", seed=1)).images, plain[1])
+
+
 def test_copies_equal_to_the_files_are_pointed_back_at_them_once_then_given_back_every_call(saved):
     plain = outputs(load(saved["flux"]), "flux", 3)
     pipe = load(saved["flux"])
     held = {name: hold_copies(getattr(pipe, name)) for name in ("text_encoder", "text_encoder_2")}
     assert not in_files(pipe.text_encoder)
-    with attach(pipe, HookPolicy.from_mapping(GIVE_BACK)) as attachment:
+    with attach(pipe, HookPolicy.from_mapping(STABLE)) as attachment:
         got = outputs(pipe, "flux", 3)
         assert all(in_files(getattr(pipe, name)) and resident(getattr(pipe, name)) == 0 for name in held)
     assert all(torch.equal(a, b) for a, b in zip(plain, got, strict=True))
@@ -185,7 +253,7 @@ def test_copies_that_differ_from_the_files_are_kept_and_compared_once(saved, mon
     for each in (pipe, plain):
         with torch.no_grad():
             each.text_encoder.final_layer_norm.weight.mul_(1.5)  # a fused LoRA, say
-    with attach(pipe, HookPolicy.from_mapping(GIVE_BACK)) as attachment:
+    with attach(pipe, HookPolicy.from_mapping(STABLE)) as attachment:
         pipe(**call_kwargs("sd"))
         after_first = len(compared)
         got = pipe(**call_kwargs("sd", seed=1)).images
@@ -205,7 +273,7 @@ def test_copies_that_differ_from_the_files_are_kept_and_compared_once(saved, mon
 def test_copies_in_another_dtype_than_the_files_are_kept_and_say_which_weight(saved):
     pipe = load(saved["sd"])
     pipe.to(torch.float64)
-    with attach(pipe, HookPolicy.from_mapping(GIVE_BACK)) as attachment:
+    with attach(pipe, HookPolicy.from_mapping(STABLE)) as attachment:
         pipe(**call_kwargs("sd"))
     (component,) = attachment.reports[0].release.components
     assert (component.outcome, component.reason) == ("left", "not_file_backed")
@@ -222,7 +290,7 @@ def test_pinned_copies_are_pointed_back_at_the_files_then_staged_again_at_the_ne
     plain = outputs(load(saved["flux"]), "flux", 3)
     policy = {"version": 1, "pinned_copies": {"repack": False}, "boundaries": {
         "before_transformer": {"actions": ["stage_done_components"]}, "before_vae": {"enabled": False},
-        "after_call": {"actions": ["release_done_components"]},
+        "after_call": {"actions": [{"name": "release_done_components", "options": {"stable_files": True}}]},
     }}  # fmt: skip
     with use_backend(FakeHostAllocator(cached_bytes=0, live_bytes=0)) as fake:
         pipe = load(saved["flux"])
@@ -300,7 +368,11 @@ def test_a_component_the_pipeline_does_not_hold_is_refused_at_attach_with_the_na
 
 @pytest.mark.parametrize(
     ("options", "problem"),
-    [({"components": "text_encoder"}, "not a list of component names"), ({"every": True}, "unknown option")],
+    [
+        ({"components": "text_encoder"}, "not a list of component names"),
+        ({"every": True}, "unknown option.*and stable_files"),
+        ({"stable_files": "yes"}, "'yes' is not true or false; true declares"),
+    ],
 )
 def test_bad_options_are_refused_where_the_policy_writes_them(options, problem):
     action = {"name": "release_done_components", "options": options}

@@ -315,12 +315,15 @@ class Attachment:
     def detach(self) -> None:
         """Remove every hook, wrapper and attribute this attachment added; a second call does nothing.
 
-        Components whose pinned copies ``release_done_components`` pointed back at their weights
-        files get pinned copies again (recorded as a ``pinned_copy_repack`` at phase ``detach``).
+        Components whose copies ``release_done_components`` (``stable_files: true``) pointed back at
+        their weights files get their own copies again, so that the detached pipeline depends on its
+        files exactly as before attach: pinned ones are staged into slabs (recorded as a
+        ``pinned_copy_repack`` at phase ``detach``), the others copied into memory.
 
         A deferred ``after_call`` still waiting is recorded as cancelled. Detaching always completes;
         if that record could not be written and the policy says ``report_sink_failure: raise``, the
-        :class:`~ddo_hooks.errors.ReportSinkError` is raised afterwards.
+        :class:`~ddo_hooks.errors.ReportSinkError` is raised afterwards, as is a
+        :class:`~ddo_hooks.errors.WeightsFileChangedError` where a file such weights read changed.
         """
         if self._detached:
             return
@@ -334,10 +337,10 @@ class Attachment:
         pipe = self.pipeline
         if pipe is not None and _ATTACHED.get(pipe) is self:
             del _ATTACHED[pipe]
-        if pipe is not None:  # pinned copies given back are pinned again, as they were (detached already)
-            from ddo_hooks.release.file_views import stage_again
+        if pipe is not None:  # copies given back are made again, as they were (detached already)
+            from ddo_hooks.release.file_views import copy_back
 
-            if (staged := stage_again(pipe, phase="detach")) is not None:
+            if (staged := copy_back(pipe, phase="detach")) is not None:
                 self._recorder.record("pinned_copy_repack", staged, None, self.machine.call_index)
         if failure is not None:
             raise failure

@@ -158,9 +158,12 @@ def release_done_components(ctx: BoundaryContext) -> Any:
     """Give back the clean file pages of the components whose work in this call is done.
 
     A component that holds copies of its weights (pinned by group offloading with
-    ``low_cpu_mem_usage=False``, or loaded into memory) first has them pointed back at its weights
-    files where they are equal byte for byte (:mod:`ddo_hooks.release.file_views`); from then on it
-    is staged at each use, as with ``low_cpu_mem_usage=True``.
+    ``low_cpu_mem_usage=False``, or loaded into memory) does not depend on its weights files, and
+    keeps its copies (``own_copies``), unless the option ``stable_files: true`` declares that the
+    files stay as they are while the pipeline is attached: then its copies are pointed back at its
+    weights files where they are equal byte for byte (:mod:`ddo_hooks.release.file_views`), and from
+    then on it is staged at each use, as with ``low_cpu_mem_usage=True``; a file changed since
+    raises :class:`~ddo_hooks.errors.WeightsFileChangedError`, and detach copies the weights back.
 
     The components are ``ctx.done`` (those that ran before ``before_transformer`` was due), or
     those the ``components`` option names. A component another attached pipeline holds is left
@@ -186,9 +189,13 @@ def release_done_components(ctx: BoundaryContext) -> Any:
     pages: list[ComponentPages] = []
     why = supported()
     unbound = ctx.state.setdefault("unbound", weakref.WeakKeyDictionary())
+    stable = bool(ctx.options.get("stable_files", False))
     for name, module in modules if why is None else ():
         holder = ctx.held_elsewhere(module)
-        pages.append(give_back(name, module, unbound) if holder is None else left_shared(name, module, holder))
+        if holder is not None:
+            pages.append(left_shared(name, module, holder))
+        else:
+            pages.append(give_back(name, module, unbound, stable_files=stable))
     host_after = observe_host()
     released = sum(p.released_bytes for p in pages)
     since = _faults_since(ctx.state.get("last"), faults, host_before.rss_file_bytes)
@@ -214,7 +221,7 @@ def release_done_components(ctx: BoundaryContext) -> Any:
 
 
 def stage_done_components(ctx: BoundaryContext) -> Any:
-    """Pin again the copies that ``release_done_components`` replaced by views of the weights files.
+    """Pin again the copies that ``release_done_components`` (``stable_files: true``) replaced by file views.
 
     A component whose pinned copies were pointed back at its files is onloaded from pinned blocks
     made at each onload; staging it gives it exact-size pinned copies (slabs) again, so that its

@@ -4,16 +4,26 @@ A component's weights stop being views of its safetensors files when it is offlo
 group offloading's ``low_cpu_mem_usage=False`` (diffusers' default: ``enable_group_offload`` pins
 a copy of every weight, and the weights point at the copies) or loaded into memory
 (``from_pretrained(..., low_cpu_mem_usage=False)``). Its pages then cannot be dropped.
-:func:`rebind_to_files` maps the component's files again (the folder its ``name_or_path`` names),
-checks each copy equal, byte for byte, to its tensor there, and only then points the weight and
-its group's CPU source at the file's view: the copies are freed (pinned ones into the host cache,
-which ``host_cache_release`` gives back). From then on the component is staged for each use, as
-with ``low_cpu_mem_usage=True``: diffusers pins a group's unpinned sources at each onload. A
-buffer the files do not hold (``position_ids``) gets a plain copy.
 
-The files must stay as they are while the pipeline lives, as with ``low_cpu_mem_usage=True``: the
-views read them. A component whose copies differ from its files (a fused LoRA, another dtype) or
-whose files cannot be found is left exactly as it was, with the reason (:class:`Unbound`).
+Such a pipeline does not depend on its files: rewriting or deleting them changes nothing. Freeing
+the copies would make it depend on them, so it is done only where the policy declares the files
+stable (``release_done_components``' option ``stable_files: true``). :func:`rebind_to_files` then
+maps the component's files again (the folder its ``name_or_path`` names), checks each copy equal,
+byte for byte, to its tensor there, and only then points the weight and its group's CPU source at
+the file's view: the copies are freed (pinned ones into the host cache, which
+``host_cache_release`` gives back). From then on the component is staged for each use, as with
+``low_cpu_mem_usage=True``: diffusers pins a group's unpinned sources at each onload. A buffer the
+files do not hold (``position_ids``) gets a plain copy.
+
+The files must then stay as they are while the pipeline is attached: the views read them, and a
+file truncated under them kills the process (``SIGBUS``). Each file's identity (device, inode,
+size, modification time) is kept when the copies are freed, and checked before every later use
+(each ``release_done_components``, staging, detach): a file rewritten since raises
+:class:`~ddo_hooks.errors.WeightsFileChangedError` instead of copying its new bytes.
+:func:`copy_back` makes copies again where they were (pinned ones into slabs), so that a detached
+pipeline depends on its files exactly as before attach. A component whose copies differ from its
+files (a fused LoRA, another dtype) or whose files cannot be found is left exactly as it was,
+with the reason (:class:`Unbound`).
 
 Examples:
     >>> import torch
@@ -35,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ddo_hooks._compat import diffusers as diffusers_compat
+from ddo_hooks.errors import WeightsFileChangedError
 from ddo_hooks.release import allocator as _allocator
 from ddo_hooks.release import file_pages
 from ddo_hooks.release.pinned_copies import REPACKED
@@ -43,11 +54,60 @@ from ddo_hooks.reports.pages import ComponentPages, PagesReason
 if TYPE_CHECKING:
     from ddo_hooks.reports.repack import PinnedCopyRepackReport
 
-__all__ = ["UNPINNED", "Unbound", "give_back", "rebind_to_files", "stage_again"]
+__all__ = ["REBOUND", "Rebound", "Unbound", "copy_back", "give_back", "rebind_to_files", "stage_again"]
 
-UNPINNED: weakref.WeakSet[torch.nn.Module] = weakref.WeakSet()
-"""The components whose pinned copies :func:`rebind_to_files` replaced (weakly: a dropped one is not kept);
-``stage_done_components`` stages them again."""
+FileIdentity = tuple[int, int, int, int]
+"""A file's device, inode, size and modification time (ns): what changes when it is rewritten or replaced."""
+
+
+@dataclass(frozen=True)
+class Rebound:
+    """What :func:`rebind_to_files` did to a component: which weights now read which files."""
+
+    pinned: bool
+    """Its copies were pinned (group offloading with streams): staging pins them again."""
+    names: frozenset[str]
+    """The parameters and buffers now read from file views."""
+    files: tuple[tuple[str, FileIdentity], ...]
+    """Each weights file read, with its identity when the copies were freed."""
+
+    def changed(self) -> str | None:
+        """The first file rewritten, replaced or deleted since, with what changed; ``None`` when none."""
+        for path, identity in self.files:
+            now = _identity(path)
+            if now != identity:
+                return f"{path} ({'deleted' if now is None else 'rewritten or replaced'} since)"
+        return None
+
+
+REBOUND: weakref.WeakKeyDictionary[torch.nn.Module, Rebound] = weakref.WeakKeyDictionary()
+"""The components whose copies :func:`rebind_to_files` replaced by file views (weakly: a dropped one is
+not kept); ``stage_done_components`` stages the pinned ones again, and detach copies every one back."""
+
+
+def _identity(path: str) -> FileIdentity | None:
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    return info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns
+
+
+def check_unchanged(name: str, module: torch.nn.Module) -> None:
+    """Raise when a file ``module``'s weights read since :func:`rebind_to_files` changed.
+
+    Raises:
+        WeightsFileChangedError: Names the file and the fix.
+    """
+    rebound = REBOUND.get(module)
+    changed = None if rebound is None else rebound.changed()
+    if changed is not None:
+        raise WeightsFileChangedError(
+            f"{name}'s weights read {changed}, whose copies were freed because the policy declared its weights "
+            "files stable (release_done_components' stable_files: true): the weights now hold other bytes, so "
+            "its outputs would change; load the pipeline again, and leave its files as they are while it is "
+            "attached (or leave stable_files out)"
+        )
 
 
 class Unbound(Exception):
@@ -98,44 +158,71 @@ def _folder(module: torch.nn.Module) -> str | None:
     return path if isinstance(path, str) and os.path.isdir(path) else None
 
 
+def _weights_files(name: str, module: torch.nn.Module, total: int) -> tuple[str, list[str]]:
+    """The folder ``module`` was loaded from and its ``*.safetensors`` files; raises :class:`Unbound` without."""
+    folder = _folder(module)
+    paths = [] if folder is None else sorted(glob.glob(os.path.join(glob.escape(folder), "*.safetensors")))
+    if not paths or folder is None:
+        where = "no folder" if folder is None else f"no *.safetensors file in {folder}"
+        detail = f"{name}'s weights ({total} bytes) are not views of weights files, and its name_or_path names {where}"
+        raise Unbound("not_file_backed", detail + " (built in memory, or loaded from elsewhere)")
+    return folder, paths
+
+
 def _same_bytes(a: torch.Tensor, b: torch.Tensor) -> bool:
     return torch.equal(a.reshape(-1).view(torch.uint8), b.reshape(-1).view(torch.uint8))
 
 
-def _views(name: str, module: torch.nn.Module, copies: list[_Weight]) -> dict[str, torch.Tensor]:
-    """For each copy the files hold, the file's view equal to it byte for byte; raises :class:`Unbound`."""
-    total = sum(w.nbytes for w in copies)
-    folder = _folder(module)
-    paths = [] if folder is None else sorted(glob.glob(os.path.join(glob.escape(folder), "*.safetensors")))
-    if not paths:
-        where = "no folder" if folder is None else f"no *.safetensors file in {folder}"
-        detail = f"{name}'s weights ({total} bytes) are not views of weights files, and its name_or_path names {where}"
-        raise Unbound("not_file_backed", detail + " (built in memory, or loaded from elsewhere)")
+def _views(
+    name: str, folder: str, paths: list[str], copies: list[_Weight]
+) -> tuple[dict[str, torch.Tensor], list[str]]:
+    """For each copy the files hold, the file's view equal to it byte for byte, and the files read.
+
+    Raises:
+        Unbound: A parameter is not in the files as such, or its copy differs.
+    """
     import safetensors.torch
 
-    files = [safetensors.torch.load_file(path) for path in paths]  # views of private mappings: nothing read yet
-    views = {}
+    files = {path: safetensors.torch.load_file(path) for path in paths}  # views of private mappings: nothing read
+    views, read = {}, set()
     for weight in copies:
         held = weight.holder
-        candidates = [f[weight.name] for f in files if weight.name in f]
-        candidates = [c for c in candidates if c.dtype == held.dtype and c.shape == held.shape]
+        candidates = [(path, f[weight.name]) for path, f in files.items() if weight.name in f]
+        candidates = [(p, c) for p, c in candidates if c.dtype == held.dtype and c.shape == held.shape]
         if not candidates:
             if not weight.parameter:
                 continue  # a buffer the files do not hold: it gets a plain copy
             detail = f"{name}'s {weight.name} ({held.dtype}, {tuple(held.shape)}) is not in its files in {folder}"
             raise Unbound("not_file_backed", detail + " as such (converted to another dtype when loaded, or renamed)")
-        equal = next((c for c in candidates if _same_bytes(c, held)), None)
+        equal = next(((p, c) for p, c in candidates if _same_bytes(c, held)), None)
         if equal is None:
             detail = f"{name}'s copy of {weight.name} differs from its weights file in {folder} (a fused LoRA or an "
             raise Unbound("modified", detail + "edit): it keeps its copies")
-        views[weight.name] = equal
-    return views
+        read.add(equal[0])
+        views[weight.name] = equal[1]
+    return views, sorted(read)
+
+
+def _copies(name: str, module: torch.nn.Module) -> list[_Weight]:
+    """The weights of ``module`` held as copies (not inside a private mapping of a regular file)."""
+    inside = file_pages.in_file_view(file_pages.mappings())
+    return [w for w in _weights(name, module) if not inside(w.holder.data_ptr(), max(w.nbytes, 1))]
+
+
+def _point(weight: _Weight, target: torch.Tensor) -> None:
+    """Point ``weight`` and its groups' CPU sources at ``target`` instead of what holds it now."""
+    for group in weight.groups:
+        diffusers_compat.set_group_cpu_source(group, weight.tensor, target)
+        REPACKED.discard(group)
+    if weight.tensor.data_ptr() == weight.holder.data_ptr():
+        weight.tensor.data = target
 
 
 def rebind_to_files(name: str, module: torch.nn.Module) -> int:
     """Point ``module``'s weights held as copies at the views of its weights files that equal them.
 
-    Nothing changes until every copy was checked; the switch cannot fail halfway.
+    Nothing changes until every copy was checked; the switch cannot fail halfway. The component is
+    then in :data:`REBOUND`, with the files it reads from and their identity.
 
     Args:
         name: The component's name, for the reasons.
@@ -149,38 +236,48 @@ def rebind_to_files(name: str, module: torch.nn.Module) -> int:
             parameter is not in them with its dtype and shape (``not_file_backed``), or its copy
             differs from the file (``modified``).
     """
-    inside = file_pages.in_file_view(file_pages.mappings())
-    weights = _weights(name, module)
-    copies = [w for w in weights if not inside(w.holder.data_ptr(), max(w.nbytes, 1))]
+    copies = _copies(name, module)
     if not any(w.parameter for w in copies):
         return 0  # its parameters are file views; a buffer the files do not hold stays as it is
-    views = _views(name, module, copies)
-    if any(_allocator.backend().is_pinned(w.holder) for w in copies):
-        UNPINNED.add(module)
+    folder, paths = _weights_files(name, module, sum(w.nbytes for w in copies))
+    before = {path: _identity(path) for path in paths}
+    views, read = _views(name, folder, paths, copies)
+    files = tuple((path, before[path]) for path in read)
+    if any(identity is None or identity != _identity(path) for path, identity in files):
+        detail = f"a weights file of {name} in {folder} changed while its copies were compared: it keeps them"
+        raise Unbound("modified", detail)
+    earlier = REBOUND.get(module) or Rebound(False, frozenset(), ())
+    pinned = earlier.pinned or any(_allocator.backend().is_pinned(w.holder) for w in copies)
     replaced: dict[int, int] = {}
     for weight in copies:
         held = weight.holder
         replaced[held.untyped_storage().data_ptr()] = held.untyped_storage().nbytes()
         target = views.get(weight.name)
-        target = held.clone(memory_format=torch.contiguous_format) if target is None else target
-        for group in weight.groups:
-            diffusers_compat.set_group_cpu_source(group, weight.tensor, target)
-            REPACKED.discard(group)
-        if weight.tensor.data_ptr() == held.data_ptr():
-            weight.tensor.data = target
+        _point(weight, held.clone(memory_format=torch.contiguous_format) if target is None else target)
+    REBOUND[module] = Rebound(pinned, earlier.names | set(views), tuple(dict(earlier.files + files).items()))
     return sum(replaced.values())
 
 
-def give_back(name: str, module: torch.nn.Module, unbound: MutableMapping[torch.nn.Module, Unbound]) -> ComponentPages:
-    """Rebind ``module`` to its files where it holds copies, then give back its clean file pages.
+def give_back(
+    name: str,
+    module: torch.nn.Module,
+    unbound: MutableMapping[torch.nn.Module, Unbound],
+    *,
+    stable_files: bool = False,
+) -> ComponentPages:
+    """Give back ``module``'s clean file pages; with ``stable_files``, rebind its copies to its files first.
 
     ``unbound`` remembers the components left with their copies (weakly), so that their copies are
     compared with their files once, not at every call.
+
+    Raises:
+        WeightsFileChangedError: A file its weights read since an earlier rebinding changed.
     """
+    check_unchanged(name, module)
     replaced, refusal = 0, unbound.get(module)
     if refusal is None:
         try:
-            replaced = rebind_to_files(name, module)
+            replaced = rebind_to_files(name, module) if stable_files else _keep_copies(name, module)
         except Unbound as e:  # kept without its traceback, whose frames hold the module and its files' views
             unbound[module] = refusal = Unbound(e.reason, e.detail)
     pages = file_pages.give_back_file_pages(name, module, replaced_bytes=replaced)
@@ -189,21 +286,84 @@ def give_back(name: str, module: torch.nn.Module, unbound: MutableMapping[torch.
     return pages
 
 
+def _keep_copies(name: str, module: torch.nn.Module) -> int:
+    """Without ``stable_files``: a component that holds copies of weights its files hold keeps them (raises)."""
+    copies = [w for w in _copies(name, module) if w.parameter]
+    if copies:
+        total = sum(w.nbytes for w in copies)
+        folder, _ = _weights_files(name, module, total)
+        detail = f"{name} holds its own copies of {len(copies)} weights ({total} bytes; loaded into memory or pinned "
+        detail += f"by group offloading), so it does not read its files in {folder}; it keeps them, so as not to "
+        raise Unbound("own_copies", detail + "depend on those files (stable_files: true frees copies equal to them)")
+    return 0
+
+
 def stage_again(pipeline: Any, *, phase: str) -> PinnedCopyRepackReport | None:
     """Pin again, into slabs, the copies :func:`rebind_to_files` replaced in ``pipeline``'s components.
 
     Returns:
         The report of the staging (route ``pinned_copy_repack``), or ``None`` when none of the
-        pipeline's components is in :data:`UNPINNED`.
+        pipeline's components had pinned copies replaced.
+
+    Raises:
+        WeightsFileChangedError: A file such a component's weights read changed since (nothing is pinned).
     """
     held = pipeline.components
-    names = [name for name, module in held.items() if module in UNPINNED]  # not weakly referable: not in it
+    names = [name for name, module in held.items() if _rebound(module, pinned=True)]
     if not names:
         return None
+    for name in names:
+        check_unchanged(name, held[name])
     from ddo_hooks.release.repack import stage_pinned_copies
 
     report = stage_pinned_copies(pipeline, names, phase=phase)
     for result in report.repack.components:
         if result.status == "repacked":
-            UNPINNED.discard(held[result.component])
+            REBOUND.pop(held[result.component], None)
     return report
+
+
+def copy_back(pipeline: Any, *, phase: str) -> PinnedCopyRepackReport | None:
+    """Give every component of ``pipeline`` that :func:`rebind_to_files` rebound its own copies again.
+
+    Pinned copies are staged into slabs (:func:`stage_again`); where that cannot be done, and for
+    copies that were in memory, each weight read from a file gets a plain copy. Afterwards no
+    weight reads a file it did not read before the rebinding.
+
+    Returns:
+        The staging's report, or ``None`` when nothing was pinned again.
+
+    Raises:
+        WeightsFileChangedError: A file a component's weights read changed since; that component
+            is left reading it (its first bytes are gone), the others get their copies.
+    """
+    failure: WeightsFileChangedError | None = None
+    try:
+        report = stage_again(pipeline, phase=phase)
+    except WeightsFileChangedError as e:
+        report, failure = None, e
+    for name, module in pipeline.components.items():
+        rebound = _rebound(module, pinned=None)
+        if rebound is None:
+            continue
+        try:
+            check_unchanged(name, module)
+        except WeightsFileChangedError as e:
+            failure = failure or e
+            continue
+        for weight in _weights(name, module):
+            if weight.name in rebound.names:
+                _point(weight, weight.holder.clone(memory_format=torch.contiguous_format))
+        del REBOUND[module]
+    if failure is not None:
+        raise failure
+    return report
+
+
+def _rebound(module: Any, *, pinned: bool | None) -> Rebound | None:
+    """``module``'s :class:`Rebound` (``None`` when it is none, or its ``pinned`` is not the one asked)."""
+    try:
+        rebound = REBOUND.get(module)
+    except TypeError:  # not weakly referable: never rebound
+        return None
+    return None if rebound is None or (pinned is not None and rebound.pinned != pinned) else rebound

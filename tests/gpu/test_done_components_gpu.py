@@ -4,9 +4,11 @@ Tiny real pipelines are saved and loaded back in bf16 (their weights views of th
 leaf level with streams and ``record_stream=False``; ten plain calls with ``lowest-peak`` against the same
 pipeline with nothing attached. With ``low_cpu_mem_usage=True`` the encoders' weights stay file views, each
 call gives back every resident page of them before the transformer, and the outputs stay bitwise equal. With
-``low_cpu_mem_usage=False`` group offloading has replaced them by pinned copies: the first call points them back
-at the files (the copies are freed and no pinned source is left), and from then on it goes as with ``True``.
-Detaching leaves the forward hooks and the class as they were, and pins the copies again.
+``low_cpu_mem_usage=False`` group offloading has replaced them by pinned copies, which they keep (the pipeline
+does not come to depend on its files) unless the policy declares the files stable: then the first call points
+them back at the files (the copies are freed and no pinned source is left), and from then on it goes as with
+``True``. Detaching leaves the forward hooks and the class as they were, and pins the copies again: after
+detach, rewriting the encoders' files changes nothing where they held copies before attach.
 """
 
 import pytest
@@ -52,6 +54,12 @@ pinned_before = sum(bool(t.is_pinned()) for t in sources())
 attachment.detach()
 staged = [[c.component for c in r.repack.components if c.status == "repacked"]
           for r in attachment.reports if r.route == "pinned_copy_repack" and r.repack.phase != "attach"]
+if not lcmu:  # the pipeline held copies before attach: after detach, its files are not read any more
+    for path in __import__("pathlib").Path(folder).glob("text_encoder*/*.safetensors"):
+        with open(path, "r+b") as file:
+            header = int.from_bytes(file.read(8), "little")
+            file.seek(8 + header)
+            file.write(bytes(path.stat().st_size - 8 - header))
 after = plain[0].equal(pipe(**call_kwargs(family, seed=0)).images.float().cpu())
 weights = sum(p.numel() * p.element_size() for m in encoders for p in m.parameters())
 print(json.dumps({{
@@ -71,11 +79,23 @@ print(json.dumps({{
 ENCODERS = {"flux": ["text_encoder", "text_encoder_2"], "sd": ["text_encoder"]}
 
 
+def stable(preset: str) -> dict:
+    """``preset`` with its ``release_done_components`` declaring the weights files stable."""
+    from ddo_hooks import HookPolicy
+
+    policy = HookPolicy.preset(preset).model_dump(mode="json")
+    for boundary in policy["boundaries"].values():
+        for action in boundary["actions"]:
+            if action["name"] == "release_done_components":
+                action["options"]["stable_files"] = True
+    return policy
+
+
 @pytest.mark.parametrize(("family", "lcmu"), [("flux", True), ("sd", True), ("flux", False), ("sd", False)])
 def test_the_encoders_file_pages_are_given_back_every_call_and_the_outputs_stay_equal(
     run_fresh, gpu_count, family, lcmu
 ):
-    result = run_fresh(SCENARIO.format(family=family, lcmu=lcmu, policy="lowest-peak"))
+    result = run_fresh(SCENARIO.format(family=family, lcmu=lcmu, policy=stable("lowest-peak")))
     assert result["equal"] == [True] * 10
     assert result["detached"]
     releases = result["releases"]
@@ -96,9 +116,24 @@ def test_the_encoders_file_pages_are_given_back_every_call_and_the_outputs_stay_
     assert result["equal_after_detach"]
 
 
+@pytest.mark.parametrize("family", ["flux", "sd"])
+def test_without_stable_files_pinned_copies_are_kept_and_the_files_are_never_read(run_fresh, gpu_count, family):
+    result = run_fresh(SCENARIO.format(family=family, lcmu=False, policy="lowest-peak"))
+    assert result["equal"] == [True] * 10
+    for release in result["releases"]:
+        assert {c[0]: (c[1], c[2]) for c in release["components"]} == dict.fromkeys(
+            ENCODERS[family], ("left", "own_copies")
+        )
+        assert release["replaced"] == 0
+    assert result["pinned_before_detach"] == result["sources"] > 0
+    assert result["staged"] == []
+    assert result["equal_after_detach"]  # its files were rewritten: it never read them
+
+
 STAGING = {"version": 1, "boundaries": {
     "before_transformer": {"actions": ["stage_done_components"]}, "before_vae": {"enabled": False},
-    "after_call": {"actions": ["release_done_components", "host_cache_release"]},
+    "after_call": {"actions": [{"name": "release_done_components", "options": {"stable_files": True}},
+                               "host_cache_release"]},
 }}  # fmt: skip
 
 
