@@ -18,6 +18,8 @@
 #   forward      benchmarks/bench_repack_forward.py: the denoiser's forward, repacked against not
 #   done         benchmarks/bench_done_components.py $DONE_ARGS: plain calls giving back what they no longer need
 #   tests        the gpu-marked tests in $GPU_TESTS (paths or node ids, space-separated)
+#   register     benchmarks/probe_register.py on the transformer's weights file (drawn first if missing)
+#   box          benchmarks/bench_box.py $BOX_ARGS within $BOX_TIMEOUT_S (540) s: the smallest cgroup box per arm
 #   bench        every benchmarks/bench_*.py with its defaults
 #
 # Carried wheels live in .whl/ (ignored by git; see docs/development.md for the download line).
@@ -76,6 +78,12 @@ for step in "${steps[@]}"; do
              [ -e "$b" ] || continue
              echo "--- $b"; python3 "$b" --out "$OUT" 2>&1 | tee -a "$OUT/bench.log"; rc["$step:$(basename "$b")"]=${PIPESTATUS[0]}
            done ;;
+    register) weights=/tmp/ddo-floor-weights/flux-full
+              python3 benchmarks/pinned_workload.py setup --dir $weights --size full --result "$OUT/setup.json" > "$OUT/setup.log" 2>&1
+              file=$(ls -S $weights/transformer/*.safetensors | head -n 1)
+              python3 benchmarks/probe_register.py --file "$file" --mib ${REGISTER_MIB:-512} --timeout-s ${REGISTER_TIMEOUT_S:-40} 2>&1 | tee "$OUT/register.log"; rc[$step]=${PIPESTATUS[0]} ;;
+    box) timeout "${BOX_TIMEOUT_S:-540}" python3 benchmarks/bench_box.py --out "$OUT/box" ${BOX_ARGS:-} 2>&1 | tee "$OUT/box.log"
+         rc[$step]=${PIPESTATUS[0]} ;;
     *) echo "unknown step $step"; rc[$step]=2 ;;
   esac
 done

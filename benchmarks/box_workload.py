@@ -1,0 +1,119 @@
+"""The per-arm worker of ``bench_box.py`` (no ``bench_`` prefix: not run on its own).
+
+``arm --spec JSON --progress P.jsonl``: load the saved Flux-shaped pipeline, set up the arm, make ``calls`` plain
+``pipe(prompt=...)`` calls back to back, and append one JSON line to ``P.jsonl`` at each step (``ready``, each
+``call``, ``end``), flushed at once: a process the kernel kills for memory leaves every step it finished. Each
+line holds which memory the process held then: RSS and its split (anon / file / shmem), the pinned bytes the
+allocator owns, and its cgroup's charge (``memory.current``, ``memory.peak`` and ``memory.stat``'s anon, file and
+shmem), read at rest.
+
+Arms (``spec["arm"]``, offloaded at leaf level with streams, ``record_stream=False``, ``low_cpu_mem_usage`` from
+``spec["lcmu"]``): ``nothing``; ``delete`` (after the first call the prompt is encoded, the text encoders deleted
+and the caches emptied; later calls pass those embeddings); ``diffusers-mm`` (its ``managed`` offloading; a call
+that raises ends the arm); ``preset:<name>`` (``<name>+stable``: with ``stable_files: true``); ``policy:<json>``
+(any policy mapping).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import done_workload
+import floor_workload as floor
+import pinned_workload as workload
+
+STAT_KEYS = ("anon", "file", "shmem", "file_mapped", "active_file", "inactive_file")
+
+
+def own_cgroup() -> Path | None:
+    """This process's cgroup v2 folder, or ``None`` (not Linux, or not cgroup v2)."""
+    try:
+        line = next(x for x in Path("/proc/self/cgroup").read_text().splitlines() if x.startswith("0::"))
+    except (OSError, StopIteration):
+        return None
+    folder = Path("/sys/fs/cgroup") / line[3:].lstrip("/")
+    return folder if (folder / "memory.current").is_file() else None
+
+
+def cgroup_memory(folder: Path | None) -> dict[str, Any] | None:
+    """The cgroup's charge now: ``memory.current``, ``memory.peak`` and the kinds of ``memory.stat``, in bytes."""
+    if folder is None:
+        return None
+    found: dict[str, Any] = {}
+    for name in ("current", "peak"):
+        path = folder / f"memory.{name}"
+        found[name] = int(path.read_text()) if path.is_file() else None
+    stat = dict(line.split() for line in (folder / "memory.stat").read_text().splitlines())
+    found.update({key: int(stat[key]) for key in STAT_KEYS if key in stat})
+    return found
+
+
+def build(spec: dict[str, Any]) -> tuple[Any, Any]:
+    """The arm's pipeline, offloaded, and what it attached (``None`` when nothing)."""
+    arm = spec["arm"]
+    if arm == "diffusers-mm":
+        return done_workload._mm(spec), None
+    pipe = floor.load(spec)
+    if arm.startswith("preset:"):
+        return pipe, floor.attach_preset(pipe, arm.split(":", 1)[1], True)
+    if arm.startswith("policy:"):
+        from ddo_hooks import HookPolicy, attach
+
+        return pipe, attach(pipe, HookPolicy.from_mapping(json.loads(arm.split(":", 1)[1])))
+    if arm not in ("nothing", "delete"):
+        raise SystemExit(f"unknown arm {arm!r}")
+    return pipe, None
+
+
+def run(spec: dict[str, Any], progress: Path) -> None:
+    started = time.perf_counter()
+    folder = own_cgroup()
+    with progress.open("a", encoding="utf-8") as out:
+
+        def emit(event: str, **fields: Any) -> None:
+            line = {"event": event, "t": time.perf_counter() - started, **fields}
+            out.write(json.dumps(line) + "\n")
+            out.flush()
+            os.fsync(out.fileno())
+
+        emit("start", pid=os.getpid(), cgroup=str(folder) if folder else None)
+        workload._quiet()
+        pipe, attachment = build(spec)
+        emit("ready", memory=floor.memory(), cgroup=cgroup_memory(folder))
+        embeds: dict[str, Any] = {}
+        for index in range(spec["calls"]):
+            kwargs = floor.call_kwargs(spec, index)
+            if embeds:
+                kwargs.update(prompt=None, **embeds)
+            try:
+                seconds, digest = floor.timed_call(pipe, kwargs)
+            except Exception as e:  # diffusers-mm cannot make a second call of a FluxPipeline
+                emit("error", call=index, error=f"{type(e).__name__}: {e}"[:400])
+                return
+            if spec["arm"] == "delete" and index == 0:
+                embeds = done_workload._delete_encoders(spec, pipe)
+            emit(
+                "call", index=index, seconds=seconds, digest=digest, memory=floor.memory(), cgroup=cgroup_memory(folder)
+            )
+        if attachment is not None:
+            emit("reports", routes=[r.route for r in attachment.reports])
+            attachment.detach()
+        emit("end", cgroup=cgroup_memory(folder))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("command", choices=("arm",))
+    parser.add_argument("--spec", required=True, help="the settings, as JSON")
+    parser.add_argument("--progress", type=Path, required=True, help="JSON Lines, appended at each step")
+    args = parser.parse_args()
+    run(json.loads(args.spec), args.progress)
+
+
+if __name__ == "__main__":
+    main()
