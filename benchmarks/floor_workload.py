@@ -166,16 +166,22 @@ def call_kwargs(spec: dict[str, Any], index: int) -> dict[str, Any]:
 
 
 def preset_policy(preset: str) -> dict[str, Any]:
-    """The preset as a mapping; ``<name>+stable`` declares the weights files stable (``stable_files: true``)."""
+    """The preset as a mapping, with extras after ``+``: ``stable`` declares the weights files stable
+    (``stable_files: true``); ``register`` and ``stage`` pin from the files (``pinned_copies.from_files``)."""
     from ddo_hooks import HookPolicy
 
-    name, _, extra = preset.partition("+")
+    name, *extras = preset.split("+")
     policy = HookPolicy.preset(name).model_dump(mode="json")
-    if extra == "stable":
-        for boundary in policy["boundaries"].values():
-            for action in boundary["actions"]:
-                if action["name"] == "release_done_components":
-                    action["options"]["stable_files"] = True
+    for extra in extras:
+        if extra in ("register", "stage"):
+            policy["pinned_copies"]["from_files"] = extra
+        elif extra == "stable":
+            for boundary in policy["boundaries"].values():
+                for action in boundary["actions"]:
+                    if action["name"] == "release_done_components":
+                        action["options"]["stable_files"] = True
+        else:
+            raise SystemExit(f"unknown preset extra {extra!r} in {preset!r}: stable, register or stage")
     return policy
 
 
@@ -183,7 +189,7 @@ def attach_preset(pipe: Any, preset: str, repack: bool) -> Any:
     from ddo_hooks import HookPolicy, attach
 
     policy = preset_policy(preset)
-    policy["pinned_copies"] = {"repack": repack}
+    policy["pinned_copies"]["repack"] = repack
     return attach(pipe, HookPolicy.from_mapping(policy))
 
 

@@ -157,6 +157,10 @@ class Attachment:
         self.repack_report: PinnedCopyRepackReport | None = None
         """What the policy's ``pinned_copies.repack`` did at attach (``None`` when it is off); recorded with the
         other reports when it repacked or refused a component."""
+        self.from_files_report: PinnedCopyRepackReport | None = None
+        """What the policy's ``pinned_copies.from_files`` did at attach (``None`` when it is ``null``)."""
+        if policy.enabled and policy.pinned_copies.from_files is not None:
+            self.from_files_report = self._pin_from_files(pipeline, policy.pinned_copies.from_files)
         if policy.enabled and policy.pinned_copies.repack:
             self.repack_report = self._repack(pipeline)
 
@@ -315,6 +319,7 @@ class Attachment:
     def detach(self) -> None:
         """Remove every hook, wrapper and attribute this attachment added; a second call does nothing.
 
+        Weights pinned from their files (``pinned_copies.from_files``) read the views they read before.
         Components whose copies ``release_done_components`` (``stable_files: true``) pointed back at
         their weights files get their own copies again, so that the detached pipeline depends on its
         files exactly as before attach: pinned ones are staged into slabs (recorded as a
@@ -337,6 +342,10 @@ class Attachment:
         pipe = self.pipeline
         if pipe is not None and _ATTACHED.get(pipe) is self:
             del _ATTACHED[pipe]
+        if pipe is not None:  # weights pinned from their files get their views back, as before attach
+            from ddo_hooks.release.from_files import unpin_from_files
+
+            unpin_from_files(pipe)
         if pipe is not None:  # copies given back are made again, as they were (detached already)
             from ddo_hooks.release.file_views import copy_back
 
@@ -356,6 +365,18 @@ class Attachment:
         return f"<Attachment {self._owner} {state} calls={self.call_index} reports={len(self.reports)}>"
 
     # -- setup ----------------------------------------------------------------------------
+    def _pin_from_files(self, pipeline: DiffusionPipeline, mode: Any) -> PinnedCopyRepackReport:
+        """Pin the weights from their files, once, before the first call (``pinned_copies.from_files``)."""
+        from ddo_hooks.release.from_files import pin_from_files
+
+        try:
+            report = pin_from_files(pipeline, mode, phase="attach")
+        except BaseException:
+            self.detach()
+            raise
+        self._recorder.record("pinned_from_files", report, None, 0)
+        return report
+
     def _repack(self, pipeline: DiffusionPipeline) -> PinnedCopyRepackReport:
         """Repack group offloading's pinned copies to their exact size, once, before the first call."""
         from ddo_hooks.release.repack import repack_pinned_copies

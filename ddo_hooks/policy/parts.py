@@ -386,3 +386,10 @@ class PinnedCopiesPolicy(Model):
     """Repack them at attach into power-of-two slabs, so that they own what they need instead of each being
     rounded up to a power of two, then release the rounded blocks. Only components offloaded with
     ``use_stream=True`` and ``low_cpu_mem_usage=False`` have such copies; the others are left as they are."""
+    from_files: Literal["register", "stage"] | None = None
+    """Pin the weights of every component but the text and image encoders and priors from their files at
+    attach, each weight once in host memory: ``register`` pins the files' own pages in place (no copy;
+    processes that map the same files share them; the weights are read-only meanwhile), ``stage`` copies them
+    into exact-size slabs, dropping each file page once copied. For a pipeline loaded with its files' dtype and
+    offloaded with ``use_stream=True`` and ``low_cpu_mem_usage=True``; the others are left as they are, with the
+    reason. Detach gives the weights back their views. ``null`` (the default): nothing."""

@@ -102,6 +102,14 @@ class HostAllocatorBackend(Protocol):
         """A new uint8 CPU tensor of ``nbytes`` in pinned memory from the caching host allocator."""
         ...
 
+    def register(self, address: int, nbytes: int) -> None:
+        """Pin ``nbytes`` at ``address`` in place, read-only (``cudaHostRegister``); raises on failure."""
+        ...
+
+    def unregister(self, address: int) -> None:
+        """Undo :meth:`register` of the range starting at ``address``; raises on failure."""
+        ...
+
 
 class TorchHostAllocator:
     """The real backend: the installed torch."""
@@ -162,6 +170,29 @@ class TorchHostAllocator:
     def pinned_empty(self, nbytes: int) -> torch.Tensor:
         """``torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)``."""
         return torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
+
+    def register(self, address: int, nbytes: int) -> None:
+        """``cudaHostRegister(address, nbytes, cudaHostRegisterReadOnly)`` through ``torch.cuda.cudart()``.
+
+        Read-only, so that the pages pinned are the page cache's own: a writable registration of a
+        private file mapping makes a private copy of every page (seen on an H200: ``RssAnon`` grew by
+        the registered bytes), and a read-only one of such a mapping stalled there; a shared,
+        read-only mapping registered in 0.01 s per 512 MiB (``benchmarks/probe_register.py``).
+        """
+        code = torch.cuda.cudart().cudaHostRegister(address, nbytes, _REGISTER_READ_ONLY)
+        if int(code) != 0:
+            raise RuntimeError(
+                f"cudaHostRegister of {nbytes:,} bytes at {address:#x} failed with CUDA error {int(code)}"
+            )
+
+    def unregister(self, address: int) -> None:
+        """``cudaHostUnregister(address)``."""
+        code = torch.cuda.cudart().cudaHostUnregister(address)
+        if int(code) != 0:
+            raise RuntimeError(f"cudaHostUnregister at {address:#x} failed with CUDA error {int(code)}")
+
+
+_REGISTER_READ_ONLY = 8  # cudaHostRegisterReadOnly
 
 
 def pinned_allocation(environ: Mapping[str, str] | None = None) -> Literal["cudaHostAlloc", "cudaHostRegister"]:

@@ -40,7 +40,16 @@ import torch
 from ddo_hooks._compat import diffusers as diffusers_compat
 from ddo_hooks.reports.pages import ComponentPages
 
-__all__ = ["PAGE_SIZE", "give_back_file_pages", "in_file_view", "left_shared", "mappings", "supported"]
+__all__ = [
+    "PAGE_SIZE",
+    "Mapping",
+    "give_back_file_pages",
+    "in_file_view",
+    "left_shared",
+    "mapping_at",
+    "mappings",
+    "supported",
+]
 
 PAGE_SIZE = mmap.PAGESIZE
 _PRESENT, _SWAPPED, _FILE = 1 << 63, 1 << 62, 1 << 61  # /proc/<pid>/pagemap bits (Documentation/admin-guide/mm)
@@ -48,10 +57,21 @@ _MADV_DONTNEED = 4
 
 
 @dataclass(frozen=True)
-class _Mapping:
+class Mapping:
+    """One line of ``/proc/self/maps``."""
+
     start: int
     end: int
-    private_file: bool  # a private mapping of a regular file
+    private_file: bool
+    """A private mapping of a regular file (also one deleted since it was mapped)."""
+    path: str = ""
+    """The file's path as the kernel shows it, without its `` (deleted)`` mark."""
+    offset: int = 0
+    """Where in the file the mapping starts."""
+    inode: int = 0
+    """The mapped file's inode number."""
+    deleted: bool = False
+    """The file was deleted (or replaced by a rename) since it was mapped."""
 
 
 @functools.cache  # once per process: neither the platform nor the pagemap's permissions change
@@ -89,28 +109,55 @@ def _regular_file(path: str) -> bool:
         return False
 
 
-def mappings() -> list[_Mapping]:
-    """The process's mappings, sorted, each marked when it is a private mapping of a regular file."""
+_DELETED = " (deleted)"
+
+
+def mappings() -> list[Mapping]:
+    """The process's mappings, sorted, each marked when it is a private mapping of a regular file.
+
+    A file deleted or replaced by a rename since it was mapped still backs its mapping (the mapping
+    holds its inode): ``/proc/self/map_files`` says whether that inode is a regular file.
+    """
     found = []
     with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
         for line in maps:
             fields = line.split(maxsplit=5)
             start, _, end = fields[0].partition("-")
             path = fields[5].rstrip("\n") if len(fields) > 5 else ""
-            private_file = fields[1][3] == "p" and path.startswith("/") and _regular_file(path)
-            found.append(_Mapping(int(start, 16), int(end, 16), private_file))
+            deleted = path.endswith(_DELETED)
+            path = path.removesuffix(_DELETED)
+            private = fields[1][3] == "p" and path.startswith("/")
+            regular = _mapped_regular(fields[0]) if deleted else _regular_file(path)
+            found.append(Mapping(int(start, 16), int(end, 16), private and regular, path, int(fields[2], 16),
+                                 int(fields[4]), deleted))  # fmt: skip
     return found
 
 
-def in_file_view(mappings: list[_Mapping]) -> Callable[[int, int], bool]:
-    """A test of whether ``size`` bytes at ``address`` lie inside one private mapping of a regular file."""
+def _mapped_regular(span: str) -> bool:
+    """Whether the mapping ``start-end`` maps a regular file, through ``/proc/self/map_files`` (its inode itself)."""
+    try:
+        return stat.S_ISREG(os.stat(f"/proc/self/map_files/{span}").st_mode)
+    except OSError:
+        return False
+
+
+def mapping_at(mappings: list[Mapping]) -> Callable[[int, int], Mapping | None]:
+    """A lookup of the private file mapping that holds ``size`` bytes at ``address`` whole, or ``None``."""
     starts = [m.start for m in mappings]
 
-    def inside(address: int, size: int) -> bool:
-        at = bisect.bisect_right(starts, address) - 1
-        return at >= 0 and mappings[at].private_file and address + size <= mappings[at].end
+    def at(address: int, size: int) -> Mapping | None:
+        index = bisect.bisect_right(starts, address) - 1
+        if index < 0 or not mappings[index].private_file or address + size > mappings[index].end:
+            return None
+        return mappings[index]
 
-    return inside
+    return at
+
+
+def in_file_view(mappings: list[Mapping]) -> Callable[[int, int], bool]:
+    """A test of whether ``size`` bytes at ``address`` lie inside one private mapping of a regular file."""
+    at = mapping_at(mappings)
+    return lambda address, size: at(address, size) is not None
 
 
 def _storages(module: torch.nn.Module) -> dict[int, int]:

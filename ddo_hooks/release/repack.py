@@ -268,13 +268,15 @@ def _report(
     refused: str | None = None,
 ) -> PinnedCopyRepackReport:
     """The report: executed when a component was repacked (with the readings around it), else a no-op saying why."""
-    repacked = [r for r in results if r.status == "repacked"]
+    repacked = [r for r in results if r.status in ("repacked", "registered")]
     noop_reason: Literal["unsupported_build", "nothing_to_repack"] | None = None
     if repacked:
         names = ", ".join(r.component for r in repacked)
         rounded, slabs = sum(r.pinned_bytes_before for r in repacked), sum(r.pinned_bytes_after for r in repacked)
         detail = f"staged {names} into {slabs:,} bytes of slabs"  # sources that were not pinned
-        if rounded:
+        if all(r.status == "registered" for r in repacked):
+            detail = f"registered {names} in place: {slabs:,} bytes of their files' pages pinned, no copy"
+        elif rounded:
             detail = f"repacked {names}: {rounded:,} bytes of rounded copies became {slabs:,} bytes of slabs"
         after, host_after = read_snapshot(_allocator.backend().raw_host_stats), observe_host()
     else:

@@ -58,6 +58,9 @@ RepackReason = Literal[
     "onloaded",
     "shared_storage",
     "pin_failed",
+    "not_file_backed",
+    "file_changed",
+    "modified",
 ]
 """Why a component was not repacked.
 
@@ -70,12 +73,19 @@ Refused (left exactly as it was): ``disk_offload`` (``offload_to_disk_path``), `
 (a tensor subclass such as torchao's or a quantized tensor, a sparse or non-contiguous copy),
 ``onloaded`` (a group's weights are on its device, not on their pinned copies: a call in progress),
 ``shared_storage`` (another tensor holds a copy's storage: another component or a caller's
-reference, which a repack could not free), ``pin_failed`` (pinning a slab failed).
+reference, which a repack could not free; or a weight another component holds too), ``pin_failed`` (pinning
+a slab, or registering pages in place, failed). Pinning from the files (``pinned_copies.from_files``) also
+refuses: ``not_file_backed`` (a weight is not a view of its weights file: built or loaded into memory, converted
+to another dtype, or pinned already), ``file_changed`` (its file was deleted or replaced since it was loaded),
+``modified`` (a page of its views was written since: an edit, a fused LoRA).
 """
 
 REPACK_SKIPS = frozenset({"not_group_offloaded", "no_pinned_copies", "not_pinned", "already_packed", "no_gain"})
 """The reasons of a ``skipped`` component."""
-REPACK_REFUSALS = frozenset({"disk_offload", "unsupported_tensor", "onloaded", "shared_storage", "pin_failed"})
+REPACK_REFUSALS = frozenset({
+    "disk_offload", "unsupported_tensor", "onloaded", "shared_storage", "pin_failed", "not_file_backed",
+    "file_changed", "modified",
+})  # fmt: skip
 """The reasons of a ``refused`` component."""
 
 
@@ -84,10 +94,12 @@ class ComponentRepack(ReportModel):
 
     component: str
     """The pipeline's name for it (``transformer``), or the module's class for a lone module."""
-    status: Literal["repacked", "skipped", "refused"]
-    """``repacked``; ``skipped`` (nothing to win) or ``refused`` (not safe): left exactly as it was."""
+    status: Literal["repacked", "registered", "skipped", "refused"]
+    """``repacked`` (into slabs; also a staging from the files); ``registered`` (its files' pages pinned in place,
+    ``pinned_copies.from_files: register``); ``skipped`` (nothing to win) or ``refused`` (not safe): left
+    exactly as it was."""
     reason: RepackReason | None
-    """Why it was skipped or refused; ``None`` when repacked."""
+    """Why it was skipped or refused; ``None`` when repacked or registered."""
     detail: str
     """A sentence for people (the group or tensor concerned, and the fix where there is one)."""
     groups: Count
@@ -99,7 +111,8 @@ class ComponentRepack(ReportModel):
     pinned_bytes_before: Bytes
     """What the copies owned before: each rounded up to a power of two by the allocator."""
     pinned_bytes_after: Bytes
-    """What they own after: the slabs' bytes when repacked, else the same as before."""
+    """What they own after: the slabs' bytes when repacked, the registered pages' when registered, else the same
+    as before."""
     slabs: Annotated[tuple[Bytes, ...], Strict(False)]
     """The slabs' sizes (powers of two); empty unless repacked."""
     seconds: Seconds
@@ -107,8 +120,8 @@ class ComponentRepack(ReportModel):
 
     @model_validator(mode="after")
     def _coherent(self) -> ComponentRepack:
-        if (self.status == "repacked") != (self.reason is None):
-            raise ValueError("reason must be null exactly when status is 'repacked'")
+        if (self.status in ("repacked", "registered")) != (self.reason is None):
+            raise ValueError("reason must be null exactly when status is 'repacked' or 'registered'")
         if self.status == "skipped" and self.reason not in REPACK_SKIPS:
             raise ValueError(f"a skipped component's reason is one of {', '.join(sorted(REPACK_SKIPS))}")
         if self.status == "refused" and self.reason not in REPACK_REFUSALS:
@@ -120,6 +133,9 @@ class ComponentRepack(ReportModel):
                 raise ValueError(f"pinned_bytes_after must be the slabs' sum, {sum(self.slabs)}")
             if self.pinned_bytes_after < self.tensor_bytes:
                 raise ValueError("the slabs cannot hold fewer bytes than the copies need")
+        elif self.status == "registered":
+            if self.slabs or self.pinned_bytes_before or self.pinned_bytes_after < self.tensor_bytes:
+                raise ValueError("a registered component has no slabs, owned nothing before and pins its bytes after")
         elif self.slabs or self.pinned_bytes_after != self.pinned_bytes_before:
             raise ValueError("a component left as it was has no slabs and owns after what it owned before")
         return self
@@ -131,7 +147,7 @@ class PinnedCopyRepack(ReportModel):
     phase: PhaseLabel
     """When it ran: ``attach`` (the policy's ``pinned_copies.repack``), or the label a caller gave."""
     status: Literal["executed", "noop"]
-    """``executed``: at least one component was repacked. ``noop``: none was, see ``noop_reason``."""
+    """``executed``: at least one component was repacked or registered. ``noop``: none was, see ``noop_reason``."""
     noop_reason: Literal["disabled", "unsupported_build", "nothing_to_repack"] | None
     """Why nothing was repacked; ``None`` when executed."""
     detail: str
@@ -139,11 +155,11 @@ class PinnedCopyRepack(ReportModel):
     components: Annotated[tuple[ComponentRepack, ...], Strict(False)]
     """Each component looked at, in the pipeline's order."""
     tensor_bytes: Bytes
-    """Total of the repacked components' ``tensor_bytes``."""
+    """Total of the repacked (or registered) components' ``tensor_bytes``."""
     pinned_bytes_before: Bytes
-    """Total of the repacked components' ``pinned_bytes_before``."""
+    """Total of the repacked (or registered) components' ``pinned_bytes_before``."""
     pinned_bytes_after: Bytes
-    """Total of the repacked components' ``pinned_bytes_after``."""
+    """Total of the repacked (or registered) components' ``pinned_bytes_after``."""
     before: AllocatorSnapshot | None
     """Allocator counters before the repack; ``None`` when nothing was repacked."""
     after: AllocatorSnapshot | None
@@ -164,9 +180,9 @@ class PinnedCopyRepack(ReportModel):
 
     @model_validator(mode="after")
     def _coherent(self) -> PinnedCopyRepack:
-        repacked = [c for c in self.components if c.status == "repacked"]
+        repacked = [c for c in self.components if c.status in ("repacked", "registered")]
         if (self.status == "executed") != bool(repacked):
-            raise ValueError("status is 'executed' exactly when a component was repacked")
+            raise ValueError("status is 'executed' exactly when a component was repacked or registered")
         if (self.status == "noop") != (self.noop_reason is not None):
             raise ValueError("noop_reason must be set exactly when status is 'noop'")
         for name in ("tensor_bytes", "pinned_bytes_before", "pinned_bytes_after"):

@@ -91,6 +91,8 @@ class FakeHostAllocator:
     stats_reads: int = field(default=0, init=False)
     pin_error: Exception | None = None
     blocks: dict[int, int] = field(default_factory=dict, init=False)  # live pinned blocks: start -> bytes
+    registered: dict[int, int] = field(default_factory=dict, init=False)  # registered ranges: start -> bytes
+    register_error: Exception | None = None
 
     def pin(self, nbytes: int, micros: int, blocks: int = 1) -> None:
         """Pin ``nbytes`` more in ``blocks`` blocks, as an onload after a release does; they stay cached."""
@@ -172,7 +174,10 @@ class FakeHostAllocator:
     def is_pinned(self, tensor: torch.Tensor) -> bool:
         self.calls.append("is_pinned")
         start = tensor.untyped_storage().data_ptr()
-        return start in self.blocks and tensor.untyped_storage().nbytes() <= self.blocks[start]
+        if start in self.blocks and tensor.untyped_storage().nbytes() <= self.blocks[start]:
+            return True
+        at, end = tensor.data_ptr(), tensor.data_ptr() + tensor.numel() * tensor.element_size()
+        return any(begin <= at and end <= begin + size for begin, size in self.registered.items())
 
     def pinned_empty(self, nbytes: int) -> torch.Tensor:
         """Pinned memory as the caching host allocator hands it out (owned: ``nbytes`` rounded up to a power of two)."""
@@ -188,6 +193,20 @@ class FakeHostAllocator:
         self.host_allocs += 1
         weakref.finalize(block, self._freed, start, owned)
         return tensor
+
+    def register(self, address: int, nbytes: int) -> None:
+        """``cudaHostRegister``: the range is pinned in place (``is_pinned`` says so) until unregistered."""
+        self.calls.append("register")
+        if self.register_error is not None:
+            raise self.register_error
+        if any(address < start + size and start < address + nbytes for start, size in self.registered.items()):
+            raise RuntimeError(f"cudaHostRegister at {address:#x}: part of the range is registered already")
+        self.registered[address] = nbytes
+
+    def unregister(self, address: int) -> None:
+        self.calls.append("unregister")
+        if self.registered.pop(address, None) is None:
+            raise RuntimeError(f"cudaHostUnregister at {address:#x}: not registered")
 
     def pin_copy(self, tensor: torch.Tensor) -> torch.Tensor:
         """``tensor.pin_memory()``: a pinned copy of the same shape and values; a pinned tensor is returned as it is."""

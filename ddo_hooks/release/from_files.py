@@ -1,0 +1,342 @@
+"""Each weight in host memory once: a pipeline's weights pinned from their files, at their size.
+
+The policy's ``pinned_copies.from_files`` does it at attach.
+
+Group offloading with streams and ``low_cpu_mem_usage=False`` pins a copy of every weight, each rounded up to a
+power of two, beside the files' pages it was read from; with ``low_cpu_mem_usage=True`` the weights stay views of
+their safetensors files and every onload pins them again (about twice the call time). Loaded with
+``low_cpu_mem_usage=True`` and the files' dtype, :func:`pin_from_files` gives the components that run at every
+step (the denoisers and the VAE; not the text and image encoders, nor priors, which run once per call and keep
+no pinned memory between uses) onloads from pinned memory, with each weight once in host memory:
+
+* ``register``: the files are mapped again, shared and read-only, and those pages are pinned in place with
+  ``cudaHostRegister`` (read-only): no copy at all, the pages are the page cache's, and several processes that
+  map the same files share them. The weights are read-only while registered: change them (fuse a LoRA) before
+  attach, or after detach.
+* ``stage``: the weights are copied into exact-size slabs (:mod:`ddo_hooks.release.slabs`), tensor by tensor,
+  and the pages each copy was read from are dropped as it goes (``madvise``, then ``posix_fadvise``), so that
+  the file pages never sit beside the copies.
+
+Either way diffusers finds the sources pinned and onloads them without a copy. A component that cannot be
+pinned so is left exactly as it was, with the reason: its weights are not views of their files
+(``not_file_backed``: built or loaded into memory, converted to another dtype, or pinned copies already), a
+file was deleted or replaced since it was loaded (``file_changed``), a page of a view was written
+(``modified``), a weight is shared with another component (``shared_storage``), or pinning failed
+(``pin_failed``). :func:`unpin_from_files` undoes it exactly: the weights are the views they were before.
+
+Examples:
+    On a machine without CUDA nothing can be pinned:
+
+    >>> from ddo_hooks.testing.tiny_pipelines import build_pipeline
+    >>> pin_from_files(build_pipeline("sd"), "stage").repack.noop_reason
+    'unsupported_build'
+"""
+
+from __future__ import annotations
+
+import contextlib
+import mmap
+import os
+import time
+import warnings
+import weakref
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import torch
+
+from ddo_hooks.release import allocator as _allocator
+from ddo_hooks.release import file_pages
+from ddo_hooks.release.pinned_copies import REPACKED, Component, Left, Stored, inspect_component, refuse, skip
+from ddo_hooks.release.slabs import plan_slabs
+from ddo_hooks.reports.repack import ComponentRepack, PinnedCopyRepackReport
+
+__all__ = ["ONCE_PER_CALL", "FromFilesMode", "pin_from_files", "pinned_from_files", "unpin_from_files"]
+
+FromFilesMode = Literal["register", "stage"]
+"""How :func:`pin_from_files` pins: in place (``register``) or into exact-size slabs (``stage``)."""
+
+ONCE_PER_CALL = ("text_encoder", "image_encoder", "prior")
+"""Name prefixes of the components that run once per call and are left as they are (their pages are given back
+by ``release_done_components``)."""
+
+
+@dataclass
+class _Pinned:
+    """What :func:`pin_from_files` did to one component, and how to undo it."""
+
+    mode: FromFilesMode
+    restore: list[tuple[Stored, torch.Tensor]]
+    """Each storage moved, and the view it was before."""
+    finalizer: weakref.finalize | None = None
+    """``register``: unregisters the ranges (when the component is collected, or at :func:`unpin_from_files`)."""
+    keep: list[Any] = field(default_factory=list)
+    """``stage``: the slabs."""
+
+
+_PINNED: weakref.WeakKeyDictionary[torch.nn.Module, _Pinned] = weakref.WeakKeyDictionary()
+
+
+def pinned_from_files(module: Any) -> FromFilesMode | None:
+    """How ``module``'s weights were pinned from its files (``None``: they were not)."""
+    try:
+        pinned = _PINNED.get(module)
+    except TypeError:  # not weakly referable: never pinned
+        return None
+    return None if pinned is None else pinned.mode
+
+
+@dataclass(frozen=True)
+class _Located:
+    """Where a view's bytes are in its file."""
+
+    mapping: file_pages.Mapping
+    offset: int
+
+
+def _weight_name(module: torch.nn.Module, entry: Stored) -> str:
+    names = {id(t): n for n, t in [*module.named_parameters(), *module.named_buffers()]}
+    return next((names[id(w)] for w in entry.weights if id(w) in names), "a weight")
+
+
+def _locate(name: str, module: torch.nn.Module, component: Component, others: set[int]) -> list[_Located]:
+    """Each storage's place in its file; raises :class:`Left` where a weight cannot be pinned from its file."""
+    at = file_pages.mapping_at(file_pages.mappings())
+    found = []
+    for entry in component.stored:
+        if any(id(w) in others for w in entry.weights):
+            what = _weight_name(module, entry)
+            raise refuse(
+                "shared_storage", f"{name}'s {what} is a weight of another component too; it is left as it was"
+            )
+        mapping = at(entry.tensor.data_ptr(), max(entry.nbytes, 1))
+        if mapping is None:
+            what = _weight_name(module, entry)
+            pinned = " (a pinned copy: low_cpu_mem_usage=False)" if _allocator.backend().is_pinned(entry.tensor) else ""
+            raise refuse(
+                "not_file_backed",
+                f"{name}'s {what} is not a view of its weights file{pinned}: built or loaded into memory, or converted "
+                "to another dtype; load it with the files' dtype and offload with low_cpu_mem_usage=True",
+            )
+        if mapping.deleted or _inode(mapping.path) != mapping.inode:
+            raise refuse(
+                "file_changed",
+                f"{name}'s weights file {mapping.path} was deleted or replaced since it was loaded: what the path "
+                "holds now is not what the weights read; load the pipeline again",
+            )
+        found.append(_Located(mapping, mapping.offset + entry.tensor.data_ptr() - mapping.start))
+    runs = file_pages._page_runs([(e.tensor.data_ptr(), e.tensor.data_ptr() + e.nbytes) for e in component.stored])
+    _, written = file_pages._census(runs)
+    if written:
+        raise refuse("modified", f"{written} page(s) of {name}'s weights were written since they were loaded (an edit, "
+                                 "a fused LoRA): its files no longer hold them; it is left as it was")  # fmt: skip
+    return found
+
+
+def _inode(path: str) -> int | None:
+    try:
+        return os.stat(path).st_ino
+    except OSError:
+        return None
+
+
+@contextlib.contextmanager
+def _files(located: list[_Located]) -> Iterator[dict[str, int]]:
+    """Each file opened for reading (its inode checked against the mapping's), by path."""
+    opened: dict[str, int] = {}
+    try:
+        for where in located:
+            path = where.mapping.path
+            if path not in opened:
+                opened[path] = os.open(path, os.O_RDONLY)
+                if os.fstat(opened[path]).st_ino != where.mapping.inode:
+                    raise refuse("file_changed", f"{path} was replaced while it was opened; load the pipeline again")
+        yield opened
+    finally:
+        for fd in opened.values():
+            os.close(fd)
+
+
+def _switch(component: Component, targets: list[torch.Tensor]) -> list[tuple[Stored, torch.Tensor]]:
+    """Point each storage's copies and weights at its target (cannot fail halfway); what each was."""
+    before = []
+    for entry, target in zip(component.stored, targets, strict=True):
+        before.append((entry, entry.tensor))
+        _point(entry, target)
+    REPACKED.update(component.groups)
+    return before
+
+
+def _point(entry: Stored, target: torch.Tensor) -> None:
+    from ddo_hooks._compat import diffusers as diffusers_compat
+
+    for copy in entry.copies:
+        diffusers_compat.set_group_cpu_source(copy.group, copy.key, target)
+    for weight in entry.weights:
+        weight.data = target
+
+
+def _register(
+    name: str, module: torch.nn.Module, component: Component, located: list[_Located]
+) -> tuple[_Pinned, int, str]:
+    """Map the files again, shared and read-only, and register the weights' pages in place."""
+    backend = _allocator.backend()
+    maps: dict[str, mmap.mmap] = {}
+    with _files(located) as opened:
+        for path, fd in opened.items():
+            maps[path] = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)  # shared: the page cache's own pages
+    views, spans = [], {path: [] for path in maps}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # "the given buffer is not writable": read-only on purpose
+        for entry, where in zip(component.stored, located, strict=True):
+            if where.offset % entry.tensor.element_size():
+                raise refuse(
+                    "unsupported_tensor", f"{name}'s {where.mapping.path} holds a weight at an unaligned offset"
+                )
+            raw = torch.frombuffer(maps[where.mapping.path], dtype=torch.uint8, count=entry.nbytes, offset=where.offset)
+            view = raw.view(entry.tensor.dtype).view(entry.tensor.shape)
+            views.append(view)
+            spans[where.mapping.path].append((view.data_ptr(), view.data_ptr() + entry.nbytes))
+    runs = [run for path in maps for run in file_pages._page_runs(spans[path])]
+    done: list[int] = []
+    try:
+        for start, end in runs:
+            backend.register(start, end - start)
+            done.append(start)
+    except Exception as e:
+        _unregister(backend, done)
+        raise refuse("pin_failed", f"registering {name}'s weights in place failed: {e}".splitlines()[0]) from e
+    restore = _switch(component, views)
+    pinned = _Pinned("register", restore)
+    pinned.finalizer = weakref.finalize(module, _unregister, backend, done, list(maps.values()))
+    total = sum(end - start for start, end in runs)
+    files = ", ".join(sorted(os.path.basename(p) for p in maps))
+    return pinned, total, f"{len(views)} weights registered in place in {files}: {total:,} bytes, no copy"
+
+
+def _unregister(backend: Any, starts: list[int], keep: Any = None) -> None:
+    """Unregister each range (``keep``: the mappings, which must outlive the registration)."""
+    for start in starts:
+        backend.unregister(start)
+
+
+def _stage(
+    name: str, module: torch.nn.Module, component: Component, located: list[_Located]
+) -> tuple[_Pinned, int, str]:
+    """Copy the weights into exact-size slabs, one slab at a time, dropping each copied range's pages."""
+    backend = _allocator.backend()
+    plan = plan_slabs([entry.nbytes for entry in component.stored])
+    slabs: list[torch.Tensor] = []
+    targets: list[torch.Tensor] = [torch.empty(0)] * len(component.stored)
+    with _files(located) as opened:
+        try:
+            for number, slab in enumerate(plan.slabs):
+                slabs.append(backend.pinned_empty(slab.size))
+                for index, offset in slab.placements:
+                    source = component.stored[index].tensor
+                    target = torch.empty(0, dtype=source.dtype)
+                    target.set_(slabs[number].untyped_storage(), offset // source.element_size(), source.size(),
+                                source.stride())  # fmt: skip
+                    targets[index] = target.copy_(source)
+                    _drop_pages(source, located[index], opened)
+        except RuntimeError as e:  # out of pinned memory: nothing has changed (the dropped pages come back on use)
+            raise refuse("pin_failed", f"pinning {name}'s slabs failed: {e}".splitlines()[0]) from e
+    restore = _switch(component, targets)
+    detail = f"{len(targets)} weights staged into {len(slabs)} slabs, each file page dropped once copied"
+    return _Pinned("stage", restore, keep=slabs), plan.capacity, detail
+
+
+def _drop_pages(source: torch.Tensor, where: _Located, opened: dict[str, int]) -> None:
+    """Take a copied view's pages out of the process, then out of the page cache (they are read again on use)."""
+    nbytes = source.numel() * source.element_size()
+    advise = file_pages._madvise()
+    for start, end in file_pages._page_runs([(source.data_ptr(), source.data_ptr() + nbytes)]):
+        if advise is not None:
+            advise(start, end - start, file_pages._MADV_DONTNEED)
+    if hasattr(os, "posix_fadvise"):
+        os.posix_fadvise(opened[where.mapping.path], where.offset, nbytes, os.POSIX_FADV_DONTNEED)
+
+
+def _one(name: str, module: torch.nn.Module, mode: FromFilesMode, others: set[int]) -> ComponentRepack:
+    started = time.perf_counter()
+    try:
+        if pinned_from_files(module) is not None:
+            raise skip("already_packed", f"{name}'s weights are pinned from its files already")
+        component = inspect_component(name, module, staging=True)
+        located = _locate(name, module, component, others)
+        pinned, owned, detail = (_register if mode == "register" else _stage)(name, module, component, located)
+    except Left as left:
+        from ddo_hooks.release.repack import _left_as_it_was
+
+        return _left_as_it_was(name, left, started)
+    _PINNED[module] = pinned
+    slabs = tuple(t.untyped_storage().nbytes() for t in pinned.keep)
+    return ComponentRepack(
+        component=name,
+        status="registered" if mode == "register" else "repacked",
+        reason=None,
+        detail=detail,
+        groups=len(component.groups),
+        tensors=len(component.stored),
+        tensor_bytes=sum(entry.nbytes for entry in component.stored),
+        pinned_bytes_before=0,
+        pinned_bytes_after=owned,
+        slabs=slabs,
+        seconds=time.perf_counter() - started,
+    )
+
+
+def _chosen(pipeline: Any) -> list[tuple[str, torch.nn.Module]]:
+    modules = {n: m for n, m in pipeline.components.items() if isinstance(m, torch.nn.Module)}
+    return [(n, m) for n, m in modules.items() if not n.startswith(ONCE_PER_CALL)]
+
+
+def pin_from_files(pipeline: Any, mode: FromFilesMode, *, phase: str = "attach") -> PinnedCopyRepackReport:
+    """Pin the weights of ``pipeline``'s components but its encoders and priors from their files, once.
+
+    Call it once the pipeline is offloaded (``enable_group_offload(..., use_stream=True,
+    low_cpu_mem_usage=True)``, loaded with the files' dtype) and before its first call;
+    :func:`~ddo_hooks.attach` does it when the policy says ``pinned_copies.from_files``.
+
+    Args:
+        pipeline: A diffusers pipeline.
+        mode: ``register`` (in place, no copy) or ``stage`` (exact-size slabs).
+        phase: The label the report carries.
+
+    Returns:
+        The report (route ``pinned_copy_repack``): each component ``registered`` or ``repacked`` (staged),
+        or left with its reason.
+    """
+    from ddo_hooks.release.counters import read_snapshot
+    from ddo_hooks.release.host_memory import observe_host
+    from ddo_hooks.release.repack import _report
+
+    started = time.perf_counter()
+    backend = _allocator.backend()
+    unsupported = backend.entry_point(lazy_init_done=False)
+    if isinstance(unsupported, str):  # no CUDA host allocator: nothing can be pinned
+        return _report(phase, [], started, unsupported=unsupported)
+    host_before, before = observe_host(), read_snapshot(backend.raw_host_stats)
+    held = [m for m in pipeline.components.values() if isinstance(m, torch.nn.Module)]
+    results = []
+    for name, module in _chosen(pipeline):
+        others = {id(t) for m in held if m is not module for t in [*m.parameters(), *m.buffers()]}
+        results.append(_one(name, module, mode, others))
+    return _report(phase, results, started, before=before, host_before=host_before)
+
+
+def unpin_from_files(pipeline: Any) -> None:
+    """Point the weights :func:`pin_from_files` pinned back at the views they were, and unpin (exact inverse)."""
+    for module in pipeline.components.values():
+        try:
+            pinned = _PINNED.pop(module, None)
+        except TypeError:
+            continue
+        if pinned is None:
+            continue
+        for entry, view in pinned.restore:
+            _point(entry, view)
+            REPACKED.difference_update({copy.group for copy in entry.copies})
+        if pinned.finalizer is not None:
+            pinned.finalizer()
