@@ -85,6 +85,11 @@ def run(spec: dict[str, Any], progress: Path) -> None:
         workload._quiet()
         pipe, attachment = build(spec)
         emit("ready", memory=floor.memory(), cgroup=cgroup_memory(folder))
+        pinned = getattr(attachment, "from_files_report", None)
+        if pinned is not None:
+            body = pinned.repack
+            found = {c.component: [c.status, c.reason, c.detail] for c in body.components}
+            emit("from_files", components=found, pinned_bytes=body.pinned_bytes_after, seconds=body.elapsed_seconds)
         embeds: dict[str, Any] = {}
         for index in range(spec["calls"]):
             kwargs = floor.call_kwargs(spec, index)
