@@ -63,6 +63,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--tolerance", type=float, default=1.10, help="steady call in the box / unboxed, at most")
     p.add_argument("--no-bisect", action="store_true", help="unboxed trials only")
     p.add_argument("--boxes", default="", help="MODE/ARM=GIB;...: trials at these boxes instead of bisecting")
+    p.add_argument("--bracket", default="", help="MODE/ARM=LO,HI;...: where the bisection starts (HI is checked)")
     p.add_argument("--budget-s", type=float, default=0.0, help="start no trial after this many seconds (0: none)")
     p.add_argument("--weights-dir", type=Path, default=Path(tempfile.gettempdir()) / "ddo-floor-weights")
     args = p.parse_args(argv)
@@ -248,6 +249,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                   f"memory.peak {result['memory_peak']}", flush=True)  # fmt: skip
             _save(out, doc)
     fixed = dict(item.split("=") for item in filter(None, args.boxes.split(";")))
+    brackets = dict(item.split("=") for item in filter(None, args.bracket.split(";")))
     for label, spec in specs.items():
         arm = doc["arms"][label]
         nothing = doc["arms"].get(label_of(spec["lcmu"], "nothing"), arm)
@@ -262,7 +264,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 if budget_left():
                     fits(box)
             continue
-        arm["box_gib"], arm["box_note"] = bisect(arm["unboxed"][0], fits, args.step_gib, budget_left)
+        start = tuple(map(float, brackets[label].split(","))) if label in brackets else None
+        arm["box_gib"], arm["box_note"] = bisect(arm["unboxed"][0], fits, args.step_gib, budget_left, start)
         print(f"{label}: smallest box {arm['box_gib']} GiB ({arm['box_note']})", flush=True)
         _save(out, doc)
     doc["seconds"] = time.perf_counter() - started
@@ -286,12 +289,17 @@ def _fits(
     return result["verdict"] is None
 
 
-def bisect(first: dict[str, Any], fits: Any, step: float, budget_left: Any) -> tuple[float | None, str]:
-    """The smallest box that fits, to ``step``: between the anon + shmem held at rest and ``memory.peak``."""
+def bisect(
+    first: dict[str, Any], fits: Any, step: float, budget_left: Any, start: tuple[float, float] | None = None
+) -> tuple[float | None, str]:
+    """The smallest box that fits, to ``step``: between the anon + shmem held at rest and ``memory.peak``
+    (or ``start``, whose upper end is checked like the peak's)."""
     rest = at_rest(first).get("cgroup") or {}
     floor_bytes = (rest.get("anon") or 0) + (rest.get("shmem") or 0)
     lo = math.floor(floor_bytes / GIB / step) * step
     hi = math.ceil((first["memory_peak"] or 0) / GIB / step) * step + step
+    if start is not None:
+        lo, hi = max(lo, start[0]), start[1]
     for _ in range(3):  # the upper end must fit
         if not budget_left():
             return None, "budget spent before an upper end was found"

@@ -72,7 +72,7 @@ KEPT = {"flux": ("transformer", "vae"), "sd": ("unet", "vae")}
 def test_weights_pinned_from_their_files_give_equal_outputs_and_detach_gives_the_views_back(
     run_fresh, gpu_count, family, level
 ):
-    result = run_fresh(SCENARIO.format(family=family, level=level), timeout=600)
+    result = run_fresh(SCENARIO.format(family=family, level=level), timeout=180)
     for mode, found in result.items():
         status = "registered" if mode == "register" else "repacked"
         denoiser, vae = KEPT[family]
