@@ -308,17 +308,19 @@ def bisect(
         lo, hi = hi, hi * 1.5
     else:
         return None, f"nothing up to {hi:g} GiB fits"
+    checked = False  # whether a trial at lo failed (else lo is the start's assumption)
     while hi - lo > step + 1e-9:
         if not budget_left():
-            return hi, f"budget spent: fits at {hi:g}, not below {lo:g} checked to {step:g}"
+            return hi, f"budget spent: fits at {hi:g}; below it, only {lo:g} and less are known not to fit"
         mid = round(((lo + hi) / 2) / step) * step
         if mid in (lo, hi):
             mid = lo + step
         if fits(mid):
             hi = mid
         else:
-            lo = mid
-    return hi, f"fits at {hi:g} GiB, not at {lo:g} (or {lo:g} is below what it holds at rest)"
+            lo, checked = mid, True
+    why = "failed its trial" if checked else "was not tried: what it holds at rest, or the bracket's lower end"
+    return hi, f"fits at {hi:g} GiB; {lo:g} {why}"
 
 
 def _spread(values: list[float | None]) -> dict[str, float] | None:
