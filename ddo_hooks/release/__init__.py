@@ -5,7 +5,8 @@ Modules: :mod:`~ddo_hooks.release.host_cache` (``release_pytorch_host_cache``),
 :mod:`~ddo_hooks.release.counters` (the allocator's raw counters as a snapshot),
 :mod:`~ddo_hooks.release.guard` (the process-wide phase guard),
 :mod:`~ddo_hooks.release.host_memory` (process RSS and Windows commit),
-:mod:`~ddo_hooks.release.devices` (the ``device`` argument) and
+:mod:`~ddo_hooks.release.devices` (the ``device`` argument),
+:mod:`~ddo_hooks.release.from_files` (each weight pinned once from its file, ``pinned_copies.from_files``) and
 :mod:`~ddo_hooks.release.ddo_core` (DDO's release core, behind ``core: ddo``). Imports the foundation modules and
 the report models.
 """

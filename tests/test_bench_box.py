@@ -1,0 +1,107 @@
+"""bench_box on the CPU: it refuses to print figures where it cannot box a process, and its bisection and
+verdicts decide as the docs say. The boxes themselves are measured on the GPU machine (cgroup v2, root)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support.file_modules import load_file
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH = ROOT / "benchmarks"
+
+
+@pytest.fixture(scope="module")
+def box() -> Any:
+    return load_file(BENCH / "bench_box.py", "bench_box_under_test", beside=True)
+
+
+def test_without_cgroup_v2_memory_it_says_so_and_prints_no_figure(box, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(box, "CGROUP", tmp_path)  # no cgroup.controllers: not a cgroup v2 hierarchy
+    assert box.main(["--out", str(tmp_path / "out"), "--size", "tiny"]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert "is not a cgroup v2 hierarchy with the memory controller; the box cannot be measured here" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_hierarchy_without_the_memory_controller_is_refused(box, tmp_path, monkeypatch):
+    (tmp_path / "cgroup.controllers").write_text("cpu io pids\n")
+    monkeypatch.setattr(box, "CGROUP", tmp_path)
+    assert "memory controller" in box.cgroup_problem()
+
+
+def trial(box_gib: float | None, seconds: list[float], digests: list[str], **events: int) -> dict[str, Any]:
+    steps = [
+        {"event": "call", "index": i, "seconds": s, "digest": d}
+        for i, (s, d) in enumerate(zip(seconds, digests, strict=True))
+    ]
+    return {"box_gib": box_gib, "exit": 0, "events": events, "steps": steps, "memory_peak": None, "seconds": 30.0}
+
+
+SPEC = {"arm": "nothing", "calls": 5}
+REFERENCE = ["a", "b", "c", "d", "e"]
+
+
+@pytest.mark.parametrize(
+    ("made", "why"),
+    [
+        (trial(6, [4, 2, 2, 2, 2], REFERENCE), None),
+        (trial(6, [4, 2.3, 2.3, 2.3, 2], REFERENCE), "steady call 2.30 s > 1.10 x 2.00 s (thrashing)"),
+        (trial(6, [4, 2, 2, 2, 2], ["a", "b", "x", "d", "e"]), "outputs differ from nothing's"),
+        (trial(6, [4, 2], REFERENCE[:2], oom_kill=1), "OOM-killed after 2 call(s)"),
+        (trial(6, [4, 2, 2], REFERENCE[:3]), "exit 0 after 3 call(s)"),
+    ],
+)
+def test_a_box_fits_only_with_every_call_equal_and_at_speed(box, made, why):
+    assert box.verdict(SPEC, made, REFERENCE, 2.0, 1.10) == why
+
+
+def test_diffusers_mm_fits_with_its_one_call(box):
+    assert box.verdict({"arm": "diffusers-mm", "calls": 5}, trial(6, [4], ["a"]), REFERENCE, None, 1.10) is None
+
+
+def test_the_bisection_finds_the_smallest_box_to_the_step_and_says_what_failed(box):
+    tried = []
+
+    def fits(gib: float) -> bool:
+        tried.append(gib)
+        return gib >= 5.75
+
+    first = {
+        "memory_peak": int(7.4 * box.GIB),
+        "steps": [{"event": "call", "memory": {}, "cgroup": {"anon": box.GIB, "shmem": 0}}],
+    }
+    found, note = box.bisect(first, fits, 0.25, lambda: True)
+    assert found == 5.75
+    assert note == "fits at 5.75 GiB; 5.5 failed its trial"
+    assert tried[0] == 7.75  # the unboxed memory.peak, rounded up, checked first
+    assert all(t >= 1.0 for t in tried)  # never below what it holds at rest (anon + shmem)
+
+
+def test_a_bracket_whose_lower_end_is_never_tried_says_so(box):
+    first = {"memory_peak": box.GIB, "steps": [{"event": "call", "memory": {}, "cgroup": {"anon": 0, "shmem": 0}}]}
+    found, note = box.bisect(first, lambda gib: True, 0.25, lambda: True, (4.0, 5.0))
+    assert found == 4.25
+    assert note == "fits at 4.25 GiB; 4 was not tried: what it holds at rest, or the bracket's lower end"
+
+
+def test_the_worker_runs_an_arm_and_leaves_a_line_per_step(tmp_path):
+    weights = tmp_path / "flux-tiny"
+    setup = [sys.executable, "pinned_workload.py", "setup", "--dir", str(weights), "--size", "tiny"]
+    subprocess.run([*setup, "--result", str(tmp_path / "s.json")], cwd=BENCH, check=True, capture_output=True)
+    spec = {"family": "flux", "steps": 2, "height": 64, "width": 64, "seed": 0, "weights_dir": str(weights),
+            "max_sequence_length": 16, "lcmu": True, "arm": "preset:lowest-peak+register", "calls": 2}  # fmt: skip
+    progress = tmp_path / "p.jsonl"
+    command = [sys.executable, "box_workload.py", "arm", "--spec", json.dumps(spec), "--progress", str(progress)]
+    proc = subprocess.run(command, cwd=BENCH, capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    steps = [json.loads(line) for line in progress.read_text().splitlines()]
+    assert [s["event"] for s in steps] == ["start", "ready", "from_files", "call", "call", "reports", "end"]
+    calls = [s for s in steps if s["event"] == "call"]
+    assert all(c["memory"]["rss"] > 0 and len(c["digest"]) == 16 for c in calls)
