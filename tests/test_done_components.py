@@ -370,7 +370,7 @@ def test_a_component_the_pipeline_does_not_hold_is_refused_at_attach_with_the_na
     ("options", "problem"),
     [
         ({"components": "text_encoder"}, "not a list of component names"),
-        ({"every": True}, "unknown option.*and stable_files"),
+        ({"every": True}, "unknown option.*stable_files and evict"),
         ({"stable_files": "yes"}, "'yes' is not true or false; true declares"),
     ],
 )
@@ -424,3 +424,45 @@ def test_a_child_forked_after_a_call_calls_with_its_own_fault_counts(saved):
     assert status == "executed"
     assert since is not None
     assert (since.since, since.minor_faults >= 0, since.major_faults >= 0) == ("before_transformer", True, True)
+
+
+def cached_pages(path: Path) -> int:
+    """How many pages of ``path`` are in the page cache (``mincore`` on a mapping that reads nothing)."""
+    import ctypes
+    import mmap
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype, libc.mmap.argtypes = ctypes.c_void_p, [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int,
+                                                             ctypes.c_int, ctypes.c_int, ctypes.c_long]  # fmt: skip
+    size = path.stat().st_size
+    pages = (ctypes.c_ubyte * -(-size // mmap.PAGESIZE))()
+    with open(path, "rb") as file:
+        address = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, file.fileno(), 0)
+        try:
+            assert libc.mincore(ctypes.c_void_p(address), ctypes.c_size_t(size), pages) == 0, ctypes.get_errno()
+        finally:
+            libc.munmap(ctypes.c_void_p(address), ctypes.c_size_t(size))
+    return sum(page & 1 for page in pages)
+
+
+def test_evict_takes_the_dropped_pages_out_of_the_page_cache_and_the_report_says_what_left_the_cgroup(own_copy):
+    (path,) = (own_copy / "text_encoder").glob("*.safetensors")
+    os.sync()  # the copy's pages are written back: the kernel evicts clean pages only, as weights files' are
+    evict = {"name": "release_done_components", "options": {"evict": True}}
+    policies = {"keep": GIVE_BACK, "evict": {**GIVE_BACK, "boundaries": {
+        **GIVE_BACK["boundaries"], "before_transformer": {"actions": [evict]}}}}  # fmt: skip
+    cached = {}
+    for name, policy in policies.items():
+        pipe = load(own_copy)
+        with attach(pipe, HookPolicy.from_mapping(policy)) as attachment:
+            pipe(**call_kwargs("sd"))
+            cached[name] = cached_pages(path)
+        (report,) = [r.release for r in attachment.reports]
+        assert report.status == "executed"
+        charged = report.host_before.cgroup_memory_bytes, report.host_after.cgroup_memory_bytes
+        assert report.cgroup_released_bytes == (None if None in charged else charged[0] - charged[1])
+        assert ("evicted from the page cache" in report.components[0].detail) == (name == "evict")
+        del pipe
+        gc.collect()
+    assert cached["keep"] > 0  # dropped from the process, still in the page cache
+    assert cached["evict"] < cached["keep"]

@@ -170,6 +170,11 @@ def release_done_components(ctx: BoundaryContext) -> Any:
     (``shared``), as is one whose weights are not file views or were written. Its report (route
     ``done_components_release``) also says what bringing pages back cost since this action's
     previous boundary: the process's page faults and the growth of ``RssFile``.
+
+    Dropped pages leave the process's RSS, not the machine: they stay in the page cache, charged to
+    the cgroup, and the report's ``cgroup_released_bytes`` says what left the cgroup's charge. The
+    option ``evict: true`` evicts them from the page cache too; the next call reads them from the
+    disk (major faults).
     """
     from ddo_hooks.release.file_pages import left_shared, supported
     from ddo_hooks.release.file_views import give_back
@@ -189,13 +194,13 @@ def release_done_components(ctx: BoundaryContext) -> Any:
     pages: list[ComponentPages] = []
     why = supported()
     unbound = ctx.state.setdefault("unbound", weakref.WeakKeyDictionary())
-    stable = bool(ctx.options.get("stable_files", False))
+    stable, evict = bool(ctx.options.get("stable_files", False)), bool(ctx.options.get("evict", False))
     for name, module in modules if why is None else ():
         holder = ctx.held_elsewhere(module)
         if holder is not None:
             pages.append(left_shared(name, module, holder))
         else:
-            pages.append(give_back(name, module, unbound, stable_files=stable))
+            pages.append(give_back(name, module, unbound, stable_files=stable, evict=evict))
     host_after = observe_host()
     released = sum(p.released_bytes for p in pages)
     since = _faults_since(ctx.state.get("last"), faults, host_before.rss_file_bytes)
@@ -212,9 +217,11 @@ def release_done_components(ctx: BoundaryContext) -> Any:
         detail = "no component's work in this call is done yet" if named is None else "no named component is held"
     else:
         status, reason, detail = "noop", "nothing_released", "every done component was left as it was (see each)"
+    charged = host_before.cgroup_memory_bytes, host_after.cgroup_memory_bytes
     body = DoneComponentsRelease(
         boundary=ctx.boundary, status=status, noop_reason=reason, detail=detail, components=tuple(pages),
         released_bytes=released, host_before=host_before, host_after=host_after, faults_since_previous=since,
+        cgroup_released_bytes=None if None in charged else charged[0] - charged[1],
         elapsed_seconds=time.perf_counter() - started,
     )  # fmt: skip
     return DoneComponentsReleaseReport(setup=DoneComponentsReleaseSetup(done_components_release=body))

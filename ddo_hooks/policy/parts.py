@@ -234,10 +234,10 @@ def _check_release_options(options: Mapping[str, Any]) -> None:
 def _check_done_options(options: Mapping[str, Any]) -> None:
     """Refuse ``release_done_components`` options but ``components`` (a list of names) and ``stable_files`` (a bool)."""
     for key in options:
-        if key not in ("components", "stable_files"):
+        if key not in ("components", "stable_files", "evict"):
             message = (
-                f"unknown option of {RELEASE_DONE_COMPONENTS}; it takes components (a list of component names) "
-                "and stable_files (true or false)"
+                f"unknown option of {RELEASE_DONE_COMPONENTS}; it takes components (a list of component names), "
+                "stable_files and evict (true or false)"
             )
             raise located_error("release_option", message, ("options", key))
     names = options.get("components")
@@ -246,13 +246,15 @@ def _check_done_options(options: Mapping[str, Any]) -> None:
     ):
         message = "{value} is not a list of component names; use e.g. [text_encoder, text_encoder_2], or leave it out"
         raise located_error("release_option", message, ("options", "components"), value=names)
-    stable = options.get("stable_files", False)
-    if not isinstance(stable, bool):
-        message = (
-            "{value} is not true or false; true declares that the components' weights files stay as they are while "
-            "the pipeline is attached, so that copies equal to them may be freed"
-        )
-        raise located_error("release_option", message, ("options", "stable_files"), value=stable)
+    meanings = {
+        "stable_files": "true declares that the components' weights files stay as they are while the pipeline is "
+        "attached, so that copies equal to them may be freed",
+        "evict": "true evicts the dropped file pages from the page cache too, so that they leave the cgroup's charge",
+    }
+    for key, meaning in meanings.items():
+        if not isinstance(options.get(key, False), bool):
+            message = "{value} is not true or false; " + meaning
+            raise located_error("release_option", message, ("options", key), value=options[key])
 
 
 _DURATION_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*(ms|s|m|min)?\s*$")

@@ -232,14 +232,52 @@ def left_shared(name: str, module: torch.nn.Module, holder: str) -> ComponentPag
     return _left(name, "shared", detail, 0, sum(_storages(module).values()), time.perf_counter())
 
 
-def give_back_file_pages(name: str, module: torch.nn.Module, *, replaced_bytes: int = 0) -> ComponentPages:
+def _evict(ranges: list[tuple[int, int, Mapping | None]]) -> None:
+    """``posix_fadvise(POSIX_FADV_DONTNEED)`` on the file span of the ranges of each mapping (its own inode).
+
+    One span per mapping, from its first range's page to its last's: the kernel keeps any page, or
+    large folio, that the advised range covers only in part, so advising tensor by tensor leaves most
+    of them cached.
+    """
+    if not hasattr(os, "posix_fadvise"):
+        return
+    spans: dict[Mapping, tuple[int, int]] = {}
+    for start, end, mapping in ranges:
+        if mapping is not None:
+            low, high = spans.get(mapping, (start, end))
+            spans[mapping] = (min(low, start), max(high, end))
+    for mapping, (start, end) in spans.items():
+        path = f"/proc/self/map_files/{mapping.start:x}-{mapping.end:x}" if mapping.deleted else mapping.path
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError:
+            continue  # the pages are dropped from the process all the same; the cgroup's figure tells
+        try:
+            if os.fstat(fd).st_ino == mapping.inode:
+                first = start - start % PAGE_SIZE
+                offset = mapping.offset + first - mapping.start
+                os.posix_fadvise(fd, offset, -(-(end - first) // PAGE_SIZE) * PAGE_SIZE, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
+def give_back_file_pages(
+    name: str, module: torch.nn.Module, *, replaced_bytes: int = 0, evict: bool = False
+) -> ComponentPages:
     """Drop the resident pages of ``module``'s weights that are clean views of its weights files.
+
+    Dropped pages leave the process (``RssFile``), not the machine: they stay in the page cache,
+    charged to the cgroup that read them, until the kernel reclaims them. ``evict`` also asks the
+    kernel to drop them from the page cache (``posix_fadvise(POSIX_FADV_DONTNEED)`` on each file
+    range; pages another process maps stay), so that they leave the cgroup's charge; the next use
+    reads them from the disk again (major faults).
 
     Args:
         name: The component's name, for the report.
         module: The component.
         replaced_bytes: Bytes of copies just replaced by its file views
             (:func:`~ddo_hooks.release.file_views.rebind_to_files`), for the report.
+        evict: Evict the ranges from the page cache too.
 
     Returns:
         What it gave back: ``released`` with the resident bytes dropped, or ``left`` (nothing
@@ -257,8 +295,8 @@ def give_back_file_pages(name: str, module: torch.nn.Module, *, replaced_bytes: 
     why = supported()
     if why is not None:
         return _left(name, "unsupported", why, 0, total, started)
-    inside = in_file_view(mappings())
-    in_files = [(address, address + size) for address, size in storages.items() if inside(address, size)]
+    at = mapping_at(mappings())
+    in_files = [(address, address + size) for address, size in storages.items() if at(address, size)]
     file_bytes = sum(end - start for start, end in in_files)
     other_bytes = total - file_bytes
     if not in_files:
@@ -276,7 +314,11 @@ def give_back_file_pages(name: str, module: torch.nn.Module, *, replaced_bytes: 
         if advise(start, end - start, _MADV_DONTNEED) != 0:  # type: ignore[misc]
             error = ctypes.get_errno()
             raise OSError(error, f"madvise(MADV_DONTNEED) of {name}'s pages {start:#x}-{end:#x}: {os.strerror(error)}")
+    if evict:
+        _evict([(start, end, at(start, end - start)) for start, end in in_files])
     kept = f"; {other_bytes} bytes are not file views and stay" if other_bytes else ""
+    if evict:
+        kept += "; their file ranges were evicted from the page cache"
     if replaced_bytes:
         kept += f"; {replaced_bytes} bytes of copies of them were freed first"
     return ComponentPages(

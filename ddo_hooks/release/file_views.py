@@ -264,8 +264,11 @@ def give_back(
     unbound: MutableMapping[torch.nn.Module, Unbound],
     *,
     stable_files: bool = False,
+    evict: bool = False,
 ) -> ComponentPages:
     """Give back ``module``'s clean file pages; with ``stable_files``, rebind its copies to its files first.
+
+    ``evict``: out of the page cache too (:func:`~ddo_hooks.release.file_pages.give_back_file_pages`).
 
     ``unbound`` remembers the components left with their copies (weakly), so that their copies are
     compared with their files once, not at every call.
@@ -280,7 +283,7 @@ def give_back(
             replaced = rebind_to_files(name, module) if stable_files else _keep_copies(name, module)
         except Unbound as e:  # kept without its traceback, whose frames hold the module and its files' views
             unbound[module] = refusal = Unbound(e.reason, e.detail)
-    pages = file_pages.give_back_file_pages(name, module, replaced_bytes=replaced)
+    pages = file_pages.give_back_file_pages(name, module, replaced_bytes=replaced, evict=evict)
     if refusal is not None and pages.reason == "not_file_backed":
         return pages.model_copy(update={"reason": refusal.reason, "detail": refusal.detail})
     return pages

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Strict, model_validator
+from pydantic import Strict, StrictInt, model_validator
 
 from ddo_hooks.reports.base import (
     Bytes,
@@ -124,7 +124,11 @@ class DoneComponentsRelease(ReportModel):
     components: Annotated[tuple[ComponentPages, ...], Strict(False)]
     """Each done component, in the order they ran."""
     released_bytes: Bytes
-    """The components' ``released_bytes``, summed."""
+    """The components' ``released_bytes``, summed: what left the process's RSS."""
+    cgroup_released_bytes: StrictInt | None = None
+    """What left the cgroup's charge (``memory.current`` before minus after): what the machine got back.
+    Dropped file pages stay in the page cache, charged to the cgroup, unless the action evicts them
+    (``evict: true``); other processes of the cgroup move this figure too. ``None`` where no cgroup is read."""
     host_before: HostObservation | None
     """Host memory before."""
     host_after: HostObservation | None
