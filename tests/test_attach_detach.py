@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import copy
 import inspect
+import pickle
 
 import pytest
 import torch
@@ -160,3 +162,14 @@ def test_attach_refuses_a_policy_of_the_wrong_type():
 def test_attach_refuses_a_tracker_of_the_wrong_type():
     with pytest.raises(InvalidArgumentError, match=r"tracker must be a ddo_hooks\.MetricsTracker, got list"):
         attach(build_pipeline("sd"), tracker=[])
+
+
+@pytest.mark.parametrize("copy_it", [pickle.dumps, copy.deepcopy, copy.copy], ids=["pickle", "deepcopy", "copy"])
+def test_an_attached_pipeline_refuses_to_be_pickled_or_copied_and_says_to_detach_first(copy_it):
+    pipe = build_pipeline("sd")
+    attachment = attach(pipe)
+    with pytest.raises(InvalidArgumentError, match=r"StableDiffusionPipeline has ddo_hooks attached.*detach\(\)"):
+        copy_it(pipe)
+    attachment.detach()
+    copied = pickle.loads(copy_it(pipe)) if copy_it is pickle.dumps else copy_it(pipe)
+    assert type(copied) is type(pipe)  # detached, it copies as it did before attach

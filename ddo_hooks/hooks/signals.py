@@ -188,7 +188,17 @@ def _signalling_class(cls: type) -> type:
                     return original(self, *args, **kwargs)
                 return signals.run_call(original, self, args, kwargs)
 
-            namespace = {"__call__": __call__, "__module__": cls.__module__, "__qualname__": cls.__qualname__}
+            def __reduce_ex__(self: Any, protocol: Any) -> Any:
+                from ddo_hooks.errors import InvalidArgumentError
+
+                raise InvalidArgumentError(
+                    f"this {cls.__name__} has ddo_hooks attached, and its hooks hold locks and a state machine that "
+                    "cannot be pickled or copied; call detach() on the attachment first (and attach() again in the "
+                    "process that gets the copy)"
+                )
+
+            namespace = {"__call__": __call__, "__module__": cls.__module__, "__qualname__": cls.__qualname__,
+                         "__reduce_ex__": __reduce_ex__}  # fmt: skip
             made = type(cls)(cls.__name__, (cls,), {**namespace, "__doc__": cls.__doc__, "__slots__": ()})
             _CALL_CLASSES[cls], _ORIGINAL_CLASS[made] = made, cls
         return made
