@@ -466,3 +466,42 @@ def test_evict_takes_the_dropped_pages_out_of_the_page_cache_and_the_report_says
         gc.collect()
     assert cached["keep"] > 0  # dropped from the process, still in the page cache
     assert cached["evict"] < cached["keep"]
+
+
+@pytest.mark.parametrize("stray", ["empty", "garbage", "folder", "fifo"])
+def test_a_stray_file_beside_the_weights_file_is_never_read(own_copy, stray):
+    pipe = load(own_copy)
+    held = hold_copies(pipe.text_encoder)
+    path = own_copy / "text_encoder" / "partial.safetensors"  # a cut download, or a folder or FIFO of that name
+    if stray == "folder":
+        path.mkdir()
+    elif stray == "fifo":
+        os.mkfifo(path)  # opening it would wait for a writer
+    else:
+        path.write_bytes(b"" if stray == "empty" else b"\x07not safetensors")
+    with attach(pipe, HookPolicy.from_mapping(STABLE)) as attachment:
+        pipe(**call_kwargs("sd"))
+        pipe(**call_kwargs("sd", seed=1))
+    first, second = [r.release.components[0] for r in attachment.reports]
+    assert (first.outcome, first.replaced_bytes) == ("released", held)
+    assert second.outcome == "released"
+
+
+def test_a_weights_file_that_cannot_be_read_is_named_once_and_never_fails_a_call(own_copy, monkeypatch):
+    from ddo_hooks.release import file_views
+
+    pipe = load(own_copy)
+    hold_copies(pipe.text_encoder)  # copies in memory: the pipeline does not read the file any more
+    (weights,) = (own_copy / "text_encoder").glob("*.safetensors")
+    weights.write_bytes(b"\x07cut off")  # a download cut short put in its place
+    loads = []
+    load_one = file_views._load
+    monkeypatch.setattr(file_views, "_load", lambda path: loads.append(path) or load_one(path))
+    with attach(pipe, HookPolicy.from_mapping(STABLE)) as attachment:
+        images = [pipe(**call_kwargs("sd", seed=n)).images for n in range(2)]
+    assert len(images) == 2
+    assert loads == [str(weights)]  # read once, then remembered
+    for report in attachment.reports:
+        (component,) = report.release.components
+        assert (component.outcome, component.reason) == ("left", "not_file_backed")
+        assert f"{weights} cannot be read as a safetensors file" in component.detail

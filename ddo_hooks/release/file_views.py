@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import glob
 import os
+import stat
 import weakref
 from collections.abc import MutableMapping
 from dataclasses import dataclass, field
@@ -158,15 +159,60 @@ def _folder(module: torch.nn.Module) -> str | None:
     return path if isinstance(path, str) and os.path.isdir(path) else None
 
 
+_STANDARD = ("diffusion_pytorch_model.safetensors", "model.safetensors")
+"""The single weights files diffusers and transformers save."""
+
+
 def _weights_files(name: str, module: torch.nn.Module, total: int) -> tuple[str, list[str]]:
-    """The folder ``module`` was loaded from and its ``*.safetensors`` files; raises :class:`Unbound` without."""
+    """The folder ``module`` was loaded from and the files its weights come from; raises :class:`Unbound` without.
+
+    Those its index (``*.safetensors.index.json``) names; else the standard single file; else each
+    regular ``*.safetensors`` file. A stray file (a cut download, a folder or a FIFO of that name)
+    is never read.
+    """
     folder = _folder(module)
-    paths = [] if folder is None else sorted(glob.glob(os.path.join(glob.escape(folder), "*.safetensors")))
+    paths = [] if folder is None else _named_files(name, folder)
     if not paths or folder is None:
         where = "no folder" if folder is None else f"no *.safetensors file in {folder}"
         detail = f"{name}'s weights ({total} bytes) are not views of weights files, and its name_or_path names {where}"
         raise Unbound("not_file_backed", detail + " (built in memory, or loaded from elsewhere)")
     return folder, paths
+
+
+def _named_files(name: str, folder: str) -> list[str]:
+    import json
+
+    indexes = sorted(glob.glob(os.path.join(glob.escape(folder), "*.safetensors.index.json")))
+    if indexes:
+        try:
+            with open(indexes[0], encoding="utf-8") as file:
+                shards = sorted(set(json.load(file)["weight_map"].values()))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+            raise Unbound("not_file_backed", f"{name}'s index {indexes[0]} cannot be read ({e})") from None
+        return [os.path.join(folder, shard) for shard in shards if isinstance(shard, str)]
+    standard = [os.path.join(folder, file) for file in _STANDARD if os.path.isfile(os.path.join(folder, file))]
+    found = standard or sorted(glob.glob(os.path.join(glob.escape(folder), "*.safetensors")))
+    return [path for path in found if _regular(path)]
+
+
+def _regular(path: str) -> bool:
+    """Whether ``path`` is a regular file now (looked at each time: a file can be replaced by a FIFO)."""
+    try:
+        return stat.S_ISREG(os.stat(path).st_mode)
+    except OSError:
+        return False
+
+
+def _load(path: str) -> dict[str, torch.Tensor]:
+    """A weights file's tensors, as views of a private mapping; a file that cannot be read is named in an Unbound."""
+    import safetensors.torch
+
+    if not _regular(path):
+        raise Unbound("not_file_backed", f"{path} is not a regular file; it is not read")
+    try:
+        return safetensors.torch.load_file(path)
+    except Exception as e:  # SafetensorError, OSError: a cut download, a file being written
+        raise Unbound("not_file_backed", f"{path} cannot be read as a safetensors file ({e})".splitlines()[0]) from None
 
 
 def _same_bytes(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -181,9 +227,7 @@ def _views(
     Raises:
         Unbound: A parameter is not in the files as such, or its copy differs.
     """
-    import safetensors.torch
-
-    files = {path: safetensors.torch.load_file(path) for path in paths}  # views of private mappings: nothing read
+    files = {path: _load(path) for path in paths}  # views of private mappings: nothing read yet
     views, read = {}, set()
     for weight in copies:
         held = weight.holder
