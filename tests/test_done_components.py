@@ -505,3 +505,22 @@ def test_a_weights_file_that_cannot_be_read_is_named_once_and_never_fails_a_call
         (component,) = report.release.components
         assert (component.outcome, component.reason) == ("left", "not_file_backed")
         assert f"{weights} cannot be read as a safetensors file" in component.detail
+
+
+@pytest.mark.parametrize("how", ["deleted", "replaced"])
+def test_a_view_of_a_file_deleted_or_replaced_since_the_load_is_still_given_back_and_says_so(own_copy, how):
+    plain = load(own_copy)(**call_kwargs("sd")).images
+    pipe = load(own_copy)
+    (path,) = (own_copy / "text_encoder").glob("*.safetensors")
+    if how == "deleted":
+        path.unlink()
+    else:
+        shutil.copy(path, own_copy / "new.safetensors")
+        os.replace(own_copy / "new.safetensors", path)  # as a new download over the old one
+    with attach(pipe, HookPolicy.from_mapping(GIVE_BACK)) as attachment:
+        got = [pipe(**call_kwargs("sd")).images for _ in range(2)]
+    assert all(torch.equal(image, plain) for image in got)  # the old file's pages came back
+    for report in attachment.reports:
+        (component,) = report.release.components
+        assert (component.outcome, component.reason) == ("released", None)
+        assert "its weights file was deleted or replaced since it was loaded" in component.detail

@@ -319,6 +319,10 @@ def give_back_file_pages(
     kept = f"; {other_bytes} bytes are not file views and stay" if other_bytes else ""
     if evict:
         kept += "; their file ranges were evicted from the page cache"
+    if any((m := at(start, end - start)) is not None and m.deleted for start, end in in_files):
+        kept += (
+            "; its weights file was deleted or replaced since it was loaded (the pages come back from the file it read)"
+        )
     if replaced_bytes:
         kept += f"; {replaced_bytes} bytes of copies of them were freed first"
     return ComponentPages(
