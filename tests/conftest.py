@@ -57,3 +57,16 @@ def fake() -> Iterator[FakeHostAllocator]:
     """The allocator seam's fake installed for the test (8 MiB cached, 1 MiB live); a module may override it."""
     with use_backend(FakeHostAllocator(cached_bytes=8 * MiB, live_bytes=MiB)) as installed:
         yield installed
+
+
+@pytest.fixture(scope="session")
+def saved(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The tiny SD and Flux pipelines, saved once per session (tests that change files copy them first)."""
+    from ddo_hooks.testing.tiny_pipelines import build_pipeline
+
+    folders = {}
+    for family in ("sd", "flux"):
+        folder = tmp_path_factory.mktemp(family)
+        build_pipeline(family).save_pretrained(folder)
+        folders[family] = folder
+    return folders

@@ -43,17 +43,6 @@ STABLE = {**GIVE_BACK, "boundaries": {**GIVE_BACK["boundaries"], "before_transfo
 """GIVE_BACK, with the files declared stable: copies equal to them are freed."""
 
 
-@pytest.fixture(scope="module")
-def saved(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """The tiny SD and Flux pipelines, saved once."""
-    folders = {}
-    for family in ("sd", "flux"):
-        folder = tmp_path_factory.mktemp(family)
-        build_pipeline(family).save_pretrained(folder)
-        folders[family] = folder
-    return folders
-
-
 def load(folder: Path) -> DiffusionPipeline:
     pipe = DiffusionPipeline.from_pretrained(folder)
     pipe.set_progress_bar_config(disable=True)

@@ -35,16 +35,6 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="fi
 KEPT = {"flux": ["transformer", "vae"], "sd": ["unet", "vae"]}
 
 
-@pytest.fixture(scope="module")
-def saved(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    folders = {}
-    for family in ("sd", "flux"):
-        folder = tmp_path_factory.mktemp(family)
-        build_pipeline(family).save_pretrained(folder)
-        folders[family] = folder
-    return folders
-
-
 @pytest.fixture
 def fake() -> Any:
     with use_backend(FakeHostAllocator(cached_bytes=0, live_bytes=0)) as backend:
