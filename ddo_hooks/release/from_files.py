@@ -210,6 +210,7 @@ def _register(
     restore = _switch(component, views)
     pinned = _Pinned("register", restore)
     pinned.finalizer = weakref.finalize(module, _unregister, backend, done, list(maps.values()))
+    pinned.finalizer.atexit = False  # at exit the process's registrations go with it
     total = sum(end - start for start, end in runs)
     files = ", ".join(sorted(os.path.basename(p) for p in maps))
     return pinned, total, f"{len(views)} weights registered in place in {files}: {total:,} bytes, no copy"
