@@ -55,7 +55,16 @@ from ddo_hooks.reports.pages import ComponentPages, PagesReason
 if TYPE_CHECKING:
     from ddo_hooks.reports.repack import PinnedCopyRepackReport
 
-__all__ = ["REBOUND", "Rebound", "Unbound", "copy_back", "give_back", "rebind_to_files", "stage_again"]
+__all__ = [
+    "REBOUND",
+    "Rebound",
+    "Unbound",
+    "check_unchanged",
+    "copy_back",
+    "give_back",
+    "rebind_to_files",
+    "stage_again",
+]
 
 FileIdentity = tuple[int, int, int, int]
 """A file's device, inode, size and modification time (ns): what changes when it is rewritten or replaced."""
