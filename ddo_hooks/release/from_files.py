@@ -41,7 +41,7 @@ import time
 import warnings
 import weakref
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import torch
@@ -71,8 +71,8 @@ class _Pinned:
     """Each storage moved, and the view it was before."""
     finalizer: weakref.finalize | None = None
     """``register``: unregisters the ranges (when the component is collected, or at :func:`unpin_from_files`)."""
-    keep: list[Any] = field(default_factory=list)
-    """``stage``: the slabs."""
+    slabs: tuple[int, ...] = ()
+    """``stage``: the slabs' sizes."""
 
 
 _PINNED: weakref.WeakKeyDictionary[torch.nn.Module, _Pinned] = weakref.WeakKeyDictionary()
@@ -159,22 +159,12 @@ def _files(located: list[_Located]) -> Iterator[dict[str, int]]:
 
 
 def _switch(component: Component, targets: list[torch.Tensor]) -> list[tuple[Stored, torch.Tensor]]:
-    """Point each storage's copies and weights at its target (cannot fail halfway); what each was."""
-    before = []
-    for entry, target in zip(component.stored, targets, strict=True):
-        before.append((entry, entry.tensor))
-        _point(entry, target)
-    REPACKED.update(component.groups)
+    """Point each storage at its target (cannot fail halfway); what each was, for :func:`unpin_from_files`."""
+    from ddo_hooks.release.repack import switch
+
+    before = [(entry, entry.tensor) for entry in component.stored]
+    switch(component, targets)
     return before
-
-
-def _point(entry: Stored, target: torch.Tensor) -> None:
-    from ddo_hooks._compat import diffusers as diffusers_compat
-
-    for copy in entry.copies:
-        diffusers_compat.set_group_cpu_source(copy.group, copy.key, target)
-    for weight in entry.weights:
-        weight.data = target
 
 
 def _register(
@@ -226,26 +216,21 @@ def _stage(
     name: str, module: torch.nn.Module, component: Component, located: list[_Located]
 ) -> tuple[_Pinned, int, str]:
     """Copy the weights into exact-size slabs, one slab at a time, dropping each copied range's pages."""
-    backend = _allocator.backend()
+    from ddo_hooks.release.repack import pin_slabs
+
     plan = plan_slabs([entry.nbytes for entry in component.stored])
-    slabs: list[torch.Tensor] = []
-    targets: list[torch.Tensor] = [torch.empty(0)] * len(component.stored)
     with _files(located) as opened:
         try:
-            for number, slab in enumerate(plan.slabs):
-                slabs.append(backend.pinned_empty(slab.size))
-                for index, offset in slab.placements:
-                    source = component.stored[index].tensor
-                    target = torch.empty(0, dtype=source.dtype)
-                    target.set_(slabs[number].untyped_storage(), offset // source.element_size(), source.size(),
-                                source.stride())  # fmt: skip
-                    targets[index] = target.copy_(source)
-                    _drop_pages(source, located[index], opened)
+            targets = pin_slabs(
+                plan,
+                component.stored,
+                lambda index: _drop_pages(component.stored[index].tensor, located[index], opened),
+            )
         except RuntimeError as e:  # out of pinned memory: nothing has changed (the dropped pages come back on use)
             raise refuse("pin_failed", f"pinning {name}'s slabs failed: {e}".splitlines()[0]) from e
     restore = _switch(component, targets)
-    detail = f"{len(targets)} weights staged into {len(slabs)} slabs, each file page dropped once copied"
-    return _Pinned("stage", restore, keep=slabs), plan.capacity, detail
+    detail = f"{len(targets)} weights staged into {len(plan.slabs)} slabs, each file page dropped once copied"
+    return _Pinned("stage", restore, slabs=tuple(slab.size for slab in plan.slabs)), plan.capacity, detail
 
 
 def _drop_pages(source: torch.Tensor, where: _Located, opened: dict[str, int]) -> None:
@@ -272,7 +257,6 @@ def _one(name: str, module: torch.nn.Module, mode: FromFilesMode, others: set[in
 
         return _left_as_it_was(name, left, started)
     _PINNED[module] = pinned
-    slabs = tuple(t.untyped_storage().nbytes() for t in pinned.keep)
     return ComponentRepack(
         component=name,
         status="registered" if mode == "register" else "repacked",
@@ -283,7 +267,7 @@ def _one(name: str, module: torch.nn.Module, mode: FromFilesMode, others: set[in
         tensor_bytes=sum(entry.nbytes for entry in component.stored),
         pinned_bytes_before=0,
         pinned_bytes_after=owned,
-        slabs=slabs,
+        slabs=pinned.slabs,
         seconds=time.perf_counter() - started,
     )
 
@@ -337,7 +321,7 @@ def unpin_from_files(pipeline: Any) -> None:
         if pinned is None:
             continue
         for entry, view in pinned.restore:
-            _point(entry, view)
+            entry.point(view)
             REPACKED.difference_update({copy.group for copy in entry.copies})
         if pinned.finalizer is not None:
             pinned.finalizer()

@@ -62,6 +62,15 @@ class Stored:
         """The tensor's bytes."""
         return self.tensor.numel() * self.tensor.element_size()
 
+    def point(self, target: torch.Tensor) -> None:
+        """Point its copies (their groups' CPU sources) and its offloaded weights at ``target``."""
+        from ddo_hooks._compat import diffusers as diffusers_compat
+
+        for copy in self.copies:
+            diffusers_compat.set_group_cpu_source(copy.group, copy.key, target)
+        for weight in self.weights:
+            weight.data = target
+
 
 def by_storage(copies: list[Copy]) -> dict[int, Stored]:
     """The copies by storage (its address), in order."""

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, Literal
 
 import torch
@@ -61,31 +61,30 @@ from ddo_hooks.reports.repack import (
 __all__ = ["repack_pinned_copies", "stage_pinned_copies"]
 
 
-def _pin_slabs(plan: SlabPlan, stored: list[Stored]) -> list[torch.Tensor]:
-    """Pin the slabs and put each storage's bytes in its place; return each one's new tensor, in order."""
+def pin_slabs(plan: SlabPlan, stored: list[Stored], copied: Callable[[int], None] | None = None) -> list[torch.Tensor]:
+    """Pin the slabs one by one and put each storage's bytes in its place; return each one's new tensor, in order.
+
+    ``copied(index)`` runs once storage ``index`` is copied (staging from the files drops its pages there).
+    Nothing is switched over: a pin that fails leaves every storage as it was.
+    """
     backend = _allocator.backend()
-    slabs = [backend.pinned_empty(slab.size) for slab in plan.slabs]
-    where = plan.placement()
-    moved = []
-    for index, entry in enumerate(stored):
-        number, offset = where[index]
-        source = entry.tensor
-        target = torch.empty(0, dtype=source.dtype)
-        target.set_(slabs[number].untyped_storage(), offset // source.element_size(), source.size(), source.stride())
-        target.copy_(source)
-        moved.append(target)
+    moved = [torch.empty(0)] * len(stored)
+    for slab in plan.slabs:
+        pinned = backend.pinned_empty(slab.size).untyped_storage()
+        for index, offset in slab.placements:
+            source = stored[index].tensor
+            target = torch.empty(0, dtype=source.dtype)
+            target.set_(pinned, offset // source.element_size(), source.size(), source.stride())
+            moved[index] = target.copy_(source)
+            if copied is not None:
+                copied(index)
     return moved
 
 
-def _switch(component: Component, moved: list[torch.Tensor]) -> None:
+def switch(component: Component, moved: list[torch.Tensor]) -> None:
     """Point each group and each offloaded weight at its copy's place in a slab (cannot fail halfway)."""
-    from ddo_hooks._compat import diffusers as diffusers_compat
-
     for entry, target in zip(component.stored, moved, strict=True):
-        for copy in entry.copies:
-            diffusers_compat.set_group_cpu_source(copy.group, copy.key, target)
-        for weight in entry.weights:
-            weight.data = target
+        entry.point(target)
     REPACKED.update(component.groups)
 
 
@@ -117,13 +116,13 @@ def _repack_one(name: str, module: torch.nn.Module, staging: bool = False) -> Co
             what = f"slabs for {name}'s copies would own {plan.capacity:,} bytes, no less than now ({plan.rounded:,})"
             raise skip("no_gain", what).found(component.groups, copies)
         try:
-            moved = _pin_slabs(plan, component.stored)
+            moved = pin_slabs(plan, component.stored)
         except RuntimeError as e:  # out of pinned memory: nothing has changed
             what = f"pinning {len(plan.slabs)} slabs ({plan.capacity:,} bytes) for {name} failed: {e}"
             raise refuse("pin_failed", what.splitlines()[0]).found(component.groups, copies) from e
     except Left as left:
         return _left_as_it_was(name, left, started)
-    _switch(component, moved)
+    switch(component, moved)
     what = "sources of {} staged" if staging else "pinned copies of {} moved"
     return ComponentRepack(
         component=name,
