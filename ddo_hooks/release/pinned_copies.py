@@ -63,13 +63,16 @@ class Stored:
         return self.tensor.numel() * self.tensor.element_size()
 
     def point(self, target: torch.Tensor) -> None:
-        """Point its copies (their groups' CPU sources) and its offloaded weights at ``target``."""
+        """Point its copies (their groups' CPU sources) and its offloaded weights at ``target``, and hold that
+        instead (nothing here keeps the old storage alive)."""
         from ddo_hooks._compat import diffusers as diffusers_compat
 
         for copy in self.copies:
             diffusers_compat.set_group_cpu_source(copy.group, copy.key, target)
+            copy.tensor = target
         for weight in self.weights:
             weight.data = target
+        self.tensor = target
 
 
 def by_storage(copies: list[Copy]) -> dict[int, Stored]:

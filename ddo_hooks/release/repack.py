@@ -8,11 +8,15 @@ sizes are already powers of two (:mod:`ddo_hooks.release.slabs`), points each gr
 offloaded weight at its place in a slab, and releases the old blocks: the copies then own what
 they need, plus the slabs' tails.
 
-A component is repacked whole or not at all. Before anything changes, every copy of every group
-is checked; the slabs are pinned and filled; only then are the groups switched over, which
-cannot fail halfway. A component that cannot be repacked safely is left exactly as it was, and
-the report says why (:data:`~ddo_hooks.reports.repack.RepackReason`). Repacking does not change
-a value: the copies are the same bytes, so outputs are bitwise equal.
+Before anything changes, every copy of every group is checked: a component that cannot be
+repacked safely is left exactly as it was, and the report says why
+(:data:`~ddo_hooks.reports.repack.RepackReason`). Then it moves a slab at a time (slabs of at
+most :data:`REPACK_SLAB_BYTES`): a slab is pinned and filled, its copies' groups and weights are
+switched over to it, and their rounded blocks are released before the next slab is pinned, so that
+the repack never holds more than one slab beside the copies it has not moved yet. A pin that fails
+at the first slab leaves the component as it was; a later one leaves the moved copies in their
+slabs and the rest in their rounded blocks, and says so. Repacking does not change a value: the
+copies are the same bytes, so outputs are bitwise equal.
 
 Examples:
     On a machine without CUDA nothing is pinned, so there is nothing to repack:
@@ -48,7 +52,7 @@ from ddo_hooks.release.pinned_copies import (
     refuse,
     skip,
 )
-from ddo_hooks.release.slabs import SlabPlan, plan_slabs, rounded_size
+from ddo_hooks.release.slabs import Slab, SlabPlan, plan_slabs, rounded_size
 from ddo_hooks.reports.base import HostObservation
 from ddo_hooks.reports.release import AllocatorSnapshot, HostCacheRelease, owned_delta
 from ddo_hooks.reports.repack import (
@@ -58,27 +62,40 @@ from ddo_hooks.reports.repack import (
     PinnedCopyRepackSetup,
 )
 
-__all__ = ["repack_pinned_copies", "stage_pinned_copies"]
+__all__ = ["REPACK_SLAB_BYTES", "repack_pinned_copies", "stage_pinned_copies"]
+
+
+REPACK_SLAB_BYTES = 512 * 1024**2
+"""The largest slab a repack pins: what it may hold beside the rounded copies it has not moved yet."""
+
+
+def pin_slab(slab: Slab, stored: list[Stored], copied: Callable[[int], None] | None = None) -> dict[int, torch.Tensor]:
+    """Pin one slab and put the bytes of each storage placed in it in its place; each one's new tensor, by index.
+
+    ``copied(index)`` runs once storage ``index`` is copied (staging from the files drops its pages there).
+    Nothing is switched over.
+    """
+    pinned = _allocator.backend().pinned_empty(slab.size).untyped_storage()
+    moved = {}
+    for index, offset in slab.placements:
+        source = stored[index].tensor
+        target = torch.empty(0, dtype=source.dtype)
+        target.set_(pinned, offset // source.element_size(), source.size(), source.stride())
+        moved[index] = target.copy_(source)
+        if copied is not None:
+            copied(index)
+    return moved
 
 
 def pin_slabs(plan: SlabPlan, stored: list[Stored], copied: Callable[[int], None] | None = None) -> list[torch.Tensor]:
-    """Pin the slabs one by one and put each storage's bytes in its place; return each one's new tensor, in order.
+    """Pin every slab of ``plan`` (:func:`pin_slab`); each storage's new tensor, in order.
 
-    ``copied(index)`` runs once storage ``index`` is copied (staging from the files drops its pages there).
     Nothing is switched over: a pin that fails leaves every storage as it was.
     """
-    backend = _allocator.backend()
-    moved = [torch.empty(0)] * len(stored)
+    moved: dict[int, torch.Tensor] = {}
     for slab in plan.slabs:
-        pinned = backend.pinned_empty(slab.size).untyped_storage()
-        for index, offset in slab.placements:
-            source = stored[index].tensor
-            target = torch.empty(0, dtype=source.dtype)
-            target.set_(pinned, offset // source.element_size(), source.size(), source.stride())
-            moved[index] = target.copy_(source)
-            if copied is not None:
-                copied(index)
-    return moved
+        moved.update(pin_slab(slab, stored, copied))
+    return [moved[index] for index in range(len(stored))]
 
 
 def switch(component: Component, moved: list[torch.Tensor]) -> None:
@@ -106,35 +123,54 @@ def _left_as_it_was(name: str, left: Left, started: float) -> ComponentRepack:
     )
 
 
-def _repack_one(name: str, module: torch.nn.Module, staging: bool = False) -> ComponentRepack:
+def _repack_one(
+    name: str, module: torch.nn.Module, staging: bool = False, moved_slab: Callable[[], None] | None = None
+) -> ComponentRepack:
+    """Repack (or stage) one component a slab at a time; ``moved_slab()`` runs after each slab's switch-over."""
     started = time.perf_counter()
     try:
         component = inspect_component(name, module, staging=staging)
         copies = [copy for entry in component.stored for copy in entry.copies]
-        plan = plan_slabs([entry.nbytes for entry in component.stored])
+        plan = plan_slabs([entry.nbytes for entry in component.stored], max_slab=REPACK_SLAB_BYTES)
         if plan.capacity >= plan.rounded and not staging:
             what = f"slabs for {name}'s copies would own {plan.capacity:,} bytes, no less than now ({plan.rounded:,})"
             raise skip("no_gain", what).found(component.groups, copies)
-        try:
-            moved = pin_slabs(plan, component.stored)
-        except RuntimeError as e:  # out of pinned memory: nothing has changed
-            what = f"pinning {len(plan.slabs)} slabs ({plan.capacity:,} bytes) for {name} failed: {e}"
-            raise refuse("pin_failed", what.splitlines()[0]).found(component.groups, copies) from e
     except Left as left:
         return _left_as_it_was(name, left, started)
-    switch(component, moved)
+    done: list[Slab] = []
+    failed = ""
+    for slab in plan.slabs:
+        try:
+            moved = pin_slab(slab, component.stored)
+        except RuntimeError as e:  # out of pinned memory: what is not moved yet stays as it was
+            failed = f"pinning a slab of {slab.size:,} bytes for {name} failed: {e}".splitlines()[0]
+            if not done:
+                return _left_as_it_was(name, refuse("pin_failed", failed).found(component.groups, copies), started)
+            break
+        for index, target in moved.items():
+            component.stored[index].point(target)
+        done.append(slab)
+        if moved_slab is not None:
+            moved_slab()
+    REPACKED.update(component.groups)
+    placed = {index for slab in done for index, _ in slab.placements}
+    left = [entry.nbytes for index, entry in enumerate(component.stored) if index not in placed and entry.nbytes]
     what = "sources of {} staged" if staging else "pinned copies of {} moved"
+    detail = f"{len(placed)} {what.format(name)} into {len(done)} slabs"
+    if failed:
+        kept = "stay unpinned views of its files" if staging else "keep their rounded blocks"
+        detail += f" of {len(plan.slabs)}; {failed}: the other {len(left)} {kept}"
     return ComponentRepack(
         component=name,
         status="repacked",
         reason=None,
-        detail=f"{len(component.stored)} {what.format(name)} into {len(plan.slabs)} slabs",
+        detail=detail,
         groups=len(component.groups),
         tensors=len(component.stored),
         tensor_bytes=plan.needed,
         pinned_bytes_before=0 if staging else plan.rounded,
-        pinned_bytes_after=plan.capacity,
-        slabs=tuple(slab.size for slab in plan.slabs),
+        pinned_bytes_after=sum(slab.size for slab in done) + (0 if staging else sum(map(rounded_size, left))),
+        slabs=tuple(slab.size for slab in done),
         seconds=time.perf_counter() - started,
     )
 
@@ -173,13 +209,14 @@ def repack_pinned_copies(
 
     Call it once the pipeline is offloaded (``enable_group_offload(..., use_stream=True)`` with
     ``low_cpu_mem_usage=False``) and before its first call, or between calls; :func:`~ddo_hooks.attach`
-    does it by default (the policy's ``pinned_copies.repack``). Each component is repacked whole
-    or left exactly as it was, with its reason in the report.
+    does it by default (the policy's ``pinned_copies.repack``). A component that cannot be repacked
+    safely is left exactly as it was, with its reason in the report; the others move a slab at a time,
+    each slab's rounded blocks released before the next is pinned.
 
     Args:
         target: A diffusers pipeline (its model components are repacked) or one torch module.
         components: The pipeline's components to repack (default: every model component).
-        release: Release the rounded blocks after each component (through
+        release: Release the rounded blocks after each slab's switch-over (through
             :func:`~ddo_hooks.release_pytorch_host_cache`, which refuses beside another
             pipeline's call); ``False`` leaves them cached for the next boundary's release.
         device: The CUDA device whose transfers each release waits for.
@@ -243,15 +280,20 @@ def _repack(
     results: list[ComponentRepack] = []
     releases: list[HostCacheRelease] = []
     refused: str | None = None
+
+    def moved_slab() -> None:  # the slab's rounded blocks are free now: give them back before the next slab
+        nonlocal refused
+        if refused is not None:
+            return
+        try:
+            report = release_pytorch_host_cache(enabled=True, phase=phase, device=device, collect="young")
+        except BoundaryRefusedError as e:
+            refused = f"{e} (the rounded blocks stay cached until the next boundary's release)"
+        else:
+            releases.append(report.release)
+
     for name, module in chosen:
-        results.append(_repack_one(name, module, staging))
-        if results[-1].status == "repacked" and release and refused is None:
-            try:
-                report = release_pytorch_host_cache(enabled=True, phase=phase, device=device, collect="young")
-            except BoundaryRefusedError as e:
-                refused = f"{e} (the rounded blocks stay cached until the next boundary's release)"
-            else:
-                releases.append(report.release)
+        results.append(_repack_one(name, module, staging, moved_slab if release else None))
     return _report(phase, results, started, before=before, host_before=host_before, releases=releases, refused=refused)
 
 

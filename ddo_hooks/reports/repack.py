@@ -111,8 +111,9 @@ class ComponentRepack(ReportModel):
     pinned_bytes_before: Bytes
     """What the copies owned before: each rounded up to a power of two by the allocator."""
     pinned_bytes_after: Bytes
-    """What they own after: the slabs' bytes when repacked, the registered pages' when registered, else the same
-    as before."""
+    """What they own after: the slabs' bytes when repacked (plus the rounded blocks of the copies that stayed where
+    they were when a pin failed after the first slab), the registered pages' when registered, else the same as
+    before."""
     slabs: Annotated[tuple[Bytes, ...], Strict(False)]
     """The slabs' sizes (powers of two); empty unless repacked."""
     seconds: Seconds
@@ -129,8 +130,12 @@ class ComponentRepack(ReportModel):
         if self.status == "repacked":
             if not self.slabs or any(size & (size - 1) for size in self.slabs):
                 raise ValueError("a repacked component has slabs, each a power of two in size")
-            if self.pinned_bytes_after != sum(self.slabs):
-                raise ValueError(f"pinned_bytes_after must be the slabs' sum, {sum(self.slabs)}")
+            low, high = sum(self.slabs), sum(self.slabs) + self.pinned_bytes_before
+            if not low <= self.pinned_bytes_after <= high:
+                raise ValueError(
+                    f"pinned_bytes_after must be the slabs' sum, plus the rounded blocks of copies a failed pin left "
+                    f"where they were ({low} to {high})"
+                )
             if self.pinned_bytes_after < self.tensor_bytes:
                 raise ValueError("the slabs cannot hold fewer bytes than the copies need")
         elif self.status == "registered":

@@ -62,6 +62,8 @@ class FakeHostAllocator:
         pinned_total: Bytes pinned since the "process" started (the owned counter's ``allocated``).
         pin_micros: Microseconds spent pinning since then (``host_alloc_time.total``).
         pin_counters: Whether the raw stats report those two and ``num_host_alloc`` at all.
+        pin_error: Raised by a pin, once ``pins_before_error`` pins have succeeded.
+        owned_peak: The most pinned bytes owned (live and cached) right after a pin.
     """
 
     calls: list[str] = field(default_factory=list)
@@ -90,6 +92,8 @@ class FakeHostAllocator:
     pin_counters: bool = True
     stats_reads: int = field(default=0, init=False)
     pin_error: Exception | None = None
+    pins_before_error: int = 0  # how many pins succeed before pin_error is raised
+    owned_peak: int = 0  # the most pinned bytes owned (live + cached) right after a pin
     blocks: dict[int, int] = field(default_factory=dict, init=False)  # live pinned blocks: start -> bytes
     registered: dict[int, int] = field(default_factory=dict, init=False)  # registered ranges: start -> bytes
     register_error: Exception | None = None
@@ -183,7 +187,9 @@ class FakeHostAllocator:
         """Pinned memory as the caching host allocator hands it out (owned: ``nbytes`` rounded up to a power of two)."""
         self.calls.append(f"pinned_empty({nbytes})")
         if self.pin_error is not None:
-            raise self.pin_error
+            if self.pins_before_error <= 0:
+                raise self.pin_error
+            self.pins_before_error -= 1
         block = _Block(max(nbytes, 1))
         tensor = torch.frombuffer(block, dtype=torch.uint8, count=nbytes) if nbytes else torch.empty(0)
         start, owned = tensor.untyped_storage().data_ptr(), 1 << max(nbytes - 1, 0).bit_length()
@@ -191,6 +197,7 @@ class FakeHostAllocator:
         self.live_bytes += owned
         self.pinned_total += owned
         self.host_allocs += 1
+        self.owned_peak = max(self.owned_peak, self.live_bytes + self.cached_bytes)
         weakref.finalize(block, self._freed, start, owned)
         return tensor
 
