@@ -20,9 +20,9 @@ from ddo_hooks._compat import diffusers as diffusers_compat
 from ddo_hooks._compat import torch as torch_compat
 from ddo_hooks.errors import InvalidArgumentError
 from ddo_hooks.release import guard
+from ddo_hooks.release import repack as repack_module
 from ddo_hooks.release.allocator import use_backend
 from ddo_hooks.release.pinned_copies import Left, inspect_component
-from ddo_hooks.release import repack as repack_module
 from ddo_hooks.release.repack import repack_pinned_copies
 from ddo_hooks.release.slabs import rounded_size
 from ddo_hooks.testing.tiny_pipelines import build_pipeline, call_kwargs
@@ -228,7 +228,8 @@ def test_a_repack_holds_one_slab_at_a_time_beside_the_copies_it_has_not_moved(fa
     module = small_slabs(fake, monkeypatch)
     before, fake.owned_peak = fake.live_bytes, fake.live_bytes
     (result,) = repack_pinned_copies(module).repack.components
-    assert result.status == "repacked" and len(result.slabs) >= 4
+    assert result.status == "repacked"
+    assert len(result.slabs) >= 4
     # each slab's rounded blocks are given back before the next is pinned: never all the slabs beside them
     assert fake.owned_peak == before + max(result.slabs) < before + sum(result.slabs)
     assert (fake.live_bytes, fake.cached_bytes) == (sum(result.slabs), 0)

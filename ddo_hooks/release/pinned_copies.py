@@ -63,8 +63,10 @@ class Stored:
         return self.tensor.numel() * self.tensor.element_size()
 
     def point(self, target: torch.Tensor) -> None:
-        """Point its copies (their groups' CPU sources) and its offloaded weights at ``target``, and hold that
-        instead (nothing here keeps the old storage alive)."""
+        """Point its copies (their groups' CPU sources) and its offloaded weights at ``target``, and hold it.
+
+        Nothing here keeps the old storage alive.
+        """
         from ddo_hooks._compat import diffusers as diffusers_compat
 
         for copy in self.copies:
