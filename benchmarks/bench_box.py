@@ -45,8 +45,8 @@ RESULT = "bench_box.json"
 GIB = 2**30
 ARMS = ",".join([
     "false/nothing", "true/nothing", "false/delete", "false/diffusers-mm",
-    "false/preset:default", "false/preset:lowest-peak", "false/preset:lowest-latency",
-    "false/preset:lowest-peak+stable", "true/preset:lowest-peak",
+    "false/ddo-auto", "false/ddo-vmm", "false/preset:default", "false/preset:lowest-peak",
+    "false/preset:lowest-latency", "true/preset:default+register", "true/preset:lowest-peak+register",
 ])  # fmt: skip
 
 
@@ -349,6 +349,10 @@ def report(doc: dict[str, Any]) -> None:
             print(f"{label:<36} not run")
             continue
         first = arm["unboxed"][0]
+        errors = [s["error"] for s in first["steps"] if s["event"] == "error"]
+        if errors and not calls(first):
+            print(f"{label:<36} its setup raised: {errors[0]}")
+            continue
         rest = at_rest(first)
         cg, mem = rest.get("cgroup") or {}, rest.get("memory") or {}
         s = arm.get("steady")

@@ -10,8 +10,12 @@ shmem), read at rest.
 Arms (``spec["arm"]``, offloaded at leaf level with streams, ``record_stream=False``, ``low_cpu_mem_usage`` from
 ``spec["lcmu"]``): ``nothing``; ``delete`` (after the first call the prompt is encoded, the text encoders deleted
 and the caches emptied; later calls pass those embeddings); ``diffusers-mm`` (its ``managed`` offloading; a call
-that raises ends the arm); ``preset:<name>`` (``<name>+stable``: with ``stable_files: true``); ``policy:<json>``
-(any policy mapping).
+that raises ends the arm); ``ddo-auto`` (DDO 0.1.0rc2's ``enable_pipeline_offload(pipe, preset="auto")``, no group
+offloading of ours); ``ddo-vmm`` (DDO's native VMM route for the transformer: its PyTorch allocator installed
+before CUDA starts, the transformer loaded by ``from_pretrained_with_dynamic_offload`` with
+``execution_mode="vmm_fast_runtime"``, the other components by ``enable_pipeline_offload``); ``preset:<name>``
+(``<name>+stable``: with ``stable_files: true``; ``+register`` / ``+stage``: ``pinned_copies.from_files``);
+``policy:<json>`` (any policy mapping). A setup that raises is recorded (``error``, stage ``setup``) and ends the arm.
 """
 
 from __future__ import annotations
@@ -58,6 +62,8 @@ def build(spec: dict[str, Any]) -> tuple[Any, Any]:
     arm = spec["arm"]
     if arm == "diffusers-mm":
         return done_workload._mm(spec), None
+    if arm in ("ddo-auto", "ddo-vmm"):
+        return _ddo(spec, vmm=arm == "ddo-vmm"), None
     pipe = floor.load(spec)
     if arm.startswith("preset:"):
         return pipe, floor.attach_preset(pipe, arm.split(":", 1)[1], True)
@@ -68,6 +74,38 @@ def build(spec: dict[str, Any]) -> tuple[Any, Any]:
     if arm not in ("nothing", "delete"):
         raise SystemExit(f"unknown arm {arm!r}")
     return pipe, None
+
+
+def _ddo(spec: dict[str, Any], *, vmm: bool) -> Any:
+    """The pipeline offloaded by DDO 0.1.0rc2 alone: its ``auto`` preset, or its VMM route for the transformer."""
+    import diffusers_dynamic_offloader as ddo
+    import torch
+    from diffusers import FluxPipeline, FluxTransformer2DModel
+
+    if spec["family"] != "flux":
+        raise SystemExit("the DDO arms load a FluxPipeline")
+    components: dict[str, Any] = {}
+    if vmm:  # its allocator goes in before CUDA starts (nothing before this point touches CUDA)
+        import ddo_vmm_allocator
+        from ddo_vmm_allocator.torch_allocator import install_pytorch_vmm_allocator
+        from diffusers_dynamic_offloader.dynamic_offload import (
+            DynamicOffloadConfig,
+            from_pretrained_with_dynamic_offload,
+        )
+
+        install_pytorch_vmm_allocator(Path(ddo_vmm_allocator.__file__).parent / "native" / "linux" / "libddo_vmm.so")
+        config = DynamicOffloadConfig(execution_mode="vmm_fast_runtime", vmm_resident_weight_budget_gb=2.0)
+        loaded = from_pretrained_with_dynamic_offload(
+            spec["weights_dir"], model_loader=FluxTransformer2DModel, dynamic_offload_config=config,
+            apply_dynamic=True, subfolder="transformer", torch_dtype=torch.bfloat16,
+        )  # fmt: skip
+        components["transformer"] = loaded.module
+    pipe = FluxPipeline.from_pretrained(spec["weights_dir"], dtype=torch.bfloat16, **components)
+    pipe.set_progress_bar_config(disable=True)
+    others = [name for name, m in pipe.components.items() if isinstance(m, torch.nn.Module) and name not in components]
+    ddo.enable_pipeline_offload(pipe, components=others, preset="auto", execution_device="cuda:0",
+                                low_cpu_mem_usage=spec["lcmu"], use_environment=False)  # fmt: skip
+    return pipe
 
 
 def run(spec: dict[str, Any], progress: Path) -> None:
@@ -83,7 +121,11 @@ def run(spec: dict[str, Any], progress: Path) -> None:
 
         emit("start", pid=os.getpid(), cgroup=str(folder) if folder else None)
         workload._quiet()
-        pipe, attachment = build(spec)
+        try:
+            pipe, attachment = build(spec)
+        except Exception as e:  # a peer's setup that cannot run here: say what it raised, measure nothing
+            emit("error", stage="setup", error=f"{type(e).__name__}: {e}"[:600])
+            raise SystemExit(1) from e
         emit("ready", memory=floor.memory(), cgroup=cgroup_memory(folder))
         pinned = getattr(attachment, "from_files_report", None)
         if pinned is not None:

@@ -105,3 +105,15 @@ def test_the_worker_runs_an_arm_and_leaves_a_line_per_step(tmp_path):
     assert [s["event"] for s in steps] == ["start", "ready", "from_files", "call", "call", "reports", "end"]
     calls = [s for s in steps if s["event"] == "call"]
     assert all(c["memory"]["rss"] > 0 and len(c["digest"]) == 16 for c in calls)
+
+
+def test_a_setup_that_raises_is_recorded_and_ends_the_arm(tmp_path):
+    spec = {"family": "flux", "steps": 2, "height": 64, "width": 64, "seed": 0, "lcmu": False,
+            "weights_dir": str(tmp_path / "missing"), "arm": "ddo-auto", "calls": 2}  # fmt: skip
+    progress = tmp_path / "p.jsonl"
+    command = [sys.executable, "box_workload.py", "arm", "--spec", json.dumps(spec), "--progress", str(progress)]
+    proc = subprocess.run(command, cwd=BENCH, capture_output=True, text=True, timeout=300, check=False)
+    steps = [json.loads(line) for line in progress.read_text().splitlines()]
+    assert (proc.returncode, [s["event"] for s in steps]) == (1, ["start", "error"])
+    assert steps[1]["stage"] == "setup"
+    assert steps[1]["error"].split(":")[0] in ("ModuleNotFoundError", "OSError", "EnvironmentError")
