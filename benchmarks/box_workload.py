@@ -93,7 +93,9 @@ def _ddo(spec: dict[str, Any], *, vmm: bool) -> Any:
             from_pretrained_with_dynamic_offload,
         )
 
-        install_pytorch_vmm_allocator(Path(ddo_vmm_allocator.__file__).parent / "native" / "linux" / "libddo_vmm.so")
+        library = Path(ddo_vmm_allocator.__file__).parent / "native" / "linux" / "libddo_vmm.so"
+        os.environ["DDO_VMM_LIBRARY_PATH"] = str(library)  # DDO's arena loads the same library by this name
+        install_pytorch_vmm_allocator(library)
         config = DynamicOffloadConfig(execution_mode="vmm_fast_runtime", vmm_resident_weight_budget_gb=2.0)
         loaded = from_pretrained_with_dynamic_offload(
             spec["weights_dir"], model_loader=FluxTransformer2DModel, dynamic_offload_config=config,

@@ -1,8 +1,10 @@
 """The box figures of ``bench_box.py``'s checked-in runs: a table for the docs, and box size against call time.
 
-Each arm's row comes from one results file: its smallest box (``memory.max`` in which its calls ran at full
-speed, with the box below it that failed), the unboxed process's ``memory.peak``, what its cgroup held at rest
-(``memory.stat``: anon, file, shmem; file includes shmem), and its steady call (the median of calls 2 to 5).
+Each row is one arm. Its unboxed figures come from the first results file it names: ``memory.peak`` over the
+process's life, what its cgroup held at rest (``memory.stat``: anon, file, shmem; file includes shmem), the steady
+call (each process's median of calls 2 to 5; the median, min and max over that run's interleaved processes) and
+each call's output digest. Its box comes from the boxed trials of every file it names: the smallest
+``memory.max`` in which its calls ran at full speed, and the largest box below it that failed.
 
 Run: ``python benchmarks/plot_box.py --out docs/img/box.png`` (needs matplotlib); ``--table`` prints the
 Markdown rows that ``docs/benchmarks.md`` holds.
@@ -18,43 +20,53 @@ from typing import Any
 
 RESULTS = Path(__file__).resolve().parent / "results"
 GIB = 2**30
+STEP_GIB = 0.25
 ARMS = [
-    ("today", "false/nothing", "nothing"),
-    ("today", "false/preset:default", "`default` (repack)"),
-    ("today", "false/preset:lowest-peak+stable", "`lowest-peak`, stable files"),
-    ("lcmu-true", "true/nothing", "nothing"),
-    ("register", "true/preset:default+register", "`default` + register"),
-    ("register", "true/preset:lowest-peak+register", "`lowest-peak` + register"),
-    ("lcmu-true", "true/preset:lowest-peak+stage", "`lowest-peak` + stage"),
+    (("timing", "today"), "false/nothing", "nothing"),
+    (("today",), "false/preset:default", "`default`, repack of 2026-12-02"),
+    (("peers",), "false/preset:default", "`default`"),
+    (("peers",), "false/preset:lowest-peak", "`lowest-peak`"),
+    (("peers",), "false/delete", "encoders deleted by hand"),
+    (("peers",), "false/diffusers-mm", "diffusers-mm 0.4.0"),
+    (("timing",), "false/ddo-auto", "DDO `auto`"),
+    (("new-setup",), "false/ddo-vmm", "DDO VMM route"),
+    (("lcmu-true",), "true/nothing", "nothing"),
+    (("timing", "new-setup", "register"), "true/preset:default+register", "`default` + register"),
+    (("peers", "register"), "true/preset:lowest-peak+register", "`lowest-peak` + register"),
+    (("lcmu-true",), "true/preset:lowest-peak+stage", "`lowest-peak` + stage"),
 ]
-"""(results file ``bench_box-<name>.json``, arm, label) of each row, in order."""
+"""(results files ``bench_box-<name>.json``, the first for the unboxed figures; arm; label) of each row, in order."""
 
 
-def _steady(trial: dict[str, Any]) -> float:
-    return statistics.median(s["seconds"] for s in trial["steps"] if s["event"] == "call" and s["index"] > 0)
+def _calls(trial: dict[str, Any]) -> list[dict[str, Any]]:
+    return [s for s in trial["steps"] if s["event"] == "call"]
 
 
-def _failed_below(arm: dict[str, Any]) -> float | None:
-    """The largest box that failed its trial, below the smallest that fitted."""
-    box = arm["box_gib"]
-    failed = [t["box_gib"] for t in arm["trials"] if t["verdict"] and (box is None or t["box_gib"] < box)]
-    return max(failed) if failed else None
+def _steady(trial: dict[str, Any]) -> float | None:
+    later = [s["seconds"] for s in _calls(trial) if s["index"] > 0]
+    return statistics.median(later) if later else None
 
 
 def rows(results: Path = RESULTS) -> list[dict[str, Any]]:
     """Each arm's figures, from the checked-in results."""
     found = []
-    for name, arm_name, label in ARMS:
-        doc = json.loads((results / f"bench_box-{name}.json").read_text())
-        arm = doc["arms"][arm_name]
-        first = arm["unboxed"][0]
-        rest = [s for s in first["steps"] if s["event"] == "call"][-1]["cgroup"]
-        complete = arm["box_note"] is not None and "budget" not in arm["box_note"]
+    for names, arm_name, label in ARMS:
+        arms = [json.loads((results / f"bench_box-{name}.json").read_text())["arms"][arm_name] for name in names]
+        unboxed = arms[0]["unboxed"]
+        first = unboxed[0]
+        rest = _calls(first)[-1]["cgroup"]
+        steadies = [v for v in map(_steady, unboxed) if v is not None]
+        trials = [t for arm in arms for t in arm["trials"]]
+        fitted = [t["box_gib"] for t in trials if not t["verdict"]]
+        box = min(fitted) if fitted else None
+        failed = [t["box_gib"] for t in trials if t["verdict"] and (box is None or t["box_gib"] < box)]
         found.append({
-            "label": label, "lcmu": arm_name.startswith("true"), "file": name, "box": arm["box_gib"],
-            "box_complete": complete, "failed_below": _failed_below(arm), "peak": first["memory_peak"] / GIB,
+            "label": label, "lcmu": arm_name.startswith("true"), "file": names[0], "box": box,
+            "failed_below": max(failed) if failed else None, "peak": first["memory_peak"] / GIB,
             "anon": rest["anon"] / GIB, "file_gib": rest["file"] / GIB, "shmem": rest["shmem"] / GIB,
-            "steady": _steady(first), "digests": [s["digest"] for s in first["steps"] if s["event"] == "call"],
+            "steady": statistics.median(steadies) if steadies else None,
+            "spread": (min(steadies), max(steadies), len(steadies)) if steadies else None,
+            "calls": len(_calls(first)), "digests": [s["digest"] for s in _calls(first)],
         })  # fmt: skip
     return found
 
@@ -66,13 +78,19 @@ def table(found: list[dict[str, Any]]) -> list[str]:
         if row["box"] is None:
             box = "not bisected"
         else:
-            box = f"{row['box']:.2f}" if row["box_complete"] else f"at most {row['box']:.2f}"
+            exact = row["failed_below"] is not None and row["box"] - row["failed_below"] <= STEP_GIB + 1e-9
+            box = f"{row['box']:.2f}" if exact else f"at most {row['box']:.2f}"
             if row["failed_below"] is not None:
                 box += f" ({row['failed_below']:.2f} fails)"
+        if row["steady"] is None:
+            call = f"- ({row['calls']} call)"
+        else:
+            low, high, n = row["spread"]
+            call = f"{row['steady']:.2f}" if n == 1 else f"{row['steady']:.2f} ({low:.2f}–{high:.2f}, {n})"
         mode = "True" if row["lcmu"] else "False"
         lines.append(
             f"| {row['label']} | {mode} | {box} | {row['peak']:.2f} | {row['anon']:.2f} | {row['file_gib']:.2f} | "
-            f"{row['shmem']:.2f} | {row['steady']:.2f} |"
+            f"{row['shmem']:.2f} | {call} |"
         )
     return lines
 
@@ -85,10 +103,11 @@ def draw(found: list[dict[str, Any]], out: Path) -> None:
 
     fig, ax = plt.subplots(figsize=(8, 4.5), dpi=110)
     for row in found:
-        if row["box"] is None:
+        if row["box"] is None or row["steady"] is None:
             continue
         color = "#0072b2" if row["lcmu"] else "#d55e00"
-        marker = "o" if row["box_complete"] else "v"
+        exact = row["failed_below"] is not None and row["box"] - row["failed_below"] <= STEP_GIB + 1e-9
+        marker = "o" if exact else "v"
         ax.scatter(row["steady"], row["box"], color=color, marker=marker, s=60, zorder=3)
         if row["failed_below"] is not None:
             ax.plot([row["steady"]] * 2, [row["failed_below"], row["box"]], color=color, lw=1, alpha=0.5)
