@@ -86,7 +86,7 @@ def table(found: list[dict[str, Any]]) -> list[str]:
             call = f"- ({row['calls']} call)"
         else:
             low, high, n = row["spread"]
-            call = f"{row['steady']:.2f}" if n == 1 else f"{row['steady']:.2f} ({low:.2f}–{high:.2f}, {n})"
+            call = f"{row['steady']:.2f}" if n == 1 else f"{row['steady']:.2f} ({low:.2f}\u2013{high:.2f}, {n})"
         mode = "True" if row["lcmu"] else "False"
         lines.append(
             f"| {row['label']} | {mode} | {box} | {row['peak']:.2f} | {row['anon']:.2f} | {row['file_gib']:.2f} | "

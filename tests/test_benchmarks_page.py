@@ -402,7 +402,8 @@ def test_the_box_table_and_its_figures_are_those_of_the_checked_in_results(tmp_p
         in shown
     )
     box_ratio = register["box"] / nothing_f["box"]
-    assert f"fits a box of at most {register['box']:.2f} GiB ({box_ratio:.2f}{TIMES} the {nothing_f['box']:.2f}" in shown
+    boxed = f"fits a box of at most {register['box']:.2f} GiB ({box_ratio:.2f}{TIMES} the {nothing_f['box']:.2f}"
+    assert boxed in shown
     assert f"{register['failed_below']:.2f} thrashed" in shown
     ratio = peak_register["box"] / nothing_f["box"]
     assert f"fits a box of {peak_register['box']:.2f} GiB ({ratio:.2f}{TIMES} the {nothing_f['box']:.2f}" in shown
