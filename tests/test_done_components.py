@@ -155,6 +155,11 @@ def in_files(module: torch.nn.Module) -> bool:
 def rewrite_in_place(folder: Path, component: str) -> None:
     """Overwrite the tensor bytes of ``component``'s weights file where it is, as an in-place edit or a copy does."""
     (path,) = (folder / component).glob("*.safetensors")
+    zero_weights(path)
+
+
+def zero_weights(path: Path) -> None:
+    """Overwrite every tensor byte of the safetensors file ``path`` with 0."""
     with open(path, "r+b") as file:
         header = int.from_bytes(file.read(8), "little")
         file.seek(8 + header)
@@ -201,6 +206,24 @@ def test_with_stable_files_a_rewritten_file_is_caught_before_its_bytes_are_used_
     with pytest.raises(WeightsFileChangedError, match="load the pipeline again"):
         attachment.detach()  # it does not copy the new bytes back as if they were the weights
     assert attachment.detached
+
+
+def test_copies_that_differ_from_a_file_replaced_since_attach_say_so_and_are_kept(own_copy):
+    plain = outputs(load(own_copy), "sd", 1)
+    pipe = load(own_copy)
+    hold_copies(pipe.text_encoder)
+    with attach(pipe, HookPolicy.from_mapping(STABLE)) as attachment:
+        (path,) = (own_copy / "text_encoder").glob("*.safetensors")
+        replacement = path.with_name("new.tmp")
+        shutil.copyfile(path, replacement)
+        zero_weights(replacement)
+        os.replace(replacement, path)  # a new download renamed over the old file
+        got = pipe(**call_kwargs("sd")).images
+    assert torch.equal(got, plain[0])  # its copies, loaded before, are what it runs
+    (component,) = attachment.reports[0].release.components
+    assert (component.outcome, component.reason) == ("left", "file_changed")
+    assert component.detail.startswith(f"text_encoder's {path} was rewritten or replaced since attach")
+    assert not in_files(pipe.text_encoder)
 
 
 def test_with_stable_files_detach_gives_back_copies_so_the_pipeline_no_longer_reads_its_files(own_copy):

@@ -159,6 +159,14 @@ class Attachment:
         other reports when it repacked or refused a component."""
         self.from_files_report: PinnedCopyRepackReport | None = None
         """What the policy's ``pinned_copies.from_files`` did at attach (``None`` when it is ``null``)."""
+        if policy.enabled and any(
+            a.name == RELEASE_DONE_COMPONENTS and a.options.get("stable_files")
+            for boundary in BOUNDARIES
+            for a in policy.boundary(boundary).actions
+        ):  # its copies are compared with the files later: a file changed since now is told from an edit
+            from ddo_hooks.release.file_views import note_files
+
+            note_files(pipeline)
         if policy.enabled and policy.pinned_copies.from_files is not None:
             self.from_files_report = self._pin_from_files(pipeline, policy.pinned_copies.from_files)
         if policy.enabled and policy.pinned_copies.repack:

@@ -62,6 +62,7 @@ __all__ = [
     "check_unchanged",
     "copy_back",
     "give_back",
+    "note_files",
     "rebind_to_files",
     "stage_again",
 ]
@@ -93,6 +94,23 @@ class Rebound:
 REBOUND: weakref.WeakKeyDictionary[torch.nn.Module, Rebound] = weakref.WeakKeyDictionary()
 """The components whose copies :func:`rebind_to_files` replaced by file views (weakly: a dropped one is
 not kept); ``stage_done_components`` stages the pinned ones again, and detach copies every one back."""
+
+
+NOTED: weakref.WeakKeyDictionary[torch.nn.Module, dict[str, FileIdentity | None]] = weakref.WeakKeyDictionary()
+"""Each attached component's weights files with their identity at attach (weakly), so that a copy that differs
+from a file rewritten or replaced since is told from an edit of the copy (``file_changed``, not ``modified``)."""
+
+
+def note_files(pipeline: Any) -> None:
+    """Remember the identity of each model component's weights files now (at attach): one ``stat`` per file."""
+    for module in getattr(pipeline, "components", {}).values():
+        if isinstance(module, torch.nn.Module) and module not in NOTED:
+            folder = _folder(module)
+            try:
+                paths = [] if folder is None else _named_files("", folder)
+            except Unbound:
+                paths = []
+            NOTED[module] = {path: _identity(path) for path in paths}
 
 
 def _identity(path: str) -> FileIdentity | None:
@@ -229,12 +247,15 @@ def _same_bytes(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 
 def _views(
-    name: str, folder: str, paths: list[str], copies: list[_Weight]
+    name: str, folder: str, paths: list[str], copies: list[_Weight], noted: dict[str, FileIdentity | None]
 ) -> tuple[dict[str, torch.Tensor], list[str]]:
     """For each copy the files hold, the file's view equal to it byte for byte, and the files read.
 
+    ``noted``: the files' identities at attach, which tell a file changed since from a copy edited.
+
     Raises:
-        Unbound: A parameter is not in the files as such, or its copy differs.
+        Unbound: A parameter is not in the files as such, or its copy differs (from a file rewritten or
+            replaced since attach: ``file_changed``).
     """
     files = {path: _load(path) for path in paths}  # views of private mappings: nothing read yet
     views, read = {}, set()
@@ -249,6 +270,10 @@ def _views(
             raise Unbound("not_file_backed", detail + " as such (converted to another dtype when loaded, or renamed)")
         equal = next(((p, c) for p, c in candidates if _same_bytes(c, held)), None)
         if equal is None:
+            changed = [p for p, _ in candidates if p in noted and noted[p] != _identity(p)]
+            if changed:
+                detail = f"{name}'s {changed[0]} was rewritten or replaced since attach, and its copy of {weight.name}"
+                raise Unbound("file_changed", detail + " differs from it: it keeps its copies")
             detail = f"{name}'s copy of {weight.name} differs from its weights file in {folder} (a fused LoRA or an "
             raise Unbound("modified", detail + "edit): it keeps its copies")
         read.add(equal[0])
@@ -294,7 +319,7 @@ def rebind_to_files(name: str, module: torch.nn.Module) -> int:
         return 0  # its parameters are file views; a buffer the files do not hold stays as it is
     folder, paths = _weights_files(name, module, sum(w.nbytes for w in copies))
     before = {path: _identity(path) for path in paths}
-    views, read = _views(name, folder, paths, copies)
+    views, read = _views(name, folder, paths, copies, NOTED.get(module, {}))
     files = tuple((path, before[path]) for path in read)
     if any(identity is None or identity != _identity(path) for path, identity in files):
         detail = f"a weights file of {name} in {folder} changed while its copies were compared: it keeps them"

@@ -44,7 +44,7 @@ __all__ = [
     "PagesReason",
 ]
 
-PagesReason = Literal["not_file_backed", "own_copies", "modified", "shared", "unsupported"]
+PagesReason = Literal["not_file_backed", "own_copies", "modified", "file_changed", "shared", "unsupported"]
 """Why a done component was left as it was.
 
 ``not_file_backed``: none of its CPU weights is a view of a weights file, and its copies
@@ -53,7 +53,8 @@ files not found); ``own_copies``: it holds its own copies of weights its files h
 memory, or pinned by group offloading) and keeps them, since the policy does not declare its files
 stable (``stable_files: true``), so that it never comes to depend on them; ``modified``: a page of
 its file views was written, or its copies differ from its files (a fused LoRA, an in-place edit),
-so dropping them would bring back the file's bytes;
+so dropping them would bring back the file's bytes; ``file_changed``: its copies differ from a
+weights file that was rewritten or replaced since attach (the copies are what it loaded);
 ``shared``: another attached pipeline holds it, and its calls would pay for the faults;
 ``unsupported``: not Linux, or ``/proc/self/pagemap`` cannot be read.
 """
