@@ -24,8 +24,13 @@ import json
 import math
 import os
 import stat
+import types
+import typing
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any, Union
+
+from pydantic import BaseModel
 
 from ddo_hooks.errors import DDOError
 
@@ -177,6 +182,54 @@ def did_you_mean(value: object, choices: Sequence[str]) -> str | None:
     return close[0] if close else None
 
 
+def _unwrap(annotation: Any) -> Any:
+    while True:
+        origin = typing.get_origin(annotation)
+        if origin is typing.Annotated:
+            annotation = typing.get_args(annotation)[0]
+        elif origin in (Union, types.UnionType):
+            args = [a for a in typing.get_args(annotation) if a is not type(None)]
+            if len(args) != 1:
+                return annotation
+            annotation = args[0]
+        else:
+            return annotation
+
+
+def type_at(model: type[BaseModel], loc: KeyPath) -> Any:
+    """The annotation (unwrapped of ``Optional`` and ``Annotated``) at ``loc`` inside ``model``, or ``None``."""
+    current: Any = model
+    for part in loc:
+        current = _unwrap(current)
+        origin = typing.get_origin(current)
+        if isinstance(current, type) and issubclass(current, BaseModel):
+            field = current.model_fields.get(part) if isinstance(part, str) else None
+            if field is None:
+                return None
+            current = field.annotation
+        elif origin in (tuple, list) and isinstance(part, int):
+            current = typing.get_args(current)[0]
+        elif origin is dict:
+            current = typing.get_args(current)[1]
+        else:
+            return None
+    return _unwrap(current)
+
+
+def keys_at(model: type[BaseModel], loc: KeyPath) -> list[str]:
+    """The keys of the mapping (a pydantic model) at ``loc`` inside ``model``; ``[]`` when it is not one.
+
+    Examples:
+        >>> from ddo_hooks import HookPolicy
+        >>> keys_at(HookPolicy, ("release",))[:3]
+        ['collect', 'min_releasable_bytes', 'trigger']
+    """
+    found = type_at(model, loc)
+    if isinstance(found, type) and issubclass(found, BaseModel):
+        return list(found.model_fields)
+    return []
+
+
 MAX_SHOWN = 60
 """The most characters of one value a message shows; a longer value is cut and ends in ``...``."""
 
@@ -255,3 +308,37 @@ def json_error_sentence(error: json.JSONDecodeError) -> str:
     """
     sentence = _JSON_SENTENCES.get(error.msg)
     return f"{sentence} ({error.msg})" if sentence else cut(error.msg, 120)
+
+
+def without_cut_last_line(source: str, text: str) -> tuple[str, str] | None:
+    r"""``(the text without its last line, a warning)`` when JSON Lines end in a line cut off mid-record.
+
+    A writer that stopped mid-line (a crash) leaves a last line that is not complete JSON and no
+    newline after it; a bad line anywhere else is not this, and stays an error.
+
+    Examples:
+        >>> text, warning = without_cut_last_line("r.jsonl", '{"a": 1}\n{"b": ')
+        >>> text, warning[:35]
+        ('{"a": 1}\n', 'r.jsonl:2: the last line is cut off')
+        >>> without_cut_last_line("r.jsonl", '{"a": 1}\n') is None
+        True
+    """
+    if text.endswith("\n"):
+        return None
+    head, _, last = text.rpartition("\n")
+    if not head.strip() or not last.strip():
+        return None
+    try:  # JSON Lines: the first line is a whole record (a JSON document spread over lines is not)
+        json.loads(head.split("\n", 1)[0])
+    except json.JSONDecodeError:
+        return None
+    try:
+        json.loads(last)
+    except json.JSONDecodeError:
+        number = head.count("\n") + 2
+        warning = (
+            f"{source}:{number}: the last line is cut off (not complete JSON: its writer stopped mid-line, e.g. "
+            "in a crash); its record is left out"
+        )
+        return head + "\n", warning
+    return None

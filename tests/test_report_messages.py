@@ -115,3 +115,44 @@ def test_validate_report_says_all_of_it_on_stderr(tmp_path: Path, capsys: pytest
     path.write_text('{"a": "b', encoding="utf-8")
     assert main(["validate-report", str(path)]) == 1
     assert capsys.readouterr().err.startswith(f"{path}:1:7: not JSON: a string is not closed")
+
+
+# -- the policy's care for reports: own words, near misses named, cut last lines ----------------------------------
+
+
+def test_report_fields_are_explained_in_our_words_and_a_near_miss_is_named(tmp_path: Path):
+    data = report()
+    body = data["setup"]["host_cache_release"]
+    body["elapsed_secs"] = body.pop("elapsed_seconds")
+    body["device"] = 5
+    message = error_of(tmp_path, line(data=data) + "\n")
+    assert "host_cache_release.elapsed_secs: unknown key; did you mean 'elapsed_seconds'?" in message
+    assert "host_cache_release.elapsed_seconds: required key is missing; add it" in message
+    assert not any(phrase in message for phrase in ("Extra inputs", "Field required", "Input should"))
+    with pytest.raises(ReportError, match=r"elapsed_secs: unknown key; did you mean 'elapsed_seconds'\?"):
+        parse_report(data)
+    body["elapsed_seconds"] = "5"
+    with pytest.raises(ReportError, match=r"elapsed_seconds: expected a number, got '5'"):
+        parse_report(data)
+
+
+def test_the_tracker_reads_the_records_before_a_last_line_cut_by_a_crash_with_a_warning(tmp_path: Path):
+    text = "\n".join([line(), line(), line()[:50]])  # no newline after: its writer stopped mid-line
+    with pytest.warns(UserWarning, match=r"^<jsonl>:3: the last line is cut off .* its record is left out$"):
+        tracker = MetricsTracker.from_jsonl(text)
+    assert len(tracker.entries()) == 2
+    with pytest.raises(ReportError, match=r"^line 2, column"):  # a line cut in the middle stays an error
+        MetricsTracker.from_jsonl("\n".join([line(), line()[:50], line()]) + "\n")
+    pretty = tmp_path / "bare.json"  # one report over many lines, no newline at the end: not JSON Lines, not cut
+    pretty.write_text(json.dumps(report(), indent=2), encoding="utf-8")
+    assert load_report_file(pretty, cut_last_line=True).warnings == ()
+
+
+def test_validate_policy_takes_a_presets_name_as_the_policy_option_does(capsys: pytest.CaptureFixture[str]):
+    assert main(["validate-policy", "lowest-peak"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("lowest-peak: the packaged preset ")
+    assert "lowest-peak: valid policy (version 1, device cuda)" in out
+    assert "before_transformer: release_done_components, host_cache_release, malloc_trim" in out
+    assert main(["validate-policy", "lowest-peek"]) == 1
+    assert "did you mean 'lowest-peak'? check the path, or give a preset" in capsys.readouterr().err

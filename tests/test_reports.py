@@ -276,7 +276,7 @@ def test_negative_host_bytes_are_refused(field: str):
 def test_a_byte_count_must_be_an_integer():
     data = executed()
     data["setup"]["host_cache_release"]["before"]["allocated_bytes"] = 4096.0
-    refused(data, rf"{RELEASE}\.before\.allocated_bytes: Input should be a valid integer")
+    refused(data, rf"{RELEASE}\.before\.allocated_bytes: expected an integer, got 4096.0")
 
 
 @pytest.mark.parametrize("where", ["root", "release", "timings", "before", "host_before", "collection"])
@@ -285,7 +285,7 @@ def test_unknown_fields_are_refused_by_name(where: str):
     body = data["setup"]["host_cache_release"]
     target = {"root": data, "release": body}.get(where) or body[where]
     target["bogus"] = 1
-    refused(data, r"bogus: Extra inputs are not permitted")
+    refused(data, r"bogus: unknown key: this report has no such field")
 
 
 @pytest.mark.parametrize("version", [0, 2, "1", None])

@@ -51,6 +51,17 @@ def _load_policy(path: str) -> Any:
     return policy
 
 
+def _preset_file(name: str) -> str | None:
+    """The packaged file of the preset ``name`` when no file of that name exists here, else ``None``."""
+    from importlib import resources
+
+    from ddo_hooks.policy.model import PRESETS
+
+    if name in PRESETS and not os.path.exists(name):
+        return str(resources.files("ddo_hooks.policy").joinpath(f"presets/{name}.yaml"))
+    return None
+
+
 def _policy_or_preset(name: str) -> Any:
     """``--policy``: a policy file, or when no such file exists, a preset's name (``lowest-peak``)."""
     from ddo_hooks.errors import PolicyError
@@ -64,7 +75,7 @@ def _policy_or_preset(name: str) -> Any:
         guess = did_you_mean(name, PRESETS)
         hint = f"did you mean {guess!r}? " if guess else ""
         raise PolicyError(
-            f"{name}: no such policy file, and no preset of that name; {hint}give a YAML policy's path or a "
+            f"{name}: no such policy file, and no preset of that name; {hint}check the path, or give a "
             f"preset: {', '.join(PRESETS)}"
         )
     return _load_policy(name)
@@ -103,10 +114,13 @@ def _validate_policy(args: argparse.Namespace) -> int:
     from ddo_hooks.boundaries import BOUNDARIES
     from ddo_hooks.hooks.actions import available_actions
 
+    path = _preset_file(args.file) or args.file
     try:
-        policy = _load_policy(args.file)
+        policy = _policy_or_preset(args.file)
     except DDOError as e:
         raise other_kind(e, args.file, "report", "validate-report") from e
+    if path != args.file:
+        print(f"{args.file}: the packaged preset {path}")
     if not policy.enabled:
         print(f"{args.file}: valid policy (version {policy.version}), disabled (enabled: false): no boundary acts")
         return 0
@@ -114,7 +128,7 @@ def _validate_policy(args: argparse.Namespace) -> int:
     for name in BOUNDARIES:
         boundary = policy.boundary(name)
         print(f"  {name}: {', '.join(boundary.action_names()) if boundary.enabled else 'off'}")
-    for line in _size_lines(policy, args.file):
+    for line in _size_lines(policy, path):
         print(f"  {line}")
     known = set(available_actions())
     missing = sorted({a for n in policy.enabled_boundaries() for a in policy.boundary(n).action_names()} - known)
@@ -163,9 +177,11 @@ def _validate_report(args: argparse.Namespace) -> int:
     from ddo_hooks.reports.files import load_report_file
 
     try:
-        loaded = load_report_file(args.file)
+        loaded = load_report_file(args.file, cut_last_line=True)
     except DDOError as e:
         raise other_kind(e, args.file, "policy", "validate-policy") from e
+    for warning in loaded.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
     routes = Counter(report.route for _, report in loaded.records)
     components = list(dict.fromkeys(c for c, _ in loaded.records if c is not None))
     route_text = ", ".join(f"{route} x{n}" for route, n in routes.items())
@@ -292,14 +308,24 @@ def build_parser() -> argparse.ArgumentParser:
         "--report", default=DEFAULT_REPORT, metavar="FILE", help=f"JSON Lines output (default: {DEFAULT_REPORT})"
     )
 
+    from ddo_hooks.policy.model import PRESETS
+
     checked = "Exit 0 with a one-line summary, or 1 with file:line:col: key: problem."
-    _command(commands, "validate-policy", _validate_policy, "check a YAML hook policy", f"Check a policy. {checked}")
+    _command(
+        commands,
+        "validate-policy",
+        _validate_policy,
+        "check a YAML hook policy, or a preset",
+        f"Check a policy: a YAML file, or a preset's name ({', '.join(PRESETS)}) where no file of that name exists. "
+        f"{checked}",
+    )
     _command(
         commands,
         "validate-report",
         _validate_report,
         "check a file of DDO reports (JSON Lines or JSON)",
-        f"Check a file of DDO reports: {REPORT_FILE_FORMS}. {checked}",
+        f"Check a file of DDO reports: {REPORT_FILE_FORMS}. {checked} A last line cut off mid-record (its writer "
+        "crashed) is left out with a warning naming it.",
     )
     schema = _command(
         commands,

@@ -18,14 +18,22 @@ Examples:
 
 from __future__ import annotations
 
-import types
 import typing
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Union
+from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from ddo_hooks._diagnostics import KeyPath, Positions, did_you_mean, format_key_path, nearest_position, show_value
+from ddo_hooks._diagnostics import (
+    KeyPath,
+    Positions,
+    did_you_mean,
+    format_key_path,
+    keys_at,
+    nearest_position,
+    show_value,
+    type_at,
+)
 
 __all__ = [
     "MAX_PROBLEMS",
@@ -158,7 +166,7 @@ def _explain(item: Any, loc: KeyPath, model: type[BaseModel], written: Mapping[K
     if "template" in ctx:  # a located error of the policy's own validators: show the value as written
         return ctx["template"].replace("{value}", written[loc]) if loc in written else ctx["message"]
     if kind == "extra_forbidden":
-        allowed = _keys_at(model, loc[:-1])
+        allowed = keys_at(model, loc[:-1])
         return _unknown(loc[-1] if loc else "?", allowed)
     if kind == "invalid_key":
         return f"key {show_value(item['input'])} is not a string; write it as a string"
@@ -170,7 +178,7 @@ def _explain(item: Any, loc: KeyPath, model: type[BaseModel], written: Mapping[K
         return f"{shown} {ctx['problem']}"
     if kind in _EXPECTED:
         text = f"{_EXPECTED[kind]}, got {shown}"
-        keys = _keys_at(model, loc)
+        keys = keys_at(model, loc)
         return f"{text} (keys: {', '.join(keys)})" if keys and "mapping" in text else text
     if kind == "value_error":
         return message.removeprefix("Value error, ")
@@ -185,46 +193,6 @@ def _unknown(key: object, allowed: list[str]) -> str:
     return f"unknown key; did you mean {guess!r}?{listed}" if guess else f"unknown key{listed}"
 
 
-def _unwrap(annotation: Any) -> Any:
-    while True:
-        origin = typing.get_origin(annotation)
-        if origin is typing.Annotated:
-            annotation = typing.get_args(annotation)[0]
-        elif origin in (Union, types.UnionType):
-            args = [a for a in typing.get_args(annotation) if a is not type(None)]
-            if len(args) != 1:
-                return annotation
-            annotation = args[0]
-        else:
-            return annotation
-
-
-def _type_at(model: type[BaseModel], loc: KeyPath) -> Any:
-    current: Any = model
-    for part in loc:
-        current = _unwrap(current)
-        origin = typing.get_origin(current)
-        if isinstance(current, type) and issubclass(current, BaseModel):
-            field = current.model_fields.get(part) if isinstance(part, str) else None
-            if field is None:
-                return None
-            current = field.annotation
-        elif origin in (tuple, list) and isinstance(part, int):
-            current = typing.get_args(current)[0]
-        elif origin is dict:
-            current = typing.get_args(current)[1]
-        else:
-            return None
-    return _unwrap(current)
-
-
-def _keys_at(model: type[BaseModel], loc: KeyPath) -> list[str]:
-    found = _type_at(model, loc)
-    if isinstance(found, type) and issubclass(found, BaseModel):
-        return list(found.model_fields)
-    return []
-
-
 def _literal_choices(model: type[BaseModel], loc: KeyPath) -> list[Any]:
-    found = _type_at(model, loc)
+    found = type_at(model, loc)
     return list(typing.get_args(found)) if typing.get_origin(found) is typing.Literal else []

@@ -12,7 +12,8 @@ Examples:
 from __future__ import annotations
 
 from abc import abstractmethod
-from typing import Annotated, Any, Literal, NamedTuple
+from collections.abc import Mapping
+from typing import Annotated, Any, Final, Literal, NamedTuple
 
 from pydantic import (
     BaseModel,
@@ -27,7 +28,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError, PydanticSerializationError
 
-from ddo_hooks._diagnostics import cut, format_key_path, show_value
+from ddo_hooks._diagnostics import cut, did_you_mean, format_key_path, keys_at, show_value
 from ddo_hooks.boundaries import PHASE_PATTERN
 
 __all__ = [
@@ -45,9 +46,10 @@ __all__ = [
     "Seconds",
     "describe_errors",
     "explain_error",
+    "model_at",
 ]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION: Final = 1
 """The main DDO report schema version."""
 
 Bytes = Annotated[StrictInt, Field(ge=0)]
@@ -212,13 +214,30 @@ class ReportSummary(NamedTuple):
     memory_after: HostObservation | None = None
 
 
-def explain_error(item: Any) -> str:
+_EXPECTED = {
+    "float_type": "a number", "float_parsing": "a number", "int_type": "an integer", "int_parsing": "an integer",
+    "bool_type": "true or false", "bool_parsing": "true or false", "string_type": "a string",
+    "dict_type": "an object", "model_type": "an object", "model_attributes_type": "an object",
+    "tuple_type": "a list", "list_type": "a list",
+}  # fmt: skip
+"""What a report field of each pydantic error kind expects, in this project's words."""
+
+
+def explain_error(item: Any, model: type[BaseModel] | None = None, loc: tuple[Any, ...] | None = None) -> str:
     """One pydantic error of a report as people read it, showing the value written (cut).
+
+    ``model`` (the report's type) and ``loc`` (the error's place in it, without the route) let an
+    unknown key name the nearest known one.
 
     Examples:
         >>> explain_error({"type": "literal_error", "msg": "Input should be 'executed' or 'noop'",
         ...                "input": "exploded", "ctx": {"expected": "'executed' or 'noop'"}})
         "'exploded' is not one of executed, noop"
+        >>> explain_error({"type": "float_parsing", "msg": "Input should be a valid number", "input": "5"})
+        "expected a number, got '5'"
+        >>> explain_error({"type": "extra_forbidden", "msg": "Extra inputs are not permitted", "input": 1},
+        ...               HostObservation, ("rss_byte",))
+        "unknown key; did you mean 'rss_bytes'?"
     """
     kind, message, ctx = item["type"], item["msg"], item.get("ctx") or {}
     if kind == "literal_error":
@@ -231,14 +250,38 @@ def explain_error(item: Any) -> str:
         return f"{tag} is not a route of a DDO report; the routes: {expected}"
     if kind == "union_tag_not_found":
         return "missing: every DDO report names its route (ddo-hooks schema report lists them)"
+    if kind == "extra_forbidden":
+        where = tuple(item["loc"] if loc is None else loc)
+        guess = did_you_mean(where[-1] if where else None, keys_at(model, where[:-1]) if model else [])
+        return f"unknown key; did you mean {guess!r}?" if guess else "unknown key: this report has no such field"
+    if kind == "missing":
+        return "required key is missing; add it"
+    if kind in _EXPECTED and "input" in item:
+        return f"expected {_EXPECTED[kind]}, got {show_value(item['input'])}"
     if kind.endswith("_type") and "input" in item:
         return f"{message}, got {show_value(item['input'])}"
     return cut(message, 300)
 
 
-def describe_errors(error: ValidationError, *, limit: int = 20) -> str:
-    """Every problem of a report's validation error, ``key.path: problem``, joined by ``; `` (at most ``limit``)."""
+def model_at(loc: Any, types: Mapping[str, type[BaseModel]] | None) -> tuple[type[BaseModel] | None, tuple[Any, ...]]:
+    """The report type an error's ``loc`` starts in (its first part names the route) and the rest of ``loc``."""
+    loc = tuple(loc)
+    if types and loc and loc[0] in types:
+        return types[loc[0]], loc[1:]
+    return None, loc
+
+
+def describe_errors(
+    error: ValidationError, *, limit: int = 20, types: Mapping[str, type[BaseModel]] | None = None
+) -> str:
+    """Every problem of a report's validation error, ``key.path: problem``, joined by ``; `` (at most ``limit``).
+
+    ``types``: each route's report type, so that an unknown key names the nearest known one.
+    """
     items = error.errors(include_url=False)
-    parts = [f"{format_key_path(i['loc']) if i['loc'] else '<root>'}: {explain_error(i)}" for i in items[:limit]]
+    parts = [
+        f"{format_key_path(i['loc']) if i['loc'] else '<root>'}: {explain_error(i, *model_at(i['loc'], types))}"
+        for i in items[:limit]
+    ]
     more = f"; ... and {len(items) - limit} more" if len(items) > limit else ""
     return "; ".join(parts) + more

@@ -34,13 +34,14 @@ from ddo_hooks._diagnostics import (
     nearest_position,
     read_text_file,
     show_value,
+    without_cut_last_line,
 )
 from ddo_hooks.errors import InvalidArgumentError, ReportError
 from ddo_hooks.reports import REPORT_FILE_FORMS
 from ddo_hooks.reports.base import explain_error
-from ddo_hooks.reports.ddo.routes import DDO_REPORT_ADAPTER, DDO_ROUTES
+from ddo_hooks.reports.ddo.routes import DDO_REPORT_ADAPTER, DDO_REPORT_TYPES, DDO_ROUTES
 from ddo_hooks.reports.envelope import RecordEnvelope
-from ddo_hooks.reports.parse import REPORT_ADAPTER, ROUTES, parse_report, report_shape
+from ddo_hooks.reports.parse import REPORT_ADAPTER, REPORT_TYPES, ROUTES, parse_report, report_shape
 from ddo_hooks.reports.tracker import RECORD_KEYS, Entry, MetricsTracker, first_line, iter_entries, text_lines
 
 __all__ = [
@@ -162,25 +163,6 @@ def iter_report_lines(text: str) -> Iterator[Entry]:
         yield Entry(None, report)  # type: ignore[arg-type]
 
 
-def _cut_last_line(source: str, text: str) -> tuple[str, str] | None:
-    """``(the text without its last line, a warning)`` when JSON Lines end in a line cut off mid-record."""
-    if text.endswith("\n"):
-        return None
-    head, _, last = text.rpartition("\n")
-    if not head.strip() or not last.strip():
-        return None
-    try:
-        json.loads(last)
-    except json.JSONDecodeError:
-        number = head.count("\n") + 2
-        warning = (
-            f"{source}:{number}: the last line is cut off (not complete JSON: its writer stopped mid-line, e.g. "
-            "in a crash); its record is left out"
-        )
-        return head + "\n", warning
-    return None
-
-
 def load_report_file(path: str | os.PathLike[str], *, cut_last_line: bool = False) -> ReportFile:
     """Read and validate a report file: JSON Lines, a tracker JSON document or one bare report.
 
@@ -231,7 +213,7 @@ def open_report_file(path: str | os.PathLike[str], *, cut_last_line: bool = Fals
     """
     source = os.fspath(path)
     text = _read_text(source)
-    cut = _cut_last_line(source, text) if cut_last_line else None
+    cut = without_cut_last_line(source, text) if cut_last_line else None
     if cut is not None:
         text = cut[0]
     warnings = () if cut is None else (cut[1],)
@@ -323,6 +305,7 @@ def _report_problems(data: Any, positions: Positions, prefix: KeyPath) -> list[t
     """The problems of a report (bare or a record's): validated as the shape it is read as."""
     ddo = report_shape(data) == "ddo"
     adapter, routes = (DDO_REPORT_ADAPTER, DDO_ROUTES) if ddo else (REPORT_ADAPTER, ROUTES)
+    types = dict(zip(routes, DDO_REPORT_TYPES if ddo else REPORT_TYPES, strict=True))
     try:
         adapter.validate_python(data)
         return []
@@ -332,11 +315,12 @@ def _report_problems(data: Any, positions: Positions, prefix: KeyPath) -> list[t
     shape = " (read as DDO's own shape)" if ddo else ""
     for item in errors:
         loc = tuple(item["loc"])
+        model = types.get(loc[0]) if loc else None
         loc = loc[1:] if loc and loc[0] in routes else loc
         if item["type"].startswith("union_tag"):
             loc = ("route",)
         path = (*prefix, *loc)
-        message = explain_error(item).removeprefix("Value error, ")
+        message = explain_error(item, model, loc).removeprefix("Value error, ")
         if ddo and item["type"] == "union_tag_invalid":
             message = message.replace("a route of a DDO report", "a route of DDO's own shape that ddo_hooks reads")
         where = nearest_position(positions, path) or (1, 1)

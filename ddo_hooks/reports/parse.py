@@ -41,7 +41,7 @@ from ddo_hooks.reports.ddo.base import DDO_SHAPE_KEYS, ddo_shape_keys, describe_
 from ddo_hooks.reports.ddo.group import DDOGroupOffloadReport
 from ddo_hooks.reports.ddo.host import DDOHostCacheReleaseReport, DDOHostMemoryReport
 from ddo_hooks.reports.ddo.native import DDONativeIdleCacheReleaseReport
-from ddo_hooks.reports.ddo.routes import DDO_REPORT_ADAPTER, DDO_REPORT_TYPES, DDOPackageReport
+from ddo_hooks.reports.ddo.routes import DDO_REPORT_ADAPTER, DDO_REPORT_TYPES, DDO_ROUTES, DDOPackageReport
 from ddo_hooks.reports.pages import DoneComponentsReleaseReport
 from ddo_hooks.reports.release import HostCacheReleaseReport
 from ddo_hooks.reports.repack import PinnedCopyRepackReport
@@ -174,6 +174,7 @@ def parse_report(data: Any) -> AnyReport:
     if not isinstance(data, (str, bytes, bytearray, Mapping, BaseModel)) and callable(getattr(data, "as_dict", None)):
         data = data.as_dict()  # DDO's DynamicOffloadMetrics, duck-typed
     text = isinstance(data, (str, bytes, bytearray))
+    shape: ReportShape
     try:
         document = from_json(data) if text else data
     except ValueError:  # not JSON: ddo_hooks' adapter says where
@@ -185,10 +186,10 @@ def parse_report(data: Any) -> AnyReport:
         return adapter.validate_json(data) if text else adapter.validate_python(data)
     except ValidationError as e:
         if shape == "ddo":
-            raise ReportError(
-                f"not a valid DynamicOffloadMetrics report ({_why(shape, document)}): {describe_ddo_errors(e)}"
-            ) from e
-        raise ReportError(f"not a valid DDO report ({_why(shape, document)}): {describe_errors(e)}") from e
+            found = describe_ddo_errors(e, types=dict(zip(DDO_ROUTES, DDO_REPORT_TYPES, strict=True)))
+            raise ReportError(f"not a valid DynamicOffloadMetrics report ({_why(shape, document)}): {found}") from e
+        found = describe_errors(e, types=dict(zip(ROUTES, REPORT_TYPES, strict=True)))
+        raise ReportError(f"not a valid DDO report ({_why(shape, document)}): {found}") from e
 
 
 def report_json_schema() -> dict[str, Any]:

@@ -22,6 +22,7 @@ import json
 import os
 import re
 import threading
+import warnings
 import weakref
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -29,7 +30,7 @@ from typing import Any, NamedTuple
 
 from pydantic import BaseModel, ValidationError
 
-from ddo_hooks._diagnostics import json_error_sentence, show_repr, show_value
+from ddo_hooks._diagnostics import json_error_sentence, show_repr, show_value, without_cut_last_line
 from ddo_hooks.errors import InvalidArgumentError, ReportError
 from ddo_hooks.reports.base import FROM_CHECKED_JSON
 from ddo_hooks.reports.envelope import RecordEnvelope, ReportRecord
@@ -232,7 +233,15 @@ class MetricsTracker:
 
     @classmethod
     def from_jsonl(cls, text: str) -> MetricsTracker:
-        """Load what :meth:`to_jsonl` wrote, validating every line (blank lines are skipped)."""
+        """Load what :meth:`to_jsonl` wrote, validating every line (blank lines are skipped).
+
+        A last line cut off mid-record (its writer crashed) is left out with a warning naming it;
+        a bad line anywhere else raises :class:`~ddo_hooks.errors.ReportError`.
+        """
+        cut = without_cut_last_line("<jsonl>", text)
+        if cut is not None:
+            text = cut[0]
+            warnings.warn(cut[1], stacklevel=2)
         return cls.from_records(iter_entries(text))
 
 

@@ -33,6 +33,7 @@ from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    BaseModel,
     BeforeValidator,
     Field,
     SerializerFunctionWrapHandler,
@@ -44,7 +45,7 @@ from pydantic.fields import FieldInfo
 from pydantic_core import PydanticCustomError
 
 from ddo_hooks._diagnostics import format_key_path, show_value
-from ddo_hooks.reports.base import Bytes, ReportModel, RouteReport, explain_error
+from ddo_hooks.reports.base import Bytes, ReportModel, RouteReport, explain_error, model_at
 
 __all__ = [
     "DDO_SHAPE_KEYS",
@@ -230,19 +231,24 @@ class DDORouteReport(RouteReport, DDOModel):
         return self.model_dump(mode="json")
 
 
-def _explain(item: Any) -> str:
+def _explain(item: Any, types: Mapping[str, type[BaseModel]] | None) -> str:
     kind = item["type"]
     if kind == "union_tag_invalid":
         tag, expected = show_value(item["ctx"].get("tag")), item["ctx"]["expected_tags"].replace("'", "")
         return f"{tag} is not a route whose report ddo_hooks reads in DDO's shape; those routes: {expected}"
     if kind == "union_tag_not_found":
         return "missing: every DDO report names its route"
-    return explain_error(item)
+    return explain_error(item, *model_at(item["loc"], types))
 
 
-def describe_ddo_errors(error: ValidationError, *, limit: int = 20) -> str:
-    """Every problem of a DDO-shaped report's validation, ``key.path: problem``, joined by ``; ``."""
+def describe_ddo_errors(
+    error: ValidationError, *, limit: int = 20, types: Mapping[str, type[BaseModel]] | None = None
+) -> str:
+    """Every problem of a DDO-shaped report's validation, ``key.path: problem``, joined by ``; ``.
+
+    ``types``: each route's report type, so that an unknown key names the nearest known one.
+    """
     items = error.errors(include_url=False)
-    parts = [f"{format_key_path(i['loc']) if i['loc'] else '<root>'}: {_explain(i)}" for i in items[:limit]]
+    parts = [f"{format_key_path(i['loc']) if i['loc'] else '<root>'}: {_explain(i, types)}" for i in items[:limit]]
     more = f"; ... and {len(items) - limit} more" if len(items) > limit else ""
     return "; ".join(parts) + more
