@@ -42,7 +42,7 @@ VERSION = ddo_version()
 REQUIRED = os.environ.get("DDO_HOOKS_REQUIRE_DDO") == "1"  # .ci/run's interop step: a skip there is a failure
 needs_ddo = pytest.mark.skipif(
     VERSION is None and not REQUIRED,
-    reason=f"{DISTRIBUTION} is not installed (put its package on PYTHONPATH to run DDO's release core)",
+    reason=f"{DISTRIBUTION} is not installed (pip install -e '.[dev,ddo]' runs DDO's release core)",
 )
 
 

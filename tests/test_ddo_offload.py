@@ -22,7 +22,8 @@ from ddo_hooks.testing.tiny_pipelines import FAMILIES, build_pipeline, call_kwar
 
 VERSION = ddo_version()
 pytestmark = pytest.mark.skipif(
-    VERSION is None and os.environ.get("DDO_HOOKS_REQUIRE_DDO") != "1", reason=f"{DISTRIBUTION} is not installed"
+    VERSION is None and os.environ.get("DDO_HOOKS_REQUIRE_DDO") != "1",
+    reason=f"{DISTRIBUTION} is not installed (pip install -e '.[dev,ddo]' runs these)",
 )
 ORDER = ["before_transformer", "before_vae", "after_call"]
 

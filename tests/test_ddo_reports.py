@@ -1,8 +1,8 @@
 """DDO's own reports: the corpus reads as DDO's shape, mutations are refused, the shapes never mix, DDO's real output.
 
 The corpus (``tests/data/ddo``) holds diffusers-dynamic-offloader 0.1.0rc2's payloads. Where DDO is
-importable (``PYTHONPATH`` with its package), the last tests call its functions on the CPU and
-check that they still write what the corpus holds; elsewhere they skip, naming the package.
+installed (``pip install -e '.[dev,ddo]'``), the last tests call its functions on the CPU and
+check that they still write what the corpus holds; elsewhere they skip, naming the extra.
 """
 
 from __future__ import annotations
@@ -271,7 +271,7 @@ VERSION = ddo_version()
 REQUIRED = os.environ.get("DDO_HOOKS_REQUIRE_DDO") == "1"  # .ci/run's interop step: a skip there is a failure
 needs_ddo = pytest.mark.skipif(
     VERSION is None and not REQUIRED,
-    reason=f"{DISTRIBUTION} is not installed (put its package on PYTHONPATH to run DDO's functions)",
+    reason=f"{DISTRIBUTION} is not installed (pip install -e '.[dev,ddo]' runs DDO's functions)",
 )
 
 
