@@ -75,7 +75,7 @@ def test_names_are_json_arrays_of_strings():
     body["expected_freed"], body["survivors"] = ["text_encoder"], ["text_encoder"]
     assert parse_report(executed).release.collection.survivors == ("text_encoder",)
     body["expected_freed"] = [1]
-    with pytest.raises(ReportError, match=r"expected_freed\[0\]: Input should be a valid string, got 1"):
+    with pytest.raises(ReportError, match=r"expected_freed\[0\]: expected a string, got 1"):
         parse_report(executed)
 
 
