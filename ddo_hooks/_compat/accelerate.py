@@ -67,7 +67,7 @@ def lifted(module: torch.nn.Module, change: Callable[[], None]) -> None:
 
 def _hook_probe() -> bool:
     module = torch.nn.Linear(2, 2)
-    original = module.forward
+    original: Any = module.forward  # a bound method: its __func__ is compared
     hook = ModelHook()
     add_hook_to_module(module, hook)
     saved = getattr(module, OLD_FORWARD_ATTRIBUTE, None)

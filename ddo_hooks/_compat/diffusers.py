@@ -77,7 +77,7 @@ def invalidate_parents(module: torch.nn.Module) -> None:
 def group_offload_group(module: torch.nn.Module) -> Any:
     """The ``ModuleGroup`` that group offloading attached to ``module`` (its hook's ``group``), or ``None``."""
     registry = registry_of(module)
-    hook = None if registry is None else registry.get_hook(GROUP_OFFLOADING_HOOK)
+    hook: Any = None if registry is None else registry.get_hook(GROUP_OFFLOADING_HOOK)  # a GroupOffloadingHook
     return None if hook is None else hook.group
 
 

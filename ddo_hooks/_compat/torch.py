@@ -72,7 +72,7 @@ def current_device() -> int:
 
 def has_primary_context(index: int) -> bool:
     """``torch._C._cuda_hasPrimaryContext(i)``: asks without creating a context."""
-    return bool(torch._C._cuda_hasPrimaryContext(index))
+    return bool(torch._C._cuda_hasPrimaryContext(index))  # type: ignore[attr-defined]
 
 
 def tensor_base(tensor: torch.Tensor) -> torch.Tensor | None:
@@ -82,7 +82,7 @@ def tensor_base(tensor: torch.Tensor) -> torch.Tensor | None:
 
 def tensor_use_count(tensor: torch.Tensor) -> int:
     """``tensor._use_count()``: how many references the C++ side holds to the tensor's implementation."""
-    return int(tensor._use_count())
+    return int(tensor._use_count())  # type: ignore[attr-defined]
 
 
 def storage_use_count(tensor: torch.Tensor) -> int:
@@ -107,7 +107,7 @@ def _has(owner: Any, name: str) -> Callable[[], bool]:
 def _tensor_probe() -> bool:
     base = torch.zeros(4)
     view = base[1:]
-    return view._base is base and base._base is None and isinstance(base._use_count(), int)
+    return view._base is base and base._base is None and isinstance(base._use_count(), int)  # type: ignore[attr-defined]
 
 
 TOUCHES: tuple[Touch, ...] = (

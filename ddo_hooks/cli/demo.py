@@ -42,7 +42,7 @@ from ddo_hooks.cli.layout import TABLE_WIDTH, wrap_text
 from ddo_hooks.errors import InvalidArgumentError
 from ddo_hooks.hooks.sink import missing_folder
 from ddo_hooks.release.devices import parse_cuda_device
-from ddo_hooks.testing import FAMILIES
+from ddo_hooks.testing import FAMILIES, Family
 
 if TYPE_CHECKING:  # imported when the demo runs, so that the command line starts fast
     import torch
@@ -315,7 +315,7 @@ def run_demo(
     sizes = component_bytes(pipe)
     offloaded = device.type == "cuda"
     if offloaded:
-        pipe.enable_group_offload(
+        pipe.enable_group_offload(  # type: ignore[attr-defined]
             onload_device=device,
             offload_device=torch.device("cpu"),
             offload_type="block_level",
@@ -349,7 +349,7 @@ def _calls(
     policy: HookPolicy,
     tracker: MetricsTracker,
     numbers: list[int],
-    family: str,
+    family: Family,
     steps: int,
     calls: int,
     progress: bool,

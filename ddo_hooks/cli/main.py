@@ -391,7 +391,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the final flush goes nowhere
         return 0
     except (OSError, UnicodeDecodeError) as e:
-        where = f"{e.filename}: " if getattr(e, "filename", None) else ""
+        filename = getattr(e, "filename", None)
+        where = f"{filename}: " if filename else ""
         print(f"ddo-hooks {args.command}: {where}{getattr(e, 'strerror', None) or e}", file=sys.stderr)
     except KeyboardInterrupt:
         print(f"ddo-hooks {args.command}: interrupted", file=sys.stderr)

@@ -211,7 +211,7 @@ def draw_runs(files: Iterable[ReportSource], out: str | os.PathLike[str], *, tit
         _trace(pinned, xs, [(r.owned_before, r.owned_after) for r in rows], colour, label, unit, marked)
         _trace(rss, xs, [(r.rss_before, r.rss_after) for r in rows], colour, None, units[rss][1], marked)
         for x, row in zip(xs, rows, strict=True):
-            if not marked or row.delta is None or row.delta <= 0 or None in (row.owned_before, row.owned_after):
+            if not marked or row.delta is None or row.delta <= 0 or row.owned_before is None or row.owned_after is None:
                 continue
             pinned.annotate(
                 "",

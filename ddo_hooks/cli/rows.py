@@ -98,7 +98,9 @@ def infer_calls(records: Sequence[tuple[str | None, Any]]) -> list[int]:
 
 
 def _number_calls(keys: Sequence[tuple[str, str]]) -> list[int]:
-    calls, call, last, seen = [], 1, -1, set()
+    calls: list[int] = []
+    seen: set[tuple[str, str]] = set()
+    call, last = 1, -1
     for key in keys:
         order = BOUNDARIES.index(key[0]) if key[0] in BOUNDARIES else last
         if calls and (order < last or key in seen):

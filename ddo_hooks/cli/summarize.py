@@ -232,12 +232,12 @@ def collect(files: Iterable[ReportSource]) -> Collected:
         runs.values(),
         key=lambda run: (run.rank is None, run.rank or 0, run.first_seen.timestamp() if run.first_seen else 0.0),
     )
-    processes: dict[str, int] = {}
+    processes: dict[str | None, int] = {}
     for run in ordered:
         run.records.sort(key=attrgetter("call"))  # stable: the recorded order within a call
-        processes[run.run_id] = processes.get(run.run_id, 0) + 1  # type: ignore[index]
+        processes[run.run_id] = processes.get(run.run_id, 0) + 1
     for run in ordered:
-        run.shared_id = processes[run.run_id] > 1  # type: ignore[index]
+        run.shared_id = processes[run.run_id] > 1
     return Collected([*ordered, *unlabelled], duplicates, tallies)
 
 
@@ -351,8 +351,8 @@ def _total_groups(runs: Sequence[Run]) -> list[tuple[str, list[Run]]]:
     shown = [frozenset(map(id, runs))]
     if len(runs) > 1:
         for run in runs:
-            rank = f" ({run.rank_text()})" if run.ranks else ""
-            groups.append((f"{total}, {run.name}{rank}:", [run]))
+            ranks_note = f" ({run.rank_text()})" if run.ranks else ""
+            groups.append((f"{total}, {run.name}{ranks_note}:", [run]))
             shown.append(frozenset([id(run)]))
     ranks: dict[int, list[Run]] = {}
     for run in runs:

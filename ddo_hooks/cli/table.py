@@ -198,7 +198,7 @@ def _memory_table(rows: Sequence[BoundaryRow], texts: _RowTexts, width: int) -> 
     columns = [Column("call"), Column("boundary", wrap=1, cut=1, floor=BOUNDARY_WIDTH)]
     columns += [Column(name) for name in ("RSS", "anon", "file", "shmem", "pinned owned", "cgroup")]
     memory: list[dict[str, int]] = [rows[n].memory_after for n in shown]  # type: ignore[misc]
-    rss = [  # the RSS after it, as the boundary table shows it, unless an action observed another
+    rss: list[Cell] = [  # the RSS after it, as the boundary table shows it, unless an action observed another
         texts.rss_after[n] if observed.get("rss") == rows[n].rss_after else size_cell(observed.get("rss"))
         for n, observed in zip(shown, memory, strict=True)
     ]
@@ -222,7 +222,7 @@ def format_run_tables(
 class _RowTexts(NamedTuple):
     """The texts both tables show of each row: its call, and the owned pinned bytes and RSS after it."""
 
-    calls: list[str]
+    calls: list[Cell]
     owned_after: list[str]
     rss_after: list[str]
 

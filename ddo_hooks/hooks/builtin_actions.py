@@ -26,7 +26,7 @@ import sys
 import time
 import weakref
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from ddo_hooks.boundaries import (
     HOST_CACHE_COMPONENT_PREFIX,
@@ -207,6 +207,8 @@ def release_done_components(ctx: BoundaryContext) -> Any:
     after = _faults()
     if after is not None and host_after.rss_file_bytes is not None:
         ctx.state["last"] = _Mark(ctx.boundary, *after, host_after.rss_file_bytes, os.getpid())
+    status: Literal["executed", "noop"]
+    reason: Literal["nothing_done", "nothing_released", "unsupported"] | None
     if any(p.outcome == "released" for p in pages):
         status, reason = "executed", None
         detail = f"{sum(p.outcome == 'released' for p in pages)} done component(s) gave back {released} bytes"
@@ -221,7 +223,7 @@ def release_done_components(ctx: BoundaryContext) -> Any:
     body = DoneComponentsRelease(
         boundary=ctx.boundary, status=status, noop_reason=reason, detail=detail, components=tuple(pages),
         released_bytes=released, host_before=host_before, host_after=host_after, faults_since_previous=since,
-        cgroup_released_bytes=None if None in charged else charged[0] - charged[1],
+        cgroup_released_bytes=None if charged[0] is None or charged[1] is None else charged[0] - charged[1],
         elapsed_seconds=time.perf_counter() - started,
     )  # fmt: skip
     return DoneComponentsReleaseReport(setup=DoneComponentsReleaseSetup(done_components_release=body))

@@ -106,7 +106,7 @@ def _hook_refs(module: torch.nn.Module) -> list[weakref.ref]:
     """Weak references to the diffusers hooks ``module`` and its submodules carry now."""
     from ddo_hooks._compat import diffusers as diffusers_compat
 
-    refs = []
+    refs: list[weakref.ref] = []
     for sub in module.modules():
         registry = diffusers_compat.registry_of(sub)
         if registry is not None:

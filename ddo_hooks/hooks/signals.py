@@ -121,7 +121,7 @@ class LoopBar:
         self._machine = machine
         self._stage = stage
         self._call: Call | None = None
-        self._counted = 0
+        self._counted: float = 0
         self._total = getattr(bar, "total", None)
 
     def __enter__(self) -> LoopBar:

@@ -40,7 +40,7 @@ import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, cast, runtime_checkable
 
 import torch
 from diffusers.hooks import ModelHook, apply_group_offloading
@@ -126,7 +126,7 @@ class PayloadInterval:
                 f"only dense CPU tensors have a payload interval, got {tensor.layout} on {tensor.device}"
             )
         itemsize = tensor.element_size()
-        start = tensor.untyped_storage().data_ptr() + tensor.storage_offset() * itemsize
+        start = cast(int, tensor.untyped_storage().data_ptr() + tensor.storage_offset() * itemsize)  # an int on CPU
         if tensor.numel() == 0:
             return cls(start, start)
         last = sum((size - 1) * stride for size, stride in zip(tensor.shape, tensor.stride(), strict=True))

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 from ddo_hooks.reports.release import AllocatorSnapshot, PinningSince, unavailable_snapshot, validate_active_counter
 
@@ -61,6 +61,7 @@ def snapshot_from_raw(raw: Mapping[str, Any] | None) -> AllocatorSnapshot:
     """
     if raw is None:
         return unavailable_snapshot("this torch cannot read the host allocator counters (torch >= 2.7 can)")
+    layout: Literal["torch>=2.10", "torch2.7-2.9"]
     if _has(raw, "active_bytes"):
         layout, owned_key, active_key = "torch>=2.10", "allocated_bytes", "active_bytes"
     elif _has(raw, "reserved_bytes"):

@@ -41,7 +41,7 @@ import stat
 import weakref
 from collections.abc import MutableMapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
@@ -332,7 +332,8 @@ def rebind_to_files(name: str, module: torch.nn.Module) -> int:
         replaced[held.untyped_storage().data_ptr()] = held.untyped_storage().nbytes()
         target = views.get(weight.name)
         _point(weight, held.clone(memory_format=torch.contiguous_format) if target is None else target)
-    REBOUND[module] = Rebound(pinned, earlier.names | set(views), tuple(dict(earlier.files + files).items()))
+    known = cast("tuple[tuple[str, FileIdentity], ...]", files)  # no identity is None: checked above
+    REBOUND[module] = Rebound(pinned, earlier.names | set(views), tuple(dict(earlier.files + known).items()))
     return sum(replaced.values())
 
 

@@ -176,7 +176,8 @@ def _register(
     with _files(located) as opened:
         for path, fd in opened.items():
             maps[path] = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)  # shared: the page cache's own pages
-    views, spans = [], {path: [] for path in maps}
+    views: list[torch.Tensor] = []
+    spans: dict[str, list[tuple[int, int]]] = {path: [] for path in maps}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # "the given buffer is not writable": read-only on purpose
         for entry, where in zip(component.stored, located, strict=True):

@@ -129,7 +129,9 @@ def _threshold(before: AllocatorSnapshot, minimum: int, torch_version: str) -> T
             min_releasable_bytes=minimum, releasable_bytes=None, decision="release_counter_untrusted"
         )
     releasable = before.allocated_bytes - before.active_bytes  # type: ignore[operator]
-    decision = "release" if releasable >= minimum else "skip_below_threshold"
+    decision: Literal["release", "skip_below_threshold"] = (
+        "release" if releasable >= minimum else "skip_below_threshold"
+    )
     return ThresholdDecision(min_releasable_bytes=minimum, releasable_bytes=releasable, decision=decision)
 
 

@@ -178,6 +178,7 @@ def _check(name: str, groups: list[Any], copies: list[Copy], staging: bool) -> C
         )
         raise skip("not_pinned", detail)
     stored = by_storage(copies)
+    entry: Stored | None
     for entry in stored.values():
         layouts = {(c.tensor.dtype, c.tensor.shape, c.tensor.stride()) for c in entry.copies}
         if len(layouts) > 1:

@@ -154,12 +154,12 @@ def _repack_one(
             moved_slab()
     REPACKED.update(component.groups)
     placed = {index for slab in done for index, _ in slab.placements}
-    left = [entry.nbytes for index, entry in enumerate(component.stored) if index not in placed and entry.nbytes]
+    unplaced = [entry.nbytes for index, entry in enumerate(component.stored) if index not in placed and entry.nbytes]
     what = "sources of {} staged" if staging else "pinned copies of {} moved"
     detail = f"{len(placed)} {what.format(name)} into {len(done)} slabs"
     if failed:
         kept = "stay unpinned views of its files" if staging else "keep their rounded blocks"
-        detail += f" of {len(plan.slabs)}; {failed}: the other {len(left)} {kept}"
+        detail += f" of {len(plan.slabs)}; {failed}: the other {len(unplaced)} {kept}"
     return ComponentRepack(
         component=name,
         status="repacked",
@@ -169,7 +169,7 @@ def _repack_one(
         tensors=len(component.stored),
         tensor_bytes=plan.needed,
         pinned_bytes_before=0 if staging else plan.rounded,
-        pinned_bytes_after=sum(slab.size for slab in done) + (0 if staging else sum(map(rounded_size, left))),
+        pinned_bytes_after=sum(slab.size for slab in done) + (0 if staging else sum(map(rounded_size, unplaced))),
         slabs=tuple(slab.size for slab in done),
         seconds=time.perf_counter() - started,
     )
@@ -311,6 +311,7 @@ def _report(
     """The report: executed when a component was repacked (with the readings around it), else a no-op saying why."""
     repacked = [r for r in results if r.status in ("repacked", "registered")]
     noop_reason: Literal["unsupported_build", "nothing_to_repack"] | None = None
+    after: AllocatorSnapshot | None
     if repacked:
         names = ", ".join(r.component for r in repacked)
         rounded, slabs = sum(r.pinned_bytes_before for r in repacked), sum(r.pinned_bytes_after for r in repacked)

@@ -185,9 +185,9 @@ class ActionReport(RouteReport):
         data = r.data
         memory = None
         if _count(data.get("rss_anon_bytes")) is not None or _count(data.get("rss_file_bytes")) is not None:
-            host = {name: _count(data.get(name)) for name in _HOST_FIELDS}
+            host: dict[str, Any] = {name: _count(data.get(name)) for name in _HOST_FIELDS}
             memory = HostObservation(platform="linux", **host)  # the split is Linux's
-        seconds = data.get("seconds")
+        seconds: Any = data.get("seconds")  # any JSON; _number checks it
         return ReportSummary(
             boundary=r.boundary,
             action=r.action,

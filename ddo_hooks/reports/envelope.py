@@ -28,7 +28,7 @@ import sys
 import threading
 import uuid
 from datetime import datetime, timezone
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Final, Literal
 
 from pydantic import AwareDatetime, Field, StrictInt
 
@@ -50,7 +50,7 @@ __all__ = [
     "record_json_schema",
 ]
 
-ENVELOPE_VERSION = 1
+ENVELOPE_VERSION: Final = 1
 """The record envelope's schema version."""
 
 COMPONENT_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$"

@@ -305,7 +305,7 @@ def _report_problems(data: Any, positions: Positions, prefix: KeyPath) -> list[t
     """The problems of a report (bare or a record's): validated as the shape it is read as."""
     ddo = report_shape(data) == "ddo"
     adapter, routes = (DDO_REPORT_ADAPTER, DDO_ROUTES) if ddo else (REPORT_ADAPTER, ROUTES)
-    types = dict(zip(routes, DDO_REPORT_TYPES if ddo else REPORT_TYPES, strict=True))
+    types: dict[str | int, type[Any]] = dict(zip(routes, DDO_REPORT_TYPES if ddo else REPORT_TYPES, strict=True))
     try:
         adapter.validate_python(data)
         return []

@@ -158,7 +158,7 @@ CLASS_NAMES: dict[str, str] = {name: built[0] for name, built in _BUILDERS.items
 def _check_name(name: object) -> str:
     if name not in STRUCTURAL:
         raise ValueError(f"name must be one of {sorted(STRUCTURAL)}, got {name!r}")
-    return name  # type: ignore[return-value]
+    return name
 
 
 def build_structural(name: str, *, seed: int = 0) -> DiffusionPipeline:
@@ -195,7 +195,7 @@ def build_structural(name: str, *, seed: int = 0) -> DiffusionPipeline:
             component.eval()  # as from_pretrained leaves it
     pipe.set_progress_bar_config(disable=True)
     for sub in sub_pipelines(pipe).values():
-        sub.set_progress_bar_config(disable=True)  # VisualCloze does not pass the setting on
+        sub.set_progress_bar_config(disable=True)  # type: ignore[attr-defined]  # VisualCloze does not pass the setting on
     return pipe
 
 

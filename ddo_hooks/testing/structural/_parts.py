@@ -98,7 +98,7 @@ def _prior_transformer() -> Any:
 
     prior = PriorTransformer(num_attention_heads=2, attention_head_dim=12, embedding_dim=HIDDEN, num_layers=1)
     with torch.no_grad():
-        prior.clip_std.fill_(1.0)  # initialised to zeros, which would make every image embedding zero
+        prior.clip_std.fill_(1.0)  # type: ignore[attr-defined]  # initialised to zeros, which would make every image embedding zero
     return prior
 
 
