@@ -554,6 +554,18 @@ def test_the_reports_page_lists_every_route():
     assert not missing, f"docs/reports.md's table of routes lacks {missing}"
 
 
+def test_the_readme_names_every_route_and_its_example_reads_every_report_through_summary():
+    from ddo_hooks.reports.parse import ROUTES
+
+    text = README.read_text(encoding="utf-8")
+    section = text.split("## Use it from Python", 1)[1].split("\n## ", 1)[0]
+    assert [route for route in ROUTES if f"`{route}`" not in section] == []
+    example = section.split("```python", 1)[1].split("```", 1)[0]
+    assert 'HookPolicy.preset("lowest-peak")' in example  # a preset whose reports are of several routes
+    assert "for component, report in tracker.records():  # every report, whatever its route" in example
+    assert "s = report.summary()" in example  # the accessor every route has, before any route's own field
+
+
 def test_the_api_index_names_every_public_name():
     import ddo_hooks
 
