@@ -566,6 +566,16 @@ def test_the_readme_names_every_route_and_its_example_reads_every_report_through
     assert "s = report.summary()" in example  # the accessor every route has, before any route's own field
 
 
+def test_the_suite_time_is_stated_with_its_load_and_the_ddo_skips_name_the_extra():
+    text = " ".join(README.read_text(encoding="utf-8").split())
+    assert re.search(r"the second runs the test suite \(\d+:\d\d on 2 cores at a load average of [\d.]+ on", text)
+    for name in ("test_ddo_core.py", "test_ddo_reports.py", "test_ddo_offload.py"):
+        source = (ROOT / "tests" / name).read_text(encoding="utf-8")
+        reasons = re.findall(r'reason=f"\{DISTRIBUTION\} is not installed([^"]*)"', source)
+        assert reasons, name
+        assert all("pip install -e '.[dev,ddo]'" in reason for reason in reasons), (name, reasons)
+
+
 def test_the_api_index_names_every_public_name():
     import ddo_hooks
 
