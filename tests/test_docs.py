@@ -576,6 +576,19 @@ def test_the_suite_time_is_stated_with_its_load_and_the_ddo_skips_name_the_extra
         assert all("pip install -e '.[dev,ddo]'" in reason for reason in reasons), (name, reasons)
 
 
+def test_no_docstring_cites_a_file_the_repository_lacks_or_holds_an_rst_table():
+    cited, tables = [], []
+    for path in sorted((ROOT / "ddo_hooks").rglob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        for name in re.findall(r"\b([\w.-]+\.md)\b", text):
+            if not any((where / name).exists() for where in (ROOT, DOCS)) and not list(ROOT.rglob(name)):
+                cited.append(f"{path.relative_to(ROOT)}: {name}")
+        if re.search(r"^\s*=+(?: +=+)+\s*$", text, re.MULTILINE):  # the API pages render it as a run-on line
+            tables.append(str(path.relative_to(ROOT)))
+    assert cited == []
+    assert tables == []
+
+
 def test_the_api_index_names_every_public_name():
     import ddo_hooks
 

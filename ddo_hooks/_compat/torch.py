@@ -1,9 +1,10 @@
 """Every private torch attribute ddo_hooks touches, and nothing else.
 
 The release core reaches PyTorch's pinned host allocator only through these functions (and
-:mod:`ddo_hooks.release.allocator` decides which one to call). Facts, by torch version, are in
-``FACTS.md``: ``_host_emptyCache`` since 2.5 on CUDA/ROCm builds; ``_accelerator_emptyHostCache``
-since 2.12 on every build; ``_cuda_hostMemoryStats`` since 2.7 on CUDA builds.
+:mod:`ddo_hooks.release.allocator` decides which one to call). By torch version (read in its
+sources and measured on the GPU machine): ``_host_emptyCache`` since 2.5 on CUDA/ROCm builds;
+``_accelerator_emptyHostCache`` since 2.12 on every build; ``_cuda_hostMemoryStats`` since 2.7 on
+CUDA builds.
 
 Examples:
     >>> import torch

@@ -5,7 +5,7 @@ point releases the pinned host cache, the raw allocator counters, and the CUDA p
 never create a context. The CPU test suite swaps the backend through :func:`use_backend`;
 the ``gpu`` tests exercise :class:`TorchHostAllocator` on a real device.
 
-Facts this relies on (``FACTS.md``, re-measured on the GPU machine):
+Facts this relies on (measured on the GPU machine):
 
 * ``torch._C._accelerator_emptyHostCache`` (torch >= 2.12) releases the free blocks of the
   CUDA host allocator through the accelerator layer, as the specification asks, but silently

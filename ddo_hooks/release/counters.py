@@ -1,13 +1,11 @@
 """Turn the pinned host allocator's raw counters into an :class:`AllocatorSnapshot`.
 
-The raw stats changed meaning in torch 2.10 (``FACTS.md``):
+The raw stats changed meaning in torch 2.10 (measured on the GPU machine; the report reference's
+"Torch-version caveats of the counters" says more):
 
-========== ============================== ===============================
-torch      owned (cached + live)          handed out ("active")
-========== ============================== ===============================
-2.7 - 2.9  ``reserved_bytes``             ``allocated_bytes``
-2.10 +     ``allocated_bytes``            ``active_bytes``
-========== ============================== ===============================
+- torch 2.7 to 2.9: the owned bytes (cached and live) are ``reserved_bytes``, the bytes handed out
+  ("active") ``allocated_bytes``;
+- torch 2.10 and later: the owned bytes are ``allocated_bytes``, the bytes handed out ``active_bytes``.
 
 Owned bytes are trusted. The active counter is wrong before torch 2.13 (it only grows on
 2.10-2.12, and drifts by a byte per event-drained free on 2.7-2.12), so it is kept as

@@ -1,7 +1,7 @@
 """Giving back the resident pages of a component's weights that are clean views of its weights files.
 
 ``from_pretrained`` with a matching dtype leaves a component's CPU weights as views of the
-safetensors files' private mappings (``FACTS.md``): their pages count as ``RssFile``. While a page
+safetensors files' private mappings: their pages count as ``RssFile``. While a page
 is clean, ``madvise(MADV_DONTNEED)`` takes it out of the process, and the next read faults it back
 in from the page cache (or the file), unchanged. A page that was written (a fused LoRA, an
 in-place edit) became an anonymous copy-on-write page: dropping it would bring back the file's

@@ -57,7 +57,7 @@ holding a loaded pipeline). ``young``: generations 0 and 1 only (well under a mi
 ``auto``: young, then full only if an object in ``expect_freed`` is still alive."""
 
 _PHASE_RE = re.compile(PHASE_PATTERN)
-_TRUSTED_ACTIVE_COUNTER = (2, 13)  # the active counter is wrong before torch 2.13 (FACTS.md)
+_TRUSTED_ACTIVE_COUNTER = (2, 13)  # the active counter is wrong before torch 2.13 (docs/reports.md)
 
 
 def _check_arguments(
