@@ -60,9 +60,12 @@ def rows(results: Path = RESULTS) -> list[dict[str, Any]]:
         fitted = [t["box_gib"] for t in trials if not t["verdict"]]
         box = min(fitted) if fitted else None
         failed = [t["box_gib"] for t in trials if t["verdict"] and (box is None or t["box_gib"] < box)]
+        below = max(failed) if failed else None
+        exact = box is not None and below is not None and box - below <= STEP_GIB + 1e-9  # the step below failed
         found.append({
             "label": label, "lcmu": arm_name.startswith("true"), "file": names[0], "box": box,
-            "failed_below": max(failed) if failed else None, "peak": first["memory_peak"] / GIB,
+            "failed_below": below, "exact": exact,
+            "peak": first["memory_peak"] / GIB,
             "anon": rest["anon"] / GIB, "file_gib": rest["file"] / GIB, "shmem": rest["shmem"] / GIB,
             "steady": statistics.median(steadies) if steadies else None,
             "spread": (min(steadies), max(steadies), len(steadies)) if steadies else None,
@@ -78,8 +81,7 @@ def table(found: list[dict[str, Any]]) -> list[str]:
         if row["box"] is None:
             box = "not bisected"
         else:
-            exact = row["failed_below"] is not None and row["box"] - row["failed_below"] <= STEP_GIB + 1e-9
-            box = f"{row['box']:.2f}" if exact else f"at most {row['box']:.2f}"
+            box = f"{row['box']:.2f}" if row["exact"] else f"at most {row['box']:.2f}"
             if row["failed_below"] is not None:
                 box += f" ({row['failed_below']:.2f} fails)"
         if row["steady"] is None:
@@ -106,8 +108,7 @@ def draw(found: list[dict[str, Any]], out: Path) -> None:
         if row["box"] is None or row["steady"] is None:
             continue
         color = "#0072b2" if row["lcmu"] else "#d55e00"
-        exact = row["failed_below"] is not None and row["box"] - row["failed_below"] <= STEP_GIB + 1e-9
-        marker = "o" if exact else "v"
+        marker = "o" if row["exact"] else "v"
         ax.scatter(row["steady"], row["box"], color=color, marker=marker, s=60, zorder=3)
         if row["failed_below"] is not None:
             ax.plot([row["steady"]] * 2, [row["failed_below"], row["box"]], color=color, lw=1, alpha=0.5)

@@ -53,12 +53,10 @@ def _load_policy(path: str) -> Any:
 
 def _preset_file(name: str) -> str | None:
     """The packaged file of the preset ``name`` when no file of that name exists here, else ``None``."""
-    from importlib import resources
-
-    from ddo_hooks.policy.model import PRESETS
+    from ddo_hooks.policy.model import PRESETS, preset_file
 
     if name in PRESETS and not os.path.exists(name):
-        return str(resources.files("ddo_hooks.policy").joinpath(f"presets/{name}.yaml"))
+        return str(preset_file(name))
     return None
 
 
@@ -67,7 +65,7 @@ def _policy_or_preset(name: str) -> Any:
     from ddo_hooks.errors import PolicyError
     from ddo_hooks.policy.model import PRESETS, HookPolicy
 
-    if name in PRESETS and not os.path.exists(name):
+    if _preset_file(name) is not None:
         return HookPolicy.preset(name)
     if not os.path.lexists(name):
         from ddo_hooks._diagnostics import did_you_mean

@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from importlib import resources
+from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -57,13 +58,24 @@ from ddo_hooks.policy.parts import (
 from ddo_hooks.policy.yaml_loader import LoadedYaml, compose_policy_yaml, read_policy_file
 from ddo_hooks.reports.tracker import MAX_RECORDS
 
-__all__ = ["PRESETS", "SUPPORTED_VERSIONS", "HookPolicy", "policy_json_schema"]
+__all__ = ["PRESETS", "SUPPORTED_VERSIONS", "HookPolicy", "policy_json_schema", "preset_file"]
 
 PRESETS: tuple[str, ...] = ("default", "lowest-peak", "lowest-latency")
 """The packaged policies (``ddo_hooks/policy/presets/``), each documented with its measured trade-off."""
 
 SUPPORTED_VERSIONS: tuple[int, ...] = (1,)
 """The policy versions this release reads."""
+
+
+def preset_file(name: str) -> Traversable:
+    """The packaged file of the preset ``name`` (one of :data:`PRESETS`).
+
+    Examples:
+        >>> preset_file("lowest-peak").name
+        'lowest-peak.yaml'
+    """
+    return resources.files("ddo_hooks.policy").joinpath(f"presets/{name}.yaml")
+
 
 _SUPPORTED = f"supported versions: {', '.join(map(str, SUPPORTED_VERSIONS))}"
 
@@ -262,7 +274,7 @@ class HookPolicy(Model):
             guess = did_you_mean(name, PRESETS)
             hint = f"did you mean {guess!r}? " if guess else ""
             raise PolicyError(f"no preset policy named {show_value(name)}; {hint}presets: {', '.join(PRESETS)}")
-        resource = resources.files("ddo_hooks.policy").joinpath(f"presets/{name}.yaml")
+        resource = preset_file(name)
         try:
             text = resource.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as e:

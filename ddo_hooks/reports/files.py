@@ -38,10 +38,10 @@ from ddo_hooks._diagnostics import (
 )
 from ddo_hooks.errors import InvalidArgumentError, ReportError
 from ddo_hooks.reports import REPORT_FILE_FORMS
-from ddo_hooks.reports.base import explain_error
-from ddo_hooks.reports.ddo.routes import DDO_REPORT_ADAPTER, DDO_REPORT_TYPES, DDO_ROUTES
+from ddo_hooks.reports.base import explain_error, model_at
+from ddo_hooks.reports.ddo.routes import DDO_REPORT_ADAPTER, DDO_ROUTE_TYPES
 from ddo_hooks.reports.envelope import RecordEnvelope
-from ddo_hooks.reports.parse import REPORT_ADAPTER, REPORT_TYPES, ROUTES, parse_report, report_shape
+from ddo_hooks.reports.parse import REPORT_ADAPTER, ROUTE_TYPES, parse_report, report_shape
 from ddo_hooks.reports.tracker import RECORD_KEYS, Entry, MetricsTracker, first_line, iter_entries, text_lines
 
 __all__ = [
@@ -304,8 +304,7 @@ def json_positions(text: str) -> Positions:
 def _report_problems(data: Any, positions: Positions, prefix: KeyPath) -> list[tuple[tuple[int, int], str]]:
     """The problems of a report (bare or a record's): validated as the shape it is read as."""
     ddo = report_shape(data) == "ddo"
-    adapter, routes = (DDO_REPORT_ADAPTER, DDO_ROUTES) if ddo else (REPORT_ADAPTER, ROUTES)
-    types: dict[str | int, type[Any]] = dict(zip(routes, DDO_REPORT_TYPES if ddo else REPORT_TYPES, strict=True))
+    adapter, types = (DDO_REPORT_ADAPTER, DDO_ROUTE_TYPES) if ddo else (REPORT_ADAPTER, ROUTE_TYPES)
     try:
         adapter.validate_python(data)
         return []
@@ -314,9 +313,7 @@ def _report_problems(data: Any, positions: Positions, prefix: KeyPath) -> list[t
     found = []
     shape = " (read as DDO's own shape)" if ddo else ""
     for item in errors:
-        loc = tuple(item["loc"])
-        model = types.get(loc[0]) if loc else None
-        loc = loc[1:] if loc and loc[0] in routes else loc
+        model, loc = model_at(item["loc"], types)
         if item["type"].startswith("union_tag"):
             loc = ("route",)
         path = (*prefix, *loc)

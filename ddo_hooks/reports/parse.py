@@ -41,7 +41,7 @@ from ddo_hooks.reports.ddo.base import DDO_SHAPE_KEYS, ddo_shape_keys, describe_
 from ddo_hooks.reports.ddo.group import DDOGroupOffloadReport
 from ddo_hooks.reports.ddo.host import DDOHostCacheReleaseReport, DDOHostMemoryReport
 from ddo_hooks.reports.ddo.native import DDONativeIdleCacheReleaseReport
-from ddo_hooks.reports.ddo.routes import DDO_REPORT_ADAPTER, DDO_REPORT_TYPES, DDO_ROUTES, DDOPackageReport
+from ddo_hooks.reports.ddo.routes import DDO_REPORT_ADAPTER, DDO_REPORT_TYPES, DDO_ROUTE_TYPES, DDOPackageReport
 from ddo_hooks.reports.pages import DoneComponentsReleaseReport
 from ddo_hooks.reports.release import HostCacheReleaseReport
 from ddo_hooks.reports.repack import PinnedCopyRepackReport
@@ -52,6 +52,7 @@ __all__ = [
     "REPORT_ADAPTER",
     "REPORT_TYPES",
     "ROUTES",
+    "ROUTE_TYPES",
     "AnyReport",
     "DDOReport",
     "EitherShapeReport",
@@ -79,6 +80,9 @@ REPORT_TYPES: tuple[type[Any], ...] = get_args(OurReport)
 
 ROUTES: tuple[str, ...] = tuple(cls.model_fields["route"].default for cls in REPORT_TYPES)
 """Every route name."""
+
+ROUTE_TYPES: dict[str, type[Any]] = dict(zip(ROUTES, REPORT_TYPES, strict=True))
+"""Each route and its report type (error messages look up field names in it)."""
 
 REPORT_ADAPTER: TypeAdapter[Any] = TypeAdapter(DDOReport)
 """The pydantic adapter of :data:`DDOReport` (its ``validate_python`` lists every problem)."""
@@ -186,9 +190,9 @@ def parse_report(data: Any) -> AnyReport:
         return adapter.validate_json(data) if text else adapter.validate_python(data)
     except ValidationError as e:
         if shape == "ddo":
-            found = describe_ddo_errors(e, types=dict(zip(DDO_ROUTES, DDO_REPORT_TYPES, strict=True)))
+            found = describe_ddo_errors(e, types=DDO_ROUTE_TYPES)
             raise ReportError(f"not a valid DynamicOffloadMetrics report ({_why(shape, document)}): {found}") from e
-        found = describe_errors(e, types=dict(zip(ROUTES, REPORT_TYPES, strict=True)))
+        found = describe_errors(e, types=ROUTE_TYPES)
         raise ReportError(f"not a valid DDO report ({_why(shape, document)}): {found}") from e
 
 

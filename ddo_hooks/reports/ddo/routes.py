@@ -17,7 +17,7 @@ from ddo_hooks.reports.ddo.group import DDOGroupOffloadReport
 from ddo_hooks.reports.ddo.host import DDOHostCacheReleaseReport, DDOHostMemoryReport
 from ddo_hooks.reports.ddo.native import DDONativeIdleCacheReleaseReport
 
-__all__ = ["DDO_REPORT_ADAPTER", "DDO_REPORT_TYPES", "DDO_ROUTES", "DDOPackageReport"]
+__all__ = ["DDO_REPORT_ADAPTER", "DDO_REPORT_TYPES", "DDO_ROUTES", "DDO_ROUTE_TYPES", "DDOPackageReport"]
 
 DDOPackageReport: TypeAlias = Annotated[
     DDOHostCacheReleaseReport
@@ -40,6 +40,9 @@ DDO_REPORT_TYPES = (
 
 DDO_ROUTES: tuple[str, ...] = tuple(get_args(cls.model_fields["route"].annotation)[0] for cls in DDO_REPORT_TYPES)
 """Every route of DDO's shape that ddo_hooks reads."""
+
+DDO_ROUTE_TYPES: dict[str, type[Any]] = dict(zip(DDO_ROUTES, DDO_REPORT_TYPES, strict=True))
+"""Each route of DDO's shape and its report type (error messages look up field names in it)."""
 
 DDO_REPORT_ADAPTER: TypeAdapter[Any] = TypeAdapter(DDOPackageReport)
 """The pydantic adapter of :data:`DDOPackageReport`."""
