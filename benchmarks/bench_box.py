@@ -53,7 +53,12 @@ ARMS = ",".join([
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, required=True, help=f"directory for {RESULT} and each trial's log")
-    p.add_argument("--arms", default=ARMS, help="MODE/ARM, comma-separated; MODE: low_cpu_mem_usage (true|false)")
+    p.add_argument(
+        "--arms",
+        default=ARMS,
+        help="MODE/ARM[*N], comma-separated; MODE: low_cpu_mem_usage (true|false); "
+        "N: processes at once in one cgroup, each its own pipeline from the same files",
+    )
     p.add_argument("--size", choices=("full", "tiny"), default="full", help="tiny: toy models, runs on a CPU")
     p.add_argument("--calls", type=int, default=5)
     p.add_argument("--reps", type=int, default=5, help="unboxed trials per arm, interleaved across the arms")
@@ -132,19 +137,27 @@ def trial(spec: dict[str, Any], box_gib: float | None, out: Path, label: str, ti
     (folder / "memory.swap.max").write_text("0")
     (folder / "memory.oom.group").write_text("1")
     _drop_caches()
-    progress, log = out / f"{label}.jsonl", out / f"{label}.log"
-    progress.unlink(missing_ok=True)
+    procs = spec.get("procs", 1)  # processes at once in the one cgroup, each its own pipeline (ranks on one host)
+    progress = [out / f"{label}{'' if i == 0 else f'-p{i}'}.jsonl" for i in range(procs)]
     enter = f'echo $$ > {folder}/cgroup.procs && exec "$0" "$@"'
     argv = ["/bin/sh", "-c", enter, sys.executable, "box_workload.py", "arm", "--spec", json.dumps(spec)]
     started = time.perf_counter()
-    with log.open("w") as output:
-        proc = subprocess.Popen([*argv, "--progress", str(progress)], stdout=output, stderr=subprocess.STDOUT, cwd=HERE)
+    running = []
+    for path in progress:
+        path.unlink(missing_ok=True)
+        output = (out / f"{path.stem}.log").open("w")
+        running.append(subprocess.Popen([*argv, "--progress", str(path)], stdout=output, stderr=subprocess.STDOUT,
+                                        cwd=HERE))  # fmt: skip
+        output.close()
+    codes: list[int | str] = []
+    for proc in running:
         try:
-            code = proc.wait(timeout=timeout_s)
+            codes.append(proc.wait(timeout=max(1.0, timeout_s - (time.perf_counter() - started))))
         except subprocess.TimeoutExpired:
             os.kill(proc.pid, signal.SIGKILL)
-            code = proc.wait()
-            code = "timeout"
+            proc.wait()
+            codes.append("timeout")
+    code = next((c for c in codes if c == "timeout"), None) or next((c for c in codes if c), 0)
     seconds = time.perf_counter() - started
     events = _events(folder)
     peak = _read_int(folder / "memory.peak")
@@ -154,8 +167,9 @@ def trial(spec: dict[str, Any], box_gib: float | None, out: Path, label: str, ti
             break
         except OSError:
             time.sleep(0.1)
-    steps = [json.loads(line) for line in progress.read_text().splitlines()] if progress.is_file() else []
-    return {"box_gib": box_gib, "exit": code, "seconds": seconds, "memory_peak": peak, "events": events, "steps": steps}
+    steps = [[json.loads(line) for line in p.read_text().splitlines()] if p.is_file() else [] for p in progress]
+    found = {"box_gib": box_gib, "exit": code, "seconds": seconds, "memory_peak": peak, "events": events}
+    return {**found, "steps": steps[0], **({"peers": steps[1:]} if procs > 1 else {})}
 
 
 # -- what a trial says -----------------------------------------------------------------------------------
@@ -188,6 +202,9 @@ def verdict(spec: dict[str, Any], result: dict[str, Any], reference: list[str], 
     digests = [c["digest"] for c in made]
     if digests != reference[: len(digests)]:
         return "outputs differ from nothing's"
+    for peer in result.get("peers", []):
+        if [c["digest"] for c in peer if c["event"] == "call"] != digests:
+            return "a peer process's calls did not complete with the same outputs"
     now = steady(result)
     if unboxed_steady and now and now > tolerance * unboxed_steady:
         return f"steady call {now:.2f} s > {tolerance:.2f} x {unboxed_steady:.2f} s (thrashing)"
@@ -197,21 +214,23 @@ def verdict(spec: dict[str, Any], result: dict[str, Any], reference: list[str], 
 def at_rest(result: dict[str, Any]) -> dict[str, Any]:
     """What the process held at rest after its last call: RSS split and the cgroup's charge."""
     made = calls(result)
-    return {"memory": made[-1]["memory"], "cgroup": made[-1]["cgroup"]} if made else {}
+    return {key: made[-1].get(key) for key in ("memory", "cgroup", "gpu")} if made else {}
 
 
 # -- the run ---------------------------------------------------------------------------------------------
 
 
-def parse_arm(text: str) -> tuple[bool, str]:
+def parse_arm(text: str) -> tuple[bool, str, int]:
+    """``MODE/ARM`` or ``MODE/ARM*N`` (``N`` processes at once in one cgroup): ``(lcmu, arm, processes)``."""
     mode, _, arm = text.partition("/")
-    if mode not in ("true", "false") or not arm:
-        raise SystemExit(f"--arms: {text!r} is not MODE/ARM (MODE: true or false)")
-    return mode == "true", arm
+    arm, star, count = arm.partition("*")
+    if mode not in ("true", "false") or not arm or (star and not count.isdigit()) or count == "0":
+        raise SystemExit(f"--arms: {text!r} is not MODE/ARM or MODE/ARM*N (MODE: true or false; N: processes)")
+    return mode == "true", arm, int(count or 1)
 
 
-def label_of(lcmu: bool, arm: str) -> str:
-    return f"{str(lcmu).lower()}/{arm}"
+def label_of(lcmu: bool, arm: str, procs: int = 1) -> str:
+    return f"{str(lcmu).lower()}/{arm}" + (f"*{procs}" if procs > 1 else "")
 
 
 _TRIALS = itertools.count(1)
@@ -232,7 +251,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     arms = [parse_arm(a) for a in filter(None, args.arms.split(","))]
     doc: dict[str, Any] = {"command": "python3 benchmarks/bench_box.py " + " ".join(sys.argv[1:]),
                            "settings": {k: str(v) for k, v in vars(args).items()}, "arms": {}}  # fmt: skip
-    specs = {label_of(lcmu, arm): {**base, "lcmu": lcmu, "arm": arm, "calls": args.calls} for lcmu, arm in arms}
+    specs = {
+        label_of(lcmu, arm, procs): {**base, "lcmu": lcmu, "arm": arm, "calls": args.calls, "procs": procs}
+        for lcmu, arm, procs in arms
+    }
     for label in specs:
         doc["arms"][label] = {"unboxed": [], "trials": [], "box_gib": None, "box_note": None}
 
@@ -341,9 +363,10 @@ def report(doc: dict[str, Any]) -> None:
     """Per arm: the smallest box, the unboxed memory.peak, the charge and RSS split at rest, the steady call."""
     g = lambda v: "-" if v is None else f"{v / GIB:.2f}"  # noqa: E731
     print("GiB; box: smallest memory.max that fits (to the step); peak: memory.peak of the unboxed process's life;")
-    print("anon/file/shmem: memory.stat at rest after the last call; RSS: anon/file/shmem of /proc/self/status")
+    print("anon/file/shmem: memory.stat at rest after the last call; RSS: anon/file/shmem of /proc/self/status;")
+    print("GPU: what the process keeps allocated on the GPU at rest; ARM*N: N processes at once in one cgroup")
     print(f"{'arm':<36} {'box':>6} {'peak':>6} {'cg anon':>8} {'cg file':>8} {'cg shmem':>8} {'RSS':>6} "
-          f"{'anon':>6} {'file':>6} {'shmem':>6} {'steady s (min-max, n)':>24}")  # fmt: skip
+          f"{'anon':>6} {'file':>6} {'shmem':>6} {'GPU':>6} {'steady s (min-max, n)':>24}")  # fmt: skip
     for label, arm in doc["arms"].items():
         if not arm["unboxed"]:
             print(f"{label:<36} not run")
@@ -354,13 +377,13 @@ def report(doc: dict[str, Any]) -> None:
             print(f"{label:<36} its setup raised: {errors[0]}")
             continue
         rest = at_rest(first)
-        cg, mem = rest.get("cgroup") or {}, rest.get("memory") or {}
+        cg, mem, gpu = rest.get("cgroup") or {}, rest.get("memory") or {}, rest.get("gpu") or {}
         s = arm.get("steady")
         timing = "-" if not s else f"{s['median']:.2f} ({s['min']:.2f}-{s['max']:.2f}, {s['n']})"
         box = "-" if arm["box_gib"] is None else f"{arm['box_gib']:g}"
         print(f"{label:<36} {box:>6} {g(first['memory_peak']):>6} {g(cg.get('anon')):>8} {g(cg.get('file')):>8} "
               f"{g(cg.get('shmem')):>8} {g(mem.get('rss')):>6} {g(mem.get('anon')):>6} {g(mem.get('file')):>6} "
-              f"{g(mem.get('shmem')):>6} {timing:>24}")  # fmt: skip
+              f"{g(mem.get('shmem')):>6} {g(gpu.get('allocated')):>6} {timing:>24}")  # fmt: skip
         for t in arm["trials"]:
             print(f"{'':<8}box {t['box_gib']:g}: {t['verdict'] or 'fits'}, steady {steady(t)}")
 

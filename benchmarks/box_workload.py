@@ -5,7 +5,8 @@
 ``call``, ``end``), flushed at once: a process the kernel kills for memory leaves every step it finished. Each
 line holds which memory the process held then: RSS and its split (anon / file / shmem), the pinned bytes the
 allocator owns, and its cgroup's charge (``memory.current``, ``memory.peak`` and ``memory.stat``'s anon, file and
-shmem), read at rest.
+shmem), read at rest, and what the process holds on the GPU (``torch.cuda``'s allocated, reserved and peak bytes:
+weights kept resident there make calls faster without costing host memory).
 
 Arms (``spec["arm"]``, offloaded at leaf level with streams, ``record_stream=False``, ``low_cpu_mem_usage`` from
 ``spec["lcmu"]``): ``nothing``; ``delete`` (after the first call the prompt is encoded, the text encoders deleted
@@ -14,7 +15,8 @@ that raises ends the arm); ``ddo-auto`` (DDO 0.1.0rc2's ``enable_pipeline_offloa
 offloading of ours); ``ddo-vmm`` (DDO's native VMM route for the transformer: its PyTorch allocator installed
 before CUDA starts, the transformer loaded by ``from_pretrained_with_dynamic_offload`` with
 ``execution_mode="vmm_fast_runtime"``, the other components by ``enable_pipeline_offload``); ``preset:<name>``
-(``<name>+stable``: with ``stable_files: true``; ``+register`` / ``+stage``: ``pinned_copies.from_files``);
+(``<name>+stable``: with ``stable_files: true``; ``+evict``: with ``evict: true``; ``+register`` / ``+stage``:
+``pinned_copies.from_files``);
 ``policy:<json>`` (any policy mapping). A setup that raises is recorded (``error``, stage ``setup``) and ends the arm.
 """
 
@@ -55,6 +57,19 @@ def cgroup_memory(folder: Path | None) -> dict[str, Any] | None:
     stat = dict(line.split() for line in (folder / "memory.stat").read_text().splitlines())
     found.update({key: int(stat[key]) for key in STAT_KEYS if key in stat})
     return found
+
+
+def gpu_memory() -> dict[str, int] | None:
+    """The CUDA caching allocator's bytes on the current device: allocated and reserved now, allocated at most."""
+    import torch
+
+    if not torch.cuda.is_available() or not torch.cuda.is_initialized():
+        return None
+    return {
+        "allocated": torch.cuda.memory_allocated(),
+        "reserved": torch.cuda.memory_reserved(),
+        "max_allocated": torch.cuda.max_memory_allocated(),
+    }
 
 
 def build(spec: dict[str, Any]) -> tuple[Any, Any]:
@@ -146,11 +161,10 @@ def run(spec: dict[str, Any], progress: Path) -> None:
                 return
             if spec["arm"] == "delete" and index == 0:
                 embeds = done_workload._delete_encoders(spec, pipe)
-            emit(
-                "call", index=index, seconds=seconds, digest=digest, memory=floor.memory(), cgroup=cgroup_memory(folder)
-            )
+            memory = {"memory": floor.memory(), "cgroup": cgroup_memory(folder), "gpu": gpu_memory()}
+            emit("call", index=index, seconds=seconds, digest=digest, **memory)
         if attachment is not None:
-            emit("reports", routes=[r.route for r in attachment.reports])
+            emit("reports", routes=[r.route for r in attachment.reports], done=done_workload._done_reports(attachment))
             attachment.detach()
         emit("end", cgroup=cgroup_memory(folder))
 

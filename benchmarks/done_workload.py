@@ -47,6 +47,7 @@ def _done_reports(attachment: Any) -> list[dict[str, Any]]:
             since = body.faults_since_previous
             kept.append({
                 "boundary": body.boundary, "status": body.status, "released_bytes": body.released_bytes,
+                "cgroup_released_bytes": body.cgroup_released_bytes,
                 "seconds": body.elapsed_seconds, "left": {c.component: c.reason for c in body.components if c.reason},
                 "faults": None if since is None else since.model_dump(mode="json"),
             })  # fmt: skip

@@ -167,7 +167,8 @@ def call_kwargs(spec: dict[str, Any], index: int) -> dict[str, Any]:
 
 def preset_policy(preset: str) -> dict[str, Any]:
     """The preset as a mapping, with extras after ``+``: ``stable`` declares the weights files stable
-    (``stable_files: true``); ``register`` and ``stage`` pin from the files (``pinned_copies.from_files``)."""
+    (``stable_files: true``); ``evict`` evicts the done components' file pages (``evict: true``); ``register`` and
+    ``stage`` pin from the files (``pinned_copies.from_files``)."""
     from ddo_hooks import HookPolicy
 
     name, *extras = preset.split("+")
@@ -175,13 +176,13 @@ def preset_policy(preset: str) -> dict[str, Any]:
     for extra in extras:
         if extra in ("register", "stage"):
             policy["pinned_copies"]["from_files"] = extra
-        elif extra == "stable":
+        elif extra in ("stable", "evict"):
             for boundary in policy["boundaries"].values():
                 for action in boundary["actions"]:
                     if action["name"] == "release_done_components":
-                        action["options"]["stable_files"] = True
+                        action["options"]["stable_files" if extra == "stable" else "evict"] = True
         else:
-            raise SystemExit(f"unknown preset extra {extra!r} in {preset!r}: stable, register or stage")
+            raise SystemExit(f"unknown preset extra {extra!r} in {preset!r}: stable, evict, register or stage")
     return policy
 
 

@@ -96,7 +96,7 @@ def test_the_worker_runs_an_arm_and_leaves_a_line_per_step(tmp_path):
     setup = [sys.executable, "pinned_workload.py", "setup", "--dir", str(weights), "--size", "tiny"]
     subprocess.run([*setup, "--result", str(tmp_path / "s.json")], cwd=BENCH, check=True, capture_output=True)
     spec = {"family": "flux", "steps": 2, "height": 64, "width": 64, "seed": 0, "weights_dir": str(weights),
-            "max_sequence_length": 16, "lcmu": True, "arm": "preset:lowest-peak+register", "calls": 2}  # fmt: skip
+            "max_sequence_length": 16, "lcmu": True, "arm": "preset:lowest-peak+register+evict", "calls": 2}  # fmt: skip
     progress = tmp_path / "p.jsonl"
     command = [sys.executable, "box_workload.py", "arm", "--spec", json.dumps(spec), "--progress", str(progress)]
     proc = subprocess.run(command, cwd=BENCH, capture_output=True, text=True, timeout=300, check=False)
@@ -105,6 +105,8 @@ def test_the_worker_runs_an_arm_and_leaves_a_line_per_step(tmp_path):
     assert [s["event"] for s in steps] == ["start", "ready", "from_files", "call", "call", "reports", "end"]
     calls = [s for s in steps if s["event"] == "call"]
     assert all(c["memory"]["rss"] > 0 and len(c["digest"]) == 16 for c in calls)
+    done = steps[-2]["done"]  # each call's release_done_components, with what left the cgroup's charge (if read)
+    assert len(done) == 2 and all("cgroup_released_bytes" in d for d in done)
 
 
 def test_a_setup_that_raises_is_recorded_and_ends_the_arm(tmp_path):
@@ -117,3 +119,20 @@ def test_a_setup_that_raises_is_recorded_and_ends_the_arm(tmp_path):
     assert (proc.returncode, [s["event"] for s in steps]) == (1, ["start", "error"])
     assert steps[1]["stage"] == "setup"
     assert steps[1]["error"].split(":")[0] in ("ModuleNotFoundError", "OSError", "EnvironmentError")
+
+
+def test_an_arm_may_name_processes_that_share_one_cgroup(box):
+    assert box.parse_arm("true/preset:default+register*2") == (True, "preset:default+register", 2)
+    assert box.parse_arm("false/nothing") == (False, "nothing", 1)
+    assert box.label_of(True, "preset:default+register", 2) == "true/preset:default+register*2"
+    for bad in ("false/nothing*", "false/nothing*0", "false/nothing*two", "maybe/nothing"):
+        with pytest.raises(SystemExit, match="is not MODE/ARM or MODE/ARM\\*N"):
+            box.parse_arm(bad)
+
+
+def test_processes_sharing_a_box_fit_only_when_each_made_every_call_equal(box):
+    made = trial(6, [4, 2, 2, 2, 2], REFERENCE)
+    assert box.verdict(SPEC, {**made, "peers": [made["steps"]]}, REFERENCE, 2.0, 1.10) is None
+    short = {**made, "peers": [made["steps"][:3]]}
+    why = box.verdict(SPEC, short, REFERENCE, 2.0, 1.10)
+    assert why == "a peer process's calls did not complete with the same outputs"
