@@ -74,26 +74,42 @@ def rows(results: Path = RESULTS) -> list[dict[str, Any]]:
     return found
 
 
+def _cells(row: dict[str, Any]) -> tuple[str, str, str]:
+    """The mode, box and call cells of a row, as both tables write them."""
+    if row["box"] is None:
+        box = "not bisected"
+    else:
+        box = f"{row['box']:.2f}" if row["exact"] else f"at most {row['box']:.2f}"
+        if row["failed_below"] is not None:
+            box += f" ({row['failed_below']:.2f} fails)"
+    if row["steady"] is None:
+        call = f"- ({row['calls']} call)"
+    else:
+        low, high, n = row["spread"]
+        call = f"{row['steady']:.2f}" if n == 1 else f"{row['steady']:.2f} ({low:.2f}\u2013{high:.2f}, {n})"
+    return ("True" if row["lcmu"] else "False"), box, call
+
+
 def table(found: list[dict[str, Any]]) -> list[str]:
     """The Markdown rows of docs/benchmarks.md's box table."""
     lines = []
     for row in found:
-        if row["box"] is None:
-            box = "not bisected"
-        else:
-            box = f"{row['box']:.2f}" if row["exact"] else f"at most {row['box']:.2f}"
-            if row["failed_below"] is not None:
-                box += f" ({row['failed_below']:.2f} fails)"
-        if row["steady"] is None:
-            call = f"- ({row['calls']} call)"
-        else:
-            low, high, n = row["spread"]
-            call = f"{row['steady']:.2f}" if n == 1 else f"{row['steady']:.2f} ({low:.2f}\u2013{high:.2f}, {n})"
-        mode = "True" if row["lcmu"] else "False"
+        mode, box, call = _cells(row)
         lines.append(
             f"| {row['label']} | {mode} | {box} | {row['peak']:.2f} | {row['anon']:.2f} | {row['file_gib']:.2f} | "
             f"{row['shmem']:.2f} | {call} |"
         )
+    return lines
+
+
+def short_table(found: list[dict[str, Any]]) -> list[str]:
+    """The Markdown rows of the README's box table: the same figures without the split at rest, and only the
+    code of today (no row of an earlier repack)."""
+    lines = []
+    for row in found:
+        if "2026-12-02" not in row["label"]:
+            mode, box, call = _cells(row)
+            lines.append(f"| {row['label']} | {mode} | {box} | {row['peak']:.2f} | {call} |")
     return lines
 
 
@@ -129,11 +145,11 @@ def draw(found: list[dict[str, Any]], out: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, help="the PNG to write")
-    parser.add_argument("--table", action="store_true", help="print the docs' Markdown rows")
+    parser.add_argument("--table", action="store_true", help="print the docs' Markdown rows, then the README's")
     args = parser.parse_args()
     found = rows()
     if args.table:
-        print("\n".join(table(found)))
+        print("\n".join([*table(found), "", *short_table(found)]))
     if args.out:
         draw(found, args.out)
 

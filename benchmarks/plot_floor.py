@@ -63,7 +63,7 @@ def draw(out: Path) -> Path:
     ax.text(1.5, max(bottom) * 1.1, "low_cpu_mem_usage=False", ha="center", fontsize=9)
     ax.text(5.6, max(bottom) * 1.1, "low_cpu_mem_usage=True", ha="center", fontsize=9)
     ax.legend(loc="upper right", fontsize=8, frameon=False, bbox_to_anchor=(1.0, 0.93))
-    ax.set_title("Which memory a Flux-shaped pipeline (4.28 GB) held after plain calls, H200", fontsize=10)
+    ax.set_title("Which memory a Flux-shaped pipeline (3.99 GiB) held after plain calls, H200", fontsize=10)
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
     fig.savefig(out, dpi=100, format="png")

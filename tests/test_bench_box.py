@@ -96,7 +96,8 @@ def test_the_worker_runs_an_arm_and_leaves_a_line_per_step(tmp_path):
     setup = [sys.executable, "pinned_workload.py", "setup", "--dir", str(weights), "--size", "tiny"]
     subprocess.run([*setup, "--result", str(tmp_path / "s.json")], cwd=BENCH, check=True, capture_output=True)
     spec = {"family": "flux", "steps": 2, "height": 64, "width": 64, "seed": 0, "weights_dir": str(weights),
-            "max_sequence_length": 16, "lcmu": True, "arm": "preset:lowest-peak+register+evict", "calls": 2}  # fmt: skip
+            "max_sequence_length": 16, "lcmu": True, "arm": "preset:lowest-peak+register+evict",
+            "calls": 2}  # fmt: skip
     progress = tmp_path / "p.jsonl"
     command = [sys.executable, "box_workload.py", "arm", "--spec", json.dumps(spec), "--progress", str(progress)]
     proc = subprocess.run(command, cwd=BENCH, capture_output=True, text=True, timeout=300, check=False)
@@ -106,7 +107,8 @@ def test_the_worker_runs_an_arm_and_leaves_a_line_per_step(tmp_path):
     calls = [s for s in steps if s["event"] == "call"]
     assert all(c["memory"]["rss"] > 0 and len(c["digest"]) == 16 for c in calls)
     done = steps[-2]["done"]  # each call's release_done_components, with what left the cgroup's charge (if read)
-    assert len(done) == 2 and all("cgroup_released_bytes" in d for d in done)
+    assert len(done) == 2
+    assert all("cgroup_released_bytes" in d for d in done)
 
 
 def test_a_setup_that_raises_is_recorded_and_ends_the_arm(tmp_path):

@@ -74,7 +74,7 @@ RSS_ACTION = "ddo_demo.rss"
 """The demo's own action on a CPU: it records the process RSS at each enabled boundary."""
 
 H200_FIGURES = (
-    "on an H200, a Flux-shaped pipeline of 4.28 GB under leaf-level group offloading with streams held, at rest "
+    "on an H200, a Flux-shaped pipeline of 3.99 GiB under leaf-level group offloading with streams held, at rest "
     "after a plain call, 4.01 GiB of pinned memory instead of 6.35 and an RSS of 5.90 GiB instead of 8.30 (the "
     "Benchmarks page of the docs)"
 )
