@@ -2,12 +2,14 @@
 
 Each row is one arm. Its unboxed figures come from the first results file it names: ``memory.peak`` over the
 process's life, what its cgroup held at rest (``memory.stat``: anon, file, shmem; file includes shmem), the steady
-call (each process's median of calls 2 to 5; the median, min and max over that run's interleaved processes) and
-each call's output digest. Its box comes from the boxed trials of every file it names: the smallest
-``memory.max`` in which its calls ran at full speed, and the largest box below it that failed.
+call (each process's median of calls 2 to 5; the median, min and max over that run's interleaved processes, and
+its ratio to ``nothing`` with ``low_cpu_mem_usage=False`` in the same run, where that run has it) and each call's
+output digest. An arm ``ARM*2`` is two processes at once in one cgroup: its figures are the pair's. Its box comes
+from the boxed trials of every file it names: the smallest ``memory.max`` in which its calls ran at full speed, and
+the largest box below it that failed.
 
 Run: ``python benchmarks/plot_box.py --out docs/img/box.png`` (needs matplotlib); ``--table`` prints the
-Markdown rows that ``docs/benchmarks.md`` holds.
+Markdown rows that ``docs/benchmarks.md`` holds, then the README's.
 """
 
 from __future__ import annotations
@@ -28,12 +30,15 @@ ARMS = [
     (("peers",), "false/preset:lowest-peak", "`lowest-peak`"),
     (("peers",), "false/delete", "encoders deleted by hand"),
     (("peers",), "false/diffusers-mm", "diffusers-mm 0.4.0"),
-    (("timing",), "false/ddo-auto", "DDO `auto`"),
+    (("timing", "ddo-box"), "false/ddo-auto", "DDO `auto`"),
     (("new-setup",), "false/ddo-vmm", "DDO VMM route"),
     (("lcmu-true",), "true/nothing", "nothing"),
     (("timing", "new-setup", "register"), "true/preset:default+register", "`default` + register"),
-    (("peers", "register"), "true/preset:lowest-peak+register", "`lowest-peak` + register"),
+    (("timing-lowest-peak", "peers", "register"), "true/preset:lowest-peak+register", "`lowest-peak` + register"),
+    (("ranks",), "true/preset:lowest-peak+register+evict", "`lowest-peak` + register + evict"),
     (("lcmu-true",), "true/preset:lowest-peak+stage", "`lowest-peak` + stage"),
+    (("ranks",), "false/nothing*2", "nothing, 2 processes"),
+    (("ranks",), "true/preset:default+register*2", "`default` + register, 2 processes"),
 ]
 """(results files ``bench_box-<name>.json``, the first for the unboxed figures; arm; label) of each row, in order."""
 
@@ -51,8 +56,11 @@ def rows(results: Path = RESULTS) -> list[dict[str, Any]]:
     """Each arm's figures, from the checked-in results."""
     found = []
     for names, arm_name, label in ARMS:
-        arms = [json.loads((results / f"bench_box-{name}.json").read_text())["arms"][arm_name] for name in names]
+        docs = [json.loads((results / f"bench_box-{name}.json").read_text())["arms"] for name in names]
+        arms = [doc[arm_name] for doc in docs]
         unboxed = arms[0]["unboxed"]
+        nothing = docs[0].get("false/nothing") if arm_name != "false/nothing" else None
+        nothing_steady = statistics.median(filter(None, map(_steady, nothing["unboxed"]))) if nothing else None
         first = unboxed[0]
         rest = _calls(first)[-1]["cgroup"]
         steadies = [v for v in map(_steady, unboxed) if v is not None]
@@ -70,6 +78,8 @@ def rows(results: Path = RESULTS) -> list[dict[str, Any]]:
             "steady": statistics.median(steadies) if steadies else None,
             "spread": (min(steadies), max(steadies), len(steadies)) if steadies else None,
             "calls": len(_calls(first)), "digests": [s["digest"] for s in _calls(first)],
+            "nothing_steady": nothing_steady, "gpu": _calls(first)[-1].get("gpu"),
+            "peers": [[s["digest"] for s in peer if s["event"] == "call"] for peer in first.get("peers", [])],
         })  # fmt: skip
     return found
 
@@ -87,6 +97,8 @@ def _cells(row: dict[str, Any]) -> tuple[str, str, str]:
     else:
         low, high, n = row["spread"]
         call = f"{row['steady']:.2f}" if n == 1 else f"{row['steady']:.2f} ({low:.2f}\u2013{high:.2f}, {n})"
+        if row["nothing_steady"]:
+            call += f"; {row['steady'] / row['nothing_steady']:.2f}\u00d7"
     return ("True" if row["lcmu"] else "False"), box, call
 
 
