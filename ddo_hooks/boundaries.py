@@ -25,7 +25,6 @@ __all__ = [
     "BEFORE_VAE",
     "BOUNDARIES",
     "BOUNDARY_NOTES",
-    "BUILT_IN_ACTIONS",
     "HOST_CACHE_COMPONENT_PREFIX",
     "HOST_CACHE_RELEASE",
     "MALLOC_TRIM",
@@ -81,9 +80,6 @@ RELEASE_DONE_COMPONENTS = "release_done_components"
 
 STAGE_DONE_COMPONENTS = "stage_done_components"
 """The built-in action that pins again the copies ``release_done_components`` replaced by file views."""
-
-BUILT_IN_ACTIONS: tuple[str, ...] = (HOST_CACHE_RELEASE, MALLOC_TRIM, RELEASE_DONE_COMPONENTS, STAGE_DONE_COMPONENTS)
-"""The actions ddo_hooks registers itself (they cannot be unregistered)."""
 
 HOST_CACHE_COMPONENT_PREFIX = "host_cache"
 """The built-in action's reports are recorded under ``host_cache_<boundary>``."""

@@ -265,7 +265,7 @@ def test_the_presets_say_what_they_trade():
     assert peak.enabled_boundaries() == tuple(ORDER)
     assert latency.enabled_boundaries() == ("before_transformer", "after_call")
     staging, release = latency.actions("before_transformer")
-    assert (staging.name, release.options["trigger"]) == ("stage_done_components", "dropped")
+    assert (staging.name, release.options.trigger) == ("stage_done_components", "dropped")
     assert latency.boundary("after_call").idle == 2.0
     assert HookPolicy.preset("default") == HookPolicy.default()
     with pytest.raises(PolicyError, match=r"no preset policy named 'fastest'.*presets: default, lowest-peak"):

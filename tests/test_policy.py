@@ -18,7 +18,7 @@ from ddo_hooks.cli.main import main
 from ddo_hooks.cli.schema import SCHEMA_DIR, render
 from ddo_hooks.errors import InvalidArgumentError, PolicyError
 from ddo_hooks.policy.model import HookPolicy, policy_json_schema
-from ddo_hooks.policy.parts import ActionSpec
+from ddo_hooks.policy.parts import ActionSpec, ReleasePolicy
 from ddo_hooks.policy.yaml_loader import PolicyLoader, load_yaml
 from ddo_hooks.reports.tracker import MAX_RECORDS
 from ddo_hooks.testing.tiny_pipelines import build_pipeline
@@ -125,16 +125,12 @@ def test_the_built_in_action_receives_the_release_settings_overridden_per_bounda
         "  before_vae: {actions: [{name: host_cache_release, options: {min_releasable_bytes: 2MiB}}, other]}\n"
         "  after_call: {actions: [{name: host_cache_release, options: {collect: full}}]}\n"
     )
-    always = {"trigger": "always", "core": "ddo_hooks"}
-    assert policy.actions("before_transformer")[0].options == {
-        "collect": "young",
-        "min_releasable_bytes": MiB,
-        **always,
-    }
+    assert policy.actions("before_transformer")[0].options == ReleasePolicy(collect="young", min_releasable_bytes=MiB)
     release, other = policy.actions("before_vae")
-    assert release.options == {"collect": "young", "min_releasable_bytes": 2 * MiB, **always}
+    assert release.options == ReleasePolicy(collect="young", min_releasable_bytes=2 * MiB)
     assert (other.name, other.options) == ("other", {})  # other actions get their options as written
-    assert policy.actions("after_call")[0].options == {"collect": "full", "min_releasable_bytes": MiB, **always}
+    assert policy.actions("after_call")[0].options == ReleasePolicy(collect="full", min_releasable_bytes=MiB)
+    assert policy.actions("after_call")[0].written == {"collect": "full"}
     assert policy.boundary("after_call").actions[0].options == {"collect": "full"}  # as written
 
 
@@ -332,10 +328,8 @@ def test_the_release_core_is_a_release_setting_and_an_action_option():
         "    actions: [{name: host_cache_release, options: {core: ddo_hooks, min_releasable_bytes: 1MiB}}]\n"
     )
     assert policy.release.core == "ddo"
-    assert policy.actions("before_vae")[0].options == {
-        "collect": "full", "min_releasable_bytes": 0, "trigger": "always", "core": "ddo",
-    }  # fmt: skip
-    assert policy.actions("after_call")[0].options["core"] == "ddo_hooks"  # this boundary's own core
+    assert policy.actions("before_vae")[0].options == ReleasePolicy(collect="full", core="ddo")
+    assert policy.actions("after_call")[0].options.core == "ddo_hooks"  # this boundary's own core
     assert policy.locate(("release", "core")) == "policy.yaml:2:11"
     assert_round_trips(policy)
     schema = policy_json_schema()["$defs"]["ReleasePolicy"]["properties"]["core"]

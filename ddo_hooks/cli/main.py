@@ -148,10 +148,9 @@ def _size_lines(policy: Any, path: str) -> list[str]:
         (("auxiliary_sources", "max_copy_bytes"), policy.auxiliary_sources.max_copy_bytes),
     ]
     for name in BOUNDARIES:
-        for index, action in enumerate(policy.boundary(name).actions):
-            if action.name == HOST_CACHE_RELEASE and "min_releasable_bytes" in action.options:
-                path_ = ("boundaries", name, "actions", index, "options", "min_releasable_bytes")
-                sizes.append((path_, policy.actions(name)[index].options["min_releasable_bytes"]))
+        for action in policy.actions(name):
+            if action.name == HOST_CACHE_RELEASE and "min_releasable_bytes" in action.written:
+                sizes.append(((*action.at, "options", "min_releasable_bytes"), action.options.min_releasable_bytes))
     lines = []
     for key_path, size in sizes:
         written: Any = data

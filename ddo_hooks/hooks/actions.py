@@ -24,19 +24,21 @@ import weakref
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 from pydantic import ValidationError
 
-from ddo_hooks.boundaries import ACTION_NAME_PATTERN, BUILT_IN_ACTIONS, component_name
+from ddo_hooks.boundaries import ACTION_NAME_PATTERN, BOUNDARIES, component_name
 from ddo_hooks.errors import InvalidArgumentError, PolicyError, ReportError
 from ddo_hooks.hooks.builtin_actions import BUILT_IN
+from ddo_hooks.policy.builtins import BUILT_IN_ACTIONS
 from ddo_hooks.reports.base import describe_errors
 from ddo_hooks.reports.boundary import ActionReport, ActionResult, ActionResultSetup
 from ddo_hooks.reports.parse import ANY_REPORT_TYPES
 
 if TYPE_CHECKING:
     from ddo_hooks.policy.model import HookPolicy
+    from ddo_hooks.policy.parts import ResolvedAction
     from ddo_hooks.reports.tracker import MetricsTracker
 
 __all__ = [
@@ -44,6 +46,7 @@ __all__ = [
     "BoundaryContext",
     "RegisteredAction",
     "available_actions",
+    "bind_actions",
     "register_action",
     "resolve_action",
     "unregister_action",
@@ -65,8 +68,12 @@ class BoundaryContext:
         device: The policy's CUDA device (``"cuda"`` or ``"cuda:N"``).
         tracker: The attachment's metrics tracker.
         policy: The attached policy.
-        options: This action's ``options`` from the policy (for the built-in
-            ``host_cache_release``: the ``release`` settings with this boundary's overrides).
+        options: This action's ``options`` from the policy: for an action of your own, the
+            mapping the policy writes (a copy; empty when it writes none). A built-in action
+            receives the model of its options instead
+            (:data:`~ddo_hooks.policy.builtins.BUILT_IN_OPTIONS`), read by attribute: the
+            built-in ``host_cache_release`` gets the ``release`` settings with this boundary's
+            overrides (``ctx.options.collect``).
         dropped: Components that left the pipeline and should be dead by now, by name
             (weak references; the built-in action collects garbage fully only if one lives).
         left: The components that left the pipeline since the previous boundary of this
@@ -85,7 +92,7 @@ class BoundaryContext:
     device: str
     tracker: MetricsTracker
     policy: HookPolicy
-    options: Mapping[str, Any] = field(default_factory=dict)
+    options: Any = field(default_factory=dict)
     dropped: Mapping[str, weakref.ref] = field(default_factory=dict)
     left: tuple[str, ...] = ()
     done: tuple[str, ...] = ()
@@ -143,11 +150,16 @@ class RegisteredAction:
         name: The name policies use.
         run: The function called with a :class:`BoundaryContext`.
         component_prefix: Reports are recorded under ``f"{component_prefix}_{boundary}"``.
+        check: What :func:`~ddo_hooks.attach` checks of the action before installing anything,
+            given the pipeline, the policy and the action as the policy resolves it
+            (:class:`~ddo_hooks.policy.parts.ResolvedAction`); it raises to refuse the attach.
+            ``None`` (the default): nothing.
     """
 
     name: str
     run: ActionFunction
     component_prefix: str
+    check: Callable[[Any, HookPolicy, ResolvedAction], None] | None = None
 
     def component(self, boundary: str) -> str:
         """The tracker component for this action at ``boundary``."""
@@ -165,7 +177,7 @@ class RegisteredAction:
 
 
 _REGISTRY: dict[str, RegisteredAction] = {
-    name: RegisteredAction(name, function, prefix) for name, (function, prefix) in BUILT_IN.items()
+    name: RegisteredAction(name, entry.run, entry.component_prefix, entry.check) for name, entry in BUILT_IN.items()
 }
 
 
@@ -251,3 +263,40 @@ def resolve_action(name: str, *, where: str = "") -> RegisteredAction:
         f"{where}: unknown action {name!r}; {hint}known actions: {', '.join(known)}. Register it with "
         f"@ddo_hooks.register_action({name!r}) or the {ENTRY_POINT_GROUP!r} entry-point group before attaching"
     )
+
+
+BoundActions: TypeAlias = dict[str, tuple[tuple["ResolvedAction", RegisteredAction], ...]]
+"""Each boundary's actions as :func:`bind_actions` gives them: the policy's resolved action and what runs it."""
+
+
+def bind_actions(pipeline: Any, policy: HookPolicy) -> BoundActions:
+    """Resolve each boundary's actions by name and run each one's check: the one pass :func:`~ddo_hooks.attach` makes.
+
+    Args:
+        pipeline: The pipeline being attached.
+        policy: The policy being attached.
+
+    Returns:
+        For each boundary, in firing order, its actions in order: each as the policy resolves it
+        (:meth:`~ddo_hooks.policy.model.HookPolicy.actions`) with the registered action that runs it.
+
+    Raises:
+        PolicyError: An action is not registered (as :func:`resolve_action`), or its check refused.
+        InvalidArgumentError: An action's check refused the pipeline.
+
+    Examples:
+        >>> from ddo_hooks import HookPolicy
+        >>> bound = bind_actions(None, HookPolicy.default())
+        >>> [(spec.options.collect, action.component("after_call")) for spec, action in bound["after_call"]]
+        [('auto', 'host_cache_after_call')]
+    """
+    bound: BoundActions = {}
+    for boundary in BOUNDARIES:
+        pairs = []
+        for spec in policy.actions(boundary):
+            action = resolve_action(spec.name, where=policy.locate(spec.at))
+            if action.check is not None:
+                action.check(pipeline, policy, spec)
+            pairs.append((spec, action))
+        bound[boundary] = tuple(pairs)
+    return bound

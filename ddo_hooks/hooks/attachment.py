@@ -30,8 +30,8 @@ from typing import TYPE_CHECKING, Any
 
 from ddo_hooks.boundaries import BOUNDARIES, RELEASE_DONE_COMPONENTS
 from ddo_hooks.errors import BoundaryRefusedError, InvalidArgumentError, ReportSinkError
+from ddo_hooks.hooks.actions import BoundActions, bind_actions
 from ddo_hooks.hooks.components import Components
-from ddo_hooks.hooks.cores import check_release_cores
 from ddo_hooks.hooks.phases import CallPhases, Phase
 from ddo_hooks.hooks.recorder import Recorder
 from ddo_hooks.hooks.runner import BoundaryRunner
@@ -97,28 +97,10 @@ def attach(
             f"this {type(pipeline).__name__} already has ddo_hooks attached; call detach() on that attachment first"
         )
     loaded = _load_policy(policy)
-    _check_named_components(pipeline, loaded)
-    check_release_cores(loaded)
-    attachment = Attachment(pipeline, loaded, tracker or MetricsTracker(max_records=loaded.keep_reports))
+    actions = bind_actions(pipeline, loaded)  # every action known, and each one's check passed
+    attachment = Attachment(pipeline, loaded, tracker or MetricsTracker(max_records=loaded.keep_reports), actions)
     _ATTACHED[pipeline] = attachment
     return attachment
-
-
-def _check_named_components(pipeline: Any, policy: HookPolicy) -> None:
-    """Refuse a ``release_done_components`` that names a component the pipeline does not hold."""
-    held = [name for name, value in pipeline.components.items() if callable(getattr(value, "parameters", None))]
-    for boundary in BOUNDARIES:
-        for i, spec in enumerate(policy.actions(boundary)):
-            if spec.name != RELEASE_DONE_COMPONENTS:
-                continue
-            unknown = [n for n in spec.options.get("components", ()) if n not in held]
-            if unknown:
-                where = policy.locate(("boundaries", boundary, "actions", i))
-                raise InvalidArgumentError(
-                    f"{where}: {RELEASE_DONE_COMPONENTS} at {boundary} names {unknown[0]!r}, which this "
-                    f"{type(pipeline).__name__} does not hold as a module; it holds {', '.join(held)} "
-                    "(or leave components out: the components whose work in the call is done)"
-                )
 
 
 def _other_holder(pipeline: Any, module: Any) -> str | None:
@@ -139,7 +121,9 @@ def _other_holder_of(pipeline: weakref.ref[Any], module: Any) -> str | None:
 class Attachment:
     """The handle of a policy attached to a pipeline. Create it with :func:`attach`."""
 
-    def __init__(self, pipeline: DiffusionPipeline, policy: HookPolicy, tracker: MetricsTracker) -> None:
+    def __init__(
+        self, pipeline: DiffusionPipeline, policy: HookPolicy, tracker: MetricsTracker, actions: BoundActions
+    ) -> None:
         self._pipeline = weakref.ref(pipeline)
         self.policy = policy
         self.tracker = tracker
@@ -148,7 +132,7 @@ class Attachment:
         self._recorder = Recorder(policy, tracker)
         self._components = Components(pipeline)
         holder = functools.partial(_other_holder_of, self._pipeline)
-        self._runner = BoundaryRunner(self._pipeline, policy, self._recorder, self._components, holder)
+        self._runner = BoundaryRunner(self._pipeline, policy, self._recorder, self._components, actions, holder)
         self.machine: CallPhases = self._runner.machine
         from ddo_hooks.hooks.signals import PipelineSignals  # imports diffusers' hook registry
 
@@ -160,9 +144,9 @@ class Attachment:
         self.from_files_report: PinnedCopyRepackReport | None = None
         """What the policy's ``pinned_copies.from_files`` did at attach (``None`` when it is ``null``)."""
         if policy.enabled and any(
-            a.name == RELEASE_DONE_COMPONENTS and a.options.get("stable_files")
-            for boundary in BOUNDARIES
-            for a in policy.boundary(boundary).actions
+            spec.name == RELEASE_DONE_COMPONENTS and spec.options.stable_files
+            for bound in actions.values()
+            for spec, _ in bound
         ):  # its copies are compared with the files later: a file changed since now is told from an edit
             from ddo_hooks.release.file_views import note_files
 

@@ -1,9 +1,12 @@
 """The built-in boundary actions: ``host_cache_release``, ``malloc_trim``, ``release_done_components`` and its pair.
 
-:mod:`ddo_hooks.hooks.actions` registers each from :data:`BUILT_IN` (this module imports nothing of it)
-and they receive their settings as options, like any action. ``host_cache_release`` runs the release
-core with the policy's ``release`` settings (overridden per boundary) and remembers its last
-allocator snapshot, so that each report says what was pinned since the previous boundary.
+:mod:`ddo_hooks.hooks.actions` registers each from its entry in :data:`BUILT_IN` (this module imports
+nothing of it): its function, the prefix of its tracker component and what :func:`~ddo_hooks.attach`
+checks of it, if anything. Each receives its options as its model in
+:data:`~ddo_hooks.policy.builtins.BUILT_IN_OPTIONS` holds them (``ctx.options.collect``).
+``host_cache_release`` runs the release core with the policy's ``release`` settings (overridden per
+boundary) and remembers its last allocator snapshot, so that each report says what was pinned since
+the previous boundary.
 ``malloc_trim`` is a separate opt-in: after a release it asks glibc to return freed heap pages to
 the operating system (with ``pinned_use_cuda_host_register`` the C library keeps the pages a
 release frees, so RSS does not follow); elsewhere it is an explicit no-op report.
@@ -35,11 +38,24 @@ from ddo_hooks.boundaries import (
     RELEASE_DONE_COMPONENTS,
     STAGE_DONE_COMPONENTS,
 )
+from ddo_hooks.errors import InvalidArgumentError
+from ddo_hooks.hooks.cores import check_release_core
 
 if TYPE_CHECKING:
     from ddo_hooks.hooks.actions import BoundaryContext
+    from ddo_hooks.policy.builtins import DoneComponentsOptions, ReleasePolicy
+    from ddo_hooks.policy.model import HookPolicy
+    from ddo_hooks.policy.parts import ResolvedAction
 
-__all__ = ["BUILT_IN", "host_cache_release", "malloc_trim", "release_done_components", "stage_done_components"]
+__all__ = [
+    "BUILT_IN",
+    "BuiltIn",
+    "check_named_components",
+    "host_cache_release",
+    "malloc_trim",
+    "release_done_components",
+    "stage_done_components",
+]
 
 
 def host_cache_release(ctx: BoundaryContext) -> Any:
@@ -54,9 +70,10 @@ def host_cache_release(ctx: BoundaryContext) -> Any:
     """
     from ddo_hooks.release.host_cache import not_triggered, release_pytorch_host_cache  # imports torch
 
-    if ctx.options["trigger"] == "dropped" and not ctx.left:
+    options: ReleasePolicy = ctx.options
+    if options.trigger == "dropped" and not ctx.left:
         return not_triggered(ctx.boundary, "no component left the pipeline since the previous boundary", ctx.device)
-    if ctx.options.get("core") == "ddo":
+    if options.core == "ddo":
         from ddo_hooks.release.ddo_core import release_with_ddo
 
         return release_with_ddo(phase=ctx.boundary, device=ctx.device)
@@ -64,9 +81,9 @@ def host_cache_release(ctx: BoundaryContext) -> Any:
         enabled=True,
         phase=ctx.boundary,
         device=ctx.device,
-        collect=ctx.options["collect"],
+        collect=options.collect,
         expect_freed=ctx.dropped,
-        min_releasable_bytes=ctx.options["min_releasable_bytes"],
+        min_releasable_bytes=options.min_releasable_bytes,
         pinned_since=ctx.state.get("last"),
     )
     release = report.release
@@ -188,19 +205,19 @@ def release_done_components(ctx: BoundaryContext) -> Any:
 
     started = time.perf_counter()
     faults, host_before = _faults(), observe_host()
-    named = ctx.options.get("components")
+    options: DoneComponentsOptions = ctx.options
+    named = options.components
     held = {} if ctx.pipeline is None else ctx.pipeline.components
     modules = [(name, held[name]) for name in (ctx.done if named is None else named) if held.get(name) is not None]
     pages: list[ComponentPages] = []
     why = supported()
     unbound = ctx.state.setdefault("unbound", weakref.WeakKeyDictionary())
-    stable, evict = bool(ctx.options.get("stable_files", False)), bool(ctx.options.get("evict", False))
     for name, module in modules if why is None else ():
         holder = ctx.held_elsewhere(module)
         if holder is not None:
             pages.append(left_shared(name, module, holder))
         else:
-            pages.append(give_back(name, module, unbound, stable_files=stable, evict=evict))
+            pages.append(give_back(name, module, unbound, stable_files=options.stable_files, evict=options.evict))
     host_after = observe_host()
     released = sum(p.released_bytes for p in pages)
     since = _faults_since(ctx.state.get("last"), faults, host_before.rss_file_bytes)
@@ -247,10 +264,54 @@ def stage_done_components(ctx: BoundaryContext) -> Any:
     return report
 
 
-BUILT_IN: dict[str, tuple[Callable[[BoundaryContext], Any], str]] = {
-    HOST_CACHE_RELEASE: (host_cache_release, HOST_CACHE_COMPONENT_PREFIX),
-    MALLOC_TRIM: (malloc_trim, MALLOC_TRIM),
-    RELEASE_DONE_COMPONENTS: (release_done_components, "done_components"),
-    STAGE_DONE_COMPONENTS: (stage_done_components, "stage_done"),
+def check_named_components(pipeline: Any, policy: HookPolicy, action: ResolvedAction) -> None:
+    """Refuse a ``release_done_components`` that names a component the pipeline does not hold (its attach check).
+
+    Raises:
+        InvalidArgumentError: The message names the component, the policy line and what the pipeline holds.
+
+    Examples:
+        >>> from types import SimpleNamespace
+        >>> from ddo_hooks import HookPolicy
+        >>> action = {"name": "release_done_components", "options": {"components": ["vae"]}}
+        >>> policy = HookPolicy.from_mapping({"version": 1, "boundaries": {"after_call": {"actions": [action]}}})
+        >>> pipe = SimpleNamespace(components={"vae": SimpleNamespace(parameters=list)})
+        >>> check_named_components(pipe, policy, policy.actions("after_call")[0])  # it holds a vae: nothing to refuse
+    """
+    named = action.options.components
+    held = [name for name, value in pipeline.components.items() if callable(getattr(value, "parameters", None))]
+    unknown = [name for name in named or () if name not in held]
+    if unknown:
+        raise InvalidArgumentError(
+            f"{policy.locate(action.at)}: {RELEASE_DONE_COMPONENTS} at {action.boundary} names {unknown[0]!r}, which "
+            f"this {type(pipeline).__name__} does not hold as a module; it holds {', '.join(held)} "
+            "(or leave components out: the components whose work in the call is done)"
+        )
+
+
+class BuiltIn(NamedTuple):
+    """What :data:`BUILT_IN` holds for one built-in action.
+
+    Attributes:
+        run: The action.
+        component_prefix: Its reports are recorded under ``f"{component_prefix}_{boundary}"``.
+        check: What :func:`~ddo_hooks.attach` checks of it before installing anything, given the pipeline,
+            the policy and the action as the policy resolves it; ``None`` for nothing.
+
+    Examples:
+        >>> BUILT_IN["malloc_trim"].component_prefix, BUILT_IN["malloc_trim"].check
+        ('malloc_trim', None)
+    """
+
+    run: Callable[[BoundaryContext], Any]
+    component_prefix: str
+    check: Callable[[Any, HookPolicy, ResolvedAction], None] | None = None
+
+
+BUILT_IN: dict[str, BuiltIn] = {
+    HOST_CACHE_RELEASE: BuiltIn(host_cache_release, HOST_CACHE_COMPONENT_PREFIX, check_release_core),
+    MALLOC_TRIM: BuiltIn(malloc_trim, MALLOC_TRIM),
+    RELEASE_DONE_COMPONENTS: BuiltIn(release_done_components, "done_components", check_named_components),
+    STAGE_DONE_COMPONENTS: BuiltIn(stage_done_components, "stage_done"),
 }
-"""Each built-in action's function and the prefix of its tracker component."""
+"""Each built-in action, one entry per name of :data:`~ddo_hooks.policy.builtins.BUILT_IN_OPTIONS`."""

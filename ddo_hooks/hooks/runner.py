@@ -21,13 +21,13 @@ import logging
 import os
 import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ddo_hooks.boundaries import AFTER_CALL, BOUNDARIES, REFUSAL_REASONS
+from ddo_hooks.boundaries import AFTER_CALL, REFUSAL_REASONS
 from ddo_hooks.errors import BoundaryRefusedError, ReportSinkError
-from ddo_hooks.hooks.actions import BoundaryContext, RegisteredAction, resolve_action
+from ddo_hooks.hooks.actions import BoundActions, BoundaryContext, RegisteredAction
 from ddo_hooks.hooks.components import Components
 from ddo_hooks.hooks.idle import Handle
 from ddo_hooks.hooks.idle import scheduler as idle_scheduler
@@ -64,6 +64,7 @@ class BoundaryRunner:
         policy: The attached policy.
         recorder: Where every outcome is recorded.
         components: What left the pipeline between boundaries.
+        actions: Each boundary's actions, bound once at attach (:func:`~ddo_hooks.hooks.actions.bind_actions`).
         holder: Which other attached pipeline holds a module (see :meth:`BoundaryContext.held_elsewhere`).
     """
 
@@ -73,6 +74,7 @@ class BoundaryRunner:
         policy: HookPolicy,
         recorder: Recorder,
         components: Components,
+        actions: BoundActions,
         holder: Callable[[Any], str | None] | None = None,
     ) -> None:
         self._pipeline = pipeline
@@ -81,7 +83,7 @@ class BoundaryRunner:
         self.recorder = recorder
         self.components = components
         self.holder = holder
-        self.actions = _resolve_actions(policy)
+        self.actions = actions
         self.closed = False
         self._state: dict[str, dict[str, Any]] = {}  # each action's own state across boundaries
         self._lock = threading.RLock()
@@ -205,7 +207,7 @@ class BoundaryRunner:
                 device=self.policy.device,
                 tracker=self.recorder.tracker,
                 policy=self.policy,
-                options=dict(spec.options),
+                options=dict(spec.options) if isinstance(spec.options, Mapping) else spec.options,
                 dropped=dropped,
                 left=left,
                 done=done,
@@ -275,16 +277,6 @@ class BoundaryRunner:
         self._deferred.clear()
         self.machine.after_fork()
         self.recorder.after_fork()
-
-
-def _resolve_actions(policy: HookPolicy) -> dict[str, list[tuple[Any, RegisteredAction]]]:
-    return {
-        boundary: [
-            (spec, resolve_action(spec.name, where=policy.locate(("boundaries", boundary, "actions", i))))
-            for i, spec in enumerate(policy.actions(boundary))
-        ]
-        for boundary in BOUNDARIES
-    }
 
 
 def _each_runner(what: Callable[[BoundaryRunner], None]) -> None:

@@ -38,21 +38,19 @@ from pydantic import (
 )
 
 from ddo_hooks._diagnostics import Positions, did_you_mean, show_value, where
-from ddo_hooks.boundaries import BOUNDARIES, HOST_CACHE_RELEASE
+from ddo_hooks.boundaries import BOUNDARIES
 from ddo_hooks.errors import InvalidArgumentError, PolicyError
 from ddo_hooks.policy.messages import join_problems, validation_problems
 from ddo_hooks.policy.parts import (
     DEVICE_PATTERN,
-    ActionSpec,
     AuxiliarySourcesPolicy,
     BoundariesPolicy,
     BoundaryPolicy,
     Model,
     PinnedCopiesPolicy,
     ReleasePolicy,
-    core_conflict,
+    ResolvedAction,
     located_error,
-    shown_setting,
     validate_device,
 )
 from ddo_hooks.policy.yaml_loader import LoadedYaml, compose_policy_yaml, read_policy_file
@@ -178,25 +176,10 @@ class HookPolicy(Model):
         return self
 
     @model_validator(mode="after")
-    def _release_cores_fit(self) -> HookPolicy:
-        """A boundary's release options and the ``release`` section, each valid, may not conflict once merged."""
-        base = self.release.model_dump()
+    def _options_fit(self) -> HookPolicy:
+        """Each built-in action's options, each valid, fit the policy's other settings (``release``) once merged."""
         for name in BOUNDARIES:
-            for i, spec in enumerate(self.boundary(name).actions):
-                if spec.name != HOST_CACHE_RELEASE or not spec.options:
-                    continue
-                conflict = core_conflict({**base, **spec.options})
-                if conflict is None:
-                    continue
-                key, problem = conflict
-                at = ("boundaries", name, "actions", i, "options")
-                if key in spec.options:
-                    shown = shown_setting(key, getattr(ReleasePolicy.model_validate(spec.options), key))
-                    message = f"{shown} does not fit core: ddo (from release): {problem}"
-                    raise located_error("release_core", message, (*at, key), value=spec.options[key])
-                setting = shown_setting(key, base[key]).replace("{value}", show_value(base[key]))
-                message = f"{{value}} does not fit release.{key}: {setting}: {problem}"
-                raise located_error("release_core", message, (*at, "core"), value=spec.options["core"])
+            self.actions(name)
         return self
 
     def __eq__(self, other: object) -> bool:
@@ -383,34 +366,31 @@ class HookPolicy(Model):
             raise InvalidArgumentError(f"unknown boundary {show_value(name)}; {hint}(boundaries: {listed})")
         return getattr(self.boundaries, name)
 
-    def actions(self, name: str) -> tuple[ActionSpec, ...]:
+    def actions(self, name: str) -> tuple[ResolvedAction, ...]:
         """The actions of one boundary, in order, each with the options it receives when it runs.
 
-        The built-in ``host_cache_release`` receives the ``release`` settings, overridden by its
-        own ``options`` at this boundary; every other action receives its ``options`` as written.
+        A built-in action receives its options model (:data:`~ddo_hooks.policy.builtins.BUILT_IN_OPTIONS`):
+        ``host_cache_release`` the ``release`` settings, overridden by its own ``options`` at this boundary;
+        every other action receives its ``options`` as written.
 
         Examples:
             >>> policy = HookPolicy.from_mapping({"version": 1, "release": {"collect": "young"}, "boundaries": {
             ...     "after_call": {"actions": [{"name": "host_cache_release", "options": {"collect": "full"}}]}}})
-            >>> policy.actions("before_vae")[0].options["collect"], policy.actions("after_call")[0].options
-            ('young', {'collect': 'full', 'min_releasable_bytes': 0, 'trigger': 'always', 'core': 'ddo_hooks'})
+            >>> policy.actions("before_vae")[0].options.collect, policy.actions("after_call")[0].options
+            ('young', ReleasePolicy(collect='full', min_releasable_bytes=0, trigger='always', core='ddo_hooks'))
         """
-        return tuple(
-            spec.model_copy(update={"options": _release_options(self.release, spec.options)})
-            if spec.name == HOST_CACHE_RELEASE
-            else spec
-            for spec in self.boundary(name).actions
-        )
+        found = []
+        for i, spec in enumerate(self.boundary(name).actions):
+            at = ("boundaries", name, "actions", i)
+            options = spec.options if spec.settings is None else spec.settings.in_policy(self, spec.options, at)
+            found.append(ResolvedAction(spec.name, options, name, i, spec.options))
+        return tuple(found)
 
     def enabled_boundaries(self) -> tuple[str, ...]:
         """The boundaries that act, in firing order; empty when the policy is disabled."""
         if not self.enabled:
             return ()
         return tuple(name for name in BOUNDARIES if self.boundary(name).enabled)
-
-
-def _release_options(release: ReleasePolicy, overrides: Mapping[str, Any]) -> dict[str, Any]:
-    return ReleasePolicy.model_validate({**release.model_dump(), **overrides}).model_dump()
 
 
 def policy_json_schema() -> dict[str, Any]:

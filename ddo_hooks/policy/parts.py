@@ -1,7 +1,9 @@
 """The sections of a hook policy: boundaries and their actions, the release settings, the diagnostics.
 
 :class:`~ddo_hooks.policy.model.HookPolicy` is made of these models; each is strict and frozen,
-and every validation problem carries the key path where a message should point.
+and every validation problem carries the key path where a message should point. The settings of the
+built-in actions (:class:`ReleasePolicy`, the ``release`` section) are in :mod:`ddo_hooks.policy.builtins`,
+and the base of every model in :mod:`ddo_hooks.policy.base`; both are re-exported here.
 
 Examples:
     >>> spec = ActionSpec.model_validate({"name": "host_cache_release", "options": {"collect": "full"}})
@@ -15,29 +17,19 @@ from __future__ import annotations
 
 import math
 import re
-import typing
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
-from pydantic import (
-    BaseModel,
-    BeforeValidator,
-    ConfigDict,
-    Field,
-    StrictBool,
-    ValidationError,
-    WithJsonSchema,
-    field_validator,
-    model_validator,
-)
-from pydantic_core import PydanticCustomError
+from pydantic import BeforeValidator, Field, PrivateAttr, StrictBool, WithJsonSchema, field_validator, model_validator
 
 from ddo_hooks._diagnostics import KeyPath, show_value
-from ddo_hooks.boundaries import ACTION_NAME_PATTERN, HOST_CACHE_RELEASE, RELEASE_DONE_COMPONENTS, STAGE_DONE_COMPONENTS
+from ddo_hooks.boundaries import ACTION_NAME_PATTERN, HOST_CACHE_RELEASE
 from ddo_hooks.errors import InvalidArgumentError
-from ddo_hooks.policy.messages import literal_problem
+from ddo_hooks.policy.base import Model, located_error
+from ddo_hooks.policy.builtins import ActionOptions, ReleasePolicy, builtin_options, core_conflict, shown_setting
 from ddo_hooks.release.devices import parse_cuda_device
-from ddo_hooks.sizes import ByteSize, format_size
+from ddo_hooks.sizes import ByteSize
 
 __all__ = [
     "DEVICE_PATTERN",
@@ -50,6 +42,7 @@ __all__ = [
     "BoundaryPolicy",
     "Model",
     "ReleasePolicy",
+    "ResolvedAction",
     "core_conflict",
     "shown_setting",
     "located_error",
@@ -60,22 +53,6 @@ __all__ = [
 _ACTION_NAME_RE = re.compile(ACTION_NAME_PATTERN)
 DEVICE_PATTERN = r"^cuda(:[0-9]+)?$"
 """The ``device`` values a policy accepts."""
-
-
-def located_error(kind: str, message: str, at: KeyPath = (), *, value: object = None) -> PydanticCustomError:
-    """A validation error; ``at`` is a key path below the field, where the message points.
-
-    Where ``message`` holds ``{value}``, the value is shown there: as the YAML wrote it when the
-    policy came from YAML (``yes``), else as :func:`~ddo_hooks._diagnostics.show_value` writes it.
-
-    Examples:
-        >>> located_error("device", "{value} is not a CUDA device", value=True).message()
-        'true is not a CUDA device'
-    """
-    context: dict[str, Any] = {"message": message.replace("{value}", show_value(value)), "at": at}
-    if "{value}" in message:
-        context["template"] = message
-    return PydanticCustomError(kind, "{message}", context)
 
 
 def validate_device(value: object) -> str:
@@ -129,134 +106,6 @@ ActionName = Annotated[
 """A registered action's name, e.g. ``host_cache_release`` (see :data:`ACTION_NAME_PATTERN`)."""
 
 
-class Model(BaseModel):
-    """The base of every policy model: strict (unknown keys refused), frozen, fields documented."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
-
-
-class ReleasePolicy(Model):
-    """Settings of the built-in ``host_cache_release`` action.
-
-    The policy's ``release`` section holds them for every boundary; a boundary may override
-    them with the action's ``options`` (``{name: host_cache_release, options: {collect: full}}``).
-    """
-
-    collect: Literal["full", "young", "auto"] = "auto"
-    """Garbage collection before the release: ``full`` (every generation), ``young`` (0 and 1)
-    or ``auto`` (young, then full only if a dropped component is still alive)."""
-    min_releasable_bytes: ByteSize = 0
-    """Skip the release when fewer cached bytes are releasable (``0``: always release)."""
-    trigger: Literal["always", "dropped"] = "always"
-    """``always``; or ``dropped``: release only when a component left the pipeline since the
-    previous boundary (its pinned copies are then in the cache), else a ``not_triggered`` no-op."""
-    core: Literal["ddo_hooks", "ddo"] = "ddo_hooks"
-    """The release core the action calls: ``ddo_hooks`` (its own) or ``ddo``: DDO's
-    ``release_pytorch_host_cache``, recorded as DDO's own report (needs diffusers-dynamic-offloader
-    0.1.0rc2 and torch >= 2.12, checked at attach; DDO always collects fully and has no threshold)."""
-
-    @model_validator(mode="after")
-    def _core_takes_the_settings(self) -> ReleasePolicy:
-        conflict = core_conflict(self.model_dump())
-        if conflict is not None:
-            key, problem = conflict
-            value = getattr(self, key)
-            message = f"{shown_setting(key, value)} does not fit core: ddo: {problem}"
-            raise located_error("release_core", message, (key,), value=value)
-        return self
-
-
-def shown_setting(key: str, value: object) -> str:
-    """How a release setting's value is shown in a message: a size for people, else as written (``{value}``).
-
-    Examples:
-        >>> shown_setting("min_releasable_bytes", 64 << 20), shown_setting("collect", "young")
-        ('64.0 MiB', '{value}')
-    """
-    return format_size(value) if key == "min_releasable_bytes" and type(value) is int else "{value}"
-
-
-def core_conflict(settings: Mapping[str, Any]) -> tuple[str, str] | None:
-    """The setting that DDO's release core cannot honour, and why, when ``settings`` choose ``core: ddo``.
-
-    DDO's ``release_pytorch_host_cache`` always runs ``gc.collect()`` (every generation) and has
-    no threshold: ``collect: young`` and a ``min_releasable_bytes`` above 0 would be ignored.
-
-    Args:
-        settings: A release's settings, as :class:`ReleasePolicy` dumps them.
-
-    Returns:
-        ``(key, problem)``: the setting and a sentence with its fix; ``None`` when the settings
-        fit the chosen core.
-
-    Examples:
-        >>> core_conflict({"core": "ddo", "collect": "young", "min_releasable_bytes": 0})[0]
-        'collect'
-        >>> core_conflict({"core": "ddo_hooks", "collect": "young", "min_releasable_bytes": 1}) is None
-        True
-    """
-    if settings.get("core") != "ddo":
-        return None
-    fix = "or core: ddo_hooks (the default)"
-    if settings.get("collect") == "young":
-        return "collect", f"DDO's release core always collects every generation (gc.collect()); use full or auto, {fix}"
-    if settings.get("min_releasable_bytes"):
-        return "min_releasable_bytes", f"DDO's release core has no threshold; leave min_releasable_bytes at 0, {fix}"
-    return None
-
-
-def _check_release_options(options: Mapping[str, Any]) -> None:
-    """Refuse ``host_cache_release`` options that are not :class:`ReleasePolicy` settings."""
-    for key in options:
-        if key not in ReleasePolicy.model_fields:
-            keys = ", ".join(ReleasePolicy.model_fields)
-            message = f"unknown option of {HOST_CACHE_RELEASE}; it takes {keys} (the keys of 'release')"
-            raise located_error("release_option", message, ("options", key))
-    try:
-        ReleasePolicy.model_validate(options)
-    except ValidationError as e:
-        item = e.errors(include_url=False)[0]
-        at, value = ("options", *item["loc"]), item["input"]
-        if item["type"] == "release_core":  # core: ddo with a setting it cannot honour, both in these options
-            key = item["ctx"]["at"][0]
-            message = item["ctx"].get("template", item["ctx"]["message"])
-            raise located_error("release_option", message, ("options", key), value=options[key]) from e
-        if item["type"] == "literal_error":
-            choices = typing.get_args(ReleasePolicy.model_fields[str(item["loc"][0])].annotation)
-            message = literal_problem("{value}", choices, value)
-        elif item["type"] == "size":
-            message = f"{{value}} {item['ctx']['problem']}"
-        else:
-            message = f"{{value}}: {item['msg'].removeprefix('Value error, ')}"
-        raise located_error("release_option", message, at, value=value) from e
-
-
-def _check_done_options(options: Mapping[str, Any]) -> None:
-    """Refuse ``release_done_components`` options but ``components`` (a list of names) and ``stable_files`` (a bool)."""
-    for key in options:
-        if key not in ("components", "stable_files", "evict"):
-            message = (
-                f"unknown option of {RELEASE_DONE_COMPONENTS}; it takes components (a list of component names), "
-                "stable_files and evict (true or false)"
-            )
-            raise located_error("release_option", message, ("options", key))
-    names = options.get("components")
-    if "components" in options and (
-        not isinstance(names, list) or not names or not all(isinstance(n, str) and n for n in names)
-    ):
-        message = "{value} is not a list of component names; use e.g. [text_encoder, text_encoder_2], or leave it out"
-        raise located_error("release_option", message, ("options", "components"), value=names)
-    meanings = {
-        "stable_files": "true declares that the components' weights files stay as they are while the pipeline is "
-        "attached, so that copies equal to them may be freed",
-        "evict": "true evicts the dropped file pages from the page cache too, so that they leave the cgroup's charge",
-    }
-    for key, meaning in meanings.items():
-        if not isinstance(options.get(key, False), bool):
-            message = "{value} is not true or false; " + meaning
-            raise located_error("release_option", message, ("options", key), value=options[key])
-
-
 _DURATION_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*(ms|s|m|min)?\s*$")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "min": 60.0, None: 1.0}
 MAX_DURATION_SECONDS = 24 * 3600
@@ -303,19 +152,58 @@ class ActionSpec(Model):
     def _json_options(cls, value: object) -> object:
         return _json_value(value, ()) if isinstance(value, Mapping) else value
 
+    _settings: ActionOptions | None = PrivateAttr(default=None)
+
     @model_validator(mode="after")
     def _builtin_options(self) -> ActionSpec:
-        if self.name == HOST_CACHE_RELEASE:
-            _check_release_options(self.options)
-        elif self.name == RELEASE_DONE_COMPONENTS:
-            _check_done_options(self.options)
-        elif self.name == STAGE_DONE_COMPONENTS and self.options:
-            message = f"unknown option of {STAGE_DONE_COMPONENTS}; it takes none"
-            raise located_error("release_option", message, ("options", next(iter(self.options))))
+        self._settings = builtin_options(self.name, self.options)
         return self
+
+    @property
+    def settings(self) -> ActionOptions | None:
+        """A built-in action's options as its model holds them, validated once, with the policy.
+
+        ``None`` for an action without a model (:data:`~ddo_hooks.policy.builtins.BUILT_IN_OPTIONS`).
+
+        Examples:
+            >>> ActionSpec(name="host_cache_release", options={"collect": "full"}).settings.collect
+            'full'
+        """
+        return self._settings
 
 
 ActionEntry = Annotated[ActionSpec, BeforeValidator(_action_entry, json_schema_input_type=ActionName | ActionSpec)]
+
+
+@dataclass(frozen=True)
+class ResolvedAction:
+    """One action of a boundary as it runs: what :meth:`~ddo_hooks.policy.model.HookPolicy.actions` gives.
+
+    Attributes:
+        name: The action's name.
+        options: What the action receives as ``ctx.options``: for a built-in action with an options
+            model, an instance of it (``host_cache_release``'s: the ``release`` settings overridden by
+            this boundary's own); for any other action, its options as written.
+        boundary: The boundary it runs at.
+        index: Its position in that boundary's ``actions``.
+        written: Its options as the policy wrote them.
+
+    Examples:
+        >>> action = ResolvedAction("my_pkg.flush", {"label": "x"}, "after_call", 1)
+        >>> action.at
+        ('boundaries', 'after_call', 'actions', 1)
+    """
+
+    name: str
+    options: Any
+    boundary: str
+    index: int
+    written: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def at(self) -> KeyPath:
+        """Its key path in the policy (:meth:`~ddo_hooks.policy.model.HookPolicy.locate` finds its line)."""
+        return ("boundaries", self.boundary, "actions", self.index)
 
 
 class BoundaryPolicy(Model):

@@ -1,0 +1,155 @@
+"""Where a new built-in action, report route and preset go (docs/architecture.md) stays true.
+
+Each has one table the rest follows: a built-in action's options model in ``BUILT_IN_OPTIONS`` and
+its function in ``BUILT_IN``; a report route's model in ``OurReport`` (``ROUTE_TYPES``); a preset's
+file in ``policy/presets/`` and its name in ``PRESETS``. These tests fail when one is added to one
+place and not the other.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import ddo_hooks
+import ddo_hooks.reports
+from ddo_hooks.boundaries import BOUNDARIES, component_name
+from ddo_hooks.cli.main import main
+from ddo_hooks.errors import InvalidArgumentError, PolicyError
+from ddo_hooks.hooks.actions import bind_actions, resolve_action, unregister_action
+from ddo_hooks.hooks.builtin_actions import BUILT_IN
+from ddo_hooks.policy.builtins import BUILT_IN_ACTIONS, BUILT_IN_OPTIONS, ActionOptions
+from ddo_hooks.policy.model import PRESETS, HookPolicy, preset_file
+from ddo_hooks.reports.base import RouteReport
+from ddo_hooks.reports.ddo.routes import DDO_ROUTE_TYPES
+from ddo_hooks.reports.parse import ROUTE_TYPES
+from ddo_hooks.testing.tiny_pipelines import build_pipeline
+
+ROOT = Path(ddo_hooks.__file__).parent.parent
+PACKAGE = ROOT / "ddo_hooks"
+ARCHITECTURE = ROOT / "docs" / "architecture.md"
+
+
+def where_a_change_goes(subject: str) -> str:
+    """The bullet of docs/architecture.md that says where ``subject`` goes, as one line."""
+    text = ARCHITECTURE.read_text(encoding="utf-8")
+    found = re.search(rf"^- {re.escape(subject)}:(.*?)(?=^- |^#|\Z)", text, flags=re.MULTILINE | re.DOTALL)
+    assert found, f"docs/architecture.md says nothing of where {subject.lower()} goes"
+    return " ".join(found.group(1).split())
+
+
+def policy_with(action: Any) -> HookPolicy:
+    return HookPolicy.from_mapping({"version": 1, "boundaries": {"after_call": {"actions": [action]}}})
+
+
+# -- built-in actions ------------------------------------------------------------------------------
+
+
+def test_the_docs_name_the_two_tables_of_a_built_in_action():
+    line = where_a_change_goes("A new built-in action")
+    for table, path in (("BUILT_IN_OPTIONS", "policy/builtins.py"), ("BUILT_IN", "hooks/builtin_actions.py")):
+        assert f"`{table}`" in line, line
+        assert f"`{path}`" in line, line
+        assert re.search(rf"^{table}: ", (PACKAGE / path).read_text(encoding="utf-8"), flags=re.MULTILINE), path
+
+
+def test_every_built_in_action_has_its_options_and_its_function_in_that_order():
+    assert tuple(BUILT_IN) == tuple(BUILT_IN_OPTIONS) == BUILT_IN_ACTIONS
+    prefixes = [entry.component_prefix for entry in BUILT_IN.values()]
+    assert len(set(prefixes)) == len(prefixes), prefixes  # two actions never record under one component
+
+
+@pytest.mark.parametrize("name", BUILT_IN_ACTIONS)
+def test_a_built_in_action_is_registered_from_its_entry_and_stays(name: str):
+    action, entry = resolve_action(name), BUILT_IN[name]
+    assert (action.run, action.check) == (entry.run, entry.check)
+    assert action.component("after_call") == component_name(entry.component_prefix, "after_call")
+    with pytest.raises(InvalidArgumentError, match="cannot be unregistered"):
+        unregister_action(name)
+
+
+@pytest.mark.parametrize("name", BUILT_IN_ACTIONS)
+def test_a_built_in_action_receives_its_options_model_or_its_options_as_written(name: str):
+    model = BUILT_IN_OPTIONS[name]
+    (action,) = policy_with(name).actions("after_call")
+    if model is None:
+        assert action.options == {}
+        return
+    assert issubclass(model, ActionOptions)
+    assert isinstance(action.options, model)
+    for field, info in model.model_fields.items():
+        assert info.description, f"{model.__name__}.{field} has no docstring (the policy page shows it)"
+    refused = rf"options\.nope: unknown option of {name}; it takes {re.escape(model.takes())}"
+    with pytest.raises(PolicyError, match=refused):
+        policy_with({"name": name, "options": {"nope": 1}})
+
+
+def test_attach_binds_every_boundarys_actions_in_one_pass_with_each_ones_check():
+    pipe = build_pipeline("sd")
+    actions = ["host_cache_release", "malloc_trim", "release_done_components", "stage_done_components"]
+    policy = HookPolicy.from_mapping({"version": 1, "boundaries": {"after_call": {"actions": actions}}})
+    bound = bind_actions(pipe, policy)
+    assert tuple(bound) == BOUNDARIES
+    assert [(spec.name, action.name) for spec, action in bound["after_call"]] == [(a, a) for a in actions]
+    named = {"name": "release_done_components", "options": {"components": ["prior"]}}
+    with pytest.raises(InvalidArgumentError, match=r"names 'prior', which this StableDiffusionPipeline does not hold"):
+        bind_actions(pipe, policy_with(named))
+
+
+# -- report routes ---------------------------------------------------------------------------------
+
+
+def route_models() -> list[type[RouteReport]]:
+    """Every report model of a route that the report layer defines, its DDO shape's included."""
+    for module in pkgutil.walk_packages(ddo_hooks.reports.__path__, "ddo_hooks.reports."):
+        importlib.import_module(module.name)
+    found, stack = [], [RouteReport]
+    while stack:
+        for sub in stack.pop().__subclasses__():
+            stack.append(sub)
+            if not getattr(sub, "__abstractmethods__", None):
+                found.append(sub)
+    return found
+
+
+def test_the_docs_name_the_table_of_report_routes():
+    line = where_a_change_goes("A new report route")
+    for name in ("`OurReport`", "`ROUTE_TYPES`", "`reports/parse.py`", "`DDO_REPORT_TYPES`", "`reports/ddo/routes.py`"):
+        assert name in line, line
+
+
+def test_every_report_route_is_in_the_table_of_its_shape():
+    ours = {model for model in route_models() if not model.__module__.startswith("ddo_hooks.reports.ddo.")}
+    ddos = set(route_models()) - ours
+    assert set(ROUTE_TYPES.values()) == ours
+    assert set(DDO_ROUTE_TYPES.values()) == ddos
+    for table in (ROUTE_TYPES, DDO_ROUTE_TYPES):
+        for route, model in table.items():
+            assert model.model_fields["route"].annotation.__args__ == (route,)
+
+
+# -- presets -----------------------------------------------------------------------------------------
+
+
+def test_the_docs_name_where_the_presets_are_listed():
+    line = where_a_change_goes("A new preset")
+    for name in ("`policy/presets/`", "`PRESETS`", "`policy/model.py`"):
+        assert name in line, line
+
+
+def test_every_preset_file_is_listed_and_loads(capsys: pytest.CaptureFixture[str]):
+    files = sorted(p.stem for p in (PACKAGE / "policy" / "presets").glob("*.yaml"))
+    assert files == sorted(PRESETS)
+    page = (ROOT / "docs" / "policy.md").read_text(encoding="utf-8")
+    for name in PRESETS:
+        assert preset_file(name).is_file()
+        policy = HookPolicy.preset(name)
+        assert policy.enabled_boundaries(), name
+        assert main(["validate-policy", name]) == 0
+        assert f"| `{name}` |" in page, f"docs/policy.md's presets table has no row for {name}"
+    capsys.readouterr()
