@@ -488,6 +488,12 @@ def test_the_box_table_and_its_figures_are_those_of_the_checked_in_results(tmp_p
     majors = [d["faults"]["major_faults"] for d in done[1:]]
     assert all(300 < m < 450 for m in majors)  # "about 370 major ... page faults a call"
     assert f"its steady call was {evict['steady']:.2f} s in one process" in shown
+    pages = {name: " ".join((ROOT / "docs" / name).read_text(encoding="utf-8").split()) for name in
+             ("pinned-copies.md", "done-components.md")}  # fmt: skip
+    shares = f"peaked at {r_ratio:.2f}{TIMES} one process, against {n_ratio:.2f}{TIMES} with `nothing`"
+    assert shares in pages["pinned-copies.md"]
+    evicted = f"gave back {released[0]:.2f} GiB of RSS and {min(charged):.2f} GiB of the cgroup's charge"
+    assert evicted in pages["done-components.md"]
     # The README's table and its headline, the docs home's headline: the same figures, the same arm names.
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     missing = [row for row in plot.short_table(rows) if row not in readme]
