@@ -18,6 +18,10 @@ Where cgroup v2 memory cannot be written (not root, no memory controller), it sa
 prints a figure it did not measure. ``--size tiny`` runs the flow on a CPU (as root, with cgroup v2).
 
     python3 benchmarks/bench_box.py --out DIR --arms false/nothing,true/nothing,false/preset:lowest-peak+stable
+
+At FLUX.1-dev's own shapes (``--size flux-dev``: about 31 GiB of weights, drawn and saved once in the first call
+on the GPU machine, about 34 GB of its disk, then reused while it stays up), e.g. ``--size flux-dev --calls 3
+--steps 28 --reps 1 --no-bisect``; ``ARM*2`` arms run two processes from the same files in one cgroup.
 """
 
 from __future__ import annotations
@@ -59,7 +63,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="MODE/ARM[*N], comma-separated; MODE: low_cpu_mem_usage (true|false); "
         "N: processes at once in one cgroup, each its own pipeline from the same files",
     )
-    p.add_argument("--size", choices=("full", "tiny"), default="full", help="tiny: toy models, runs on a CPU")
+    p.add_argument(
+        "--size",
+        choices=("full", "flux-dev", "tiny"),
+        default="full",
+        help="flux-dev: FLUX.1-dev's own shapes (about 31 GiB); tiny: toy models, runs on a CPU",
+    )
     p.add_argument("--calls", type=int, default=5)
     p.add_argument("--reps", type=int, default=5, help="unboxed trials per arm, interleaved across the arms")
     p.add_argument("--steps", type=int, default=20)

@@ -6,7 +6,11 @@
 
 ``full``: a ``FluxTransformer2DModel`` of 1.31 B parameters (9 double + 15 single blocks, 12 heads x 128),
 a T5 v1.1-style encoder of 0.62 B (d_model 1536, 22 layers), a CLIP-L-shaped text encoder (0.12 B) and
-the Flux VAE (84 M), with word-level tokenizers built in memory. ``tiny``: the same classes at toy sizes.
+the Flux VAE (84 M), with word-level tokenizers built in memory. ``flux-dev``: FLUX.1-dev's own shapes (19
+double and 38 single blocks, 24 heads x 128, joint attention 4096, guidance embeds; a T5-XXL encoder of d_model
+4096, d_ff 10240, 24 layers, 64 heads; CLIP-L; the Flux VAE), about 31 GiB of random bf16 weights, saved as
+sharded safetensors (on the GPU machine: 128 GiB of RAM, 64 GiB of disk). ``tiny``: the same classes at toy sizes.
+Every model is built on the meta device and given its bf16 weights in place: no float32 copy is ever made.
 """
 
 from __future__ import annotations
@@ -39,6 +43,20 @@ SIZES: dict[str, dict[str, Any]] = {
         "clip_heads": {"num_attention_heads": 12, "projection_dim": 768},
         "vae": {"block_out_channels": (128, 256, 512, 512), "layers_per_block": 2, "norm_num_groups": 32},
         "call": {"height": 256, "width": 256, "max_sequence_length": 512, "guidance_scale": 3.5},
+    },
+    "flux-dev": {  # FLUX.1-dev's own configs (transformer, T5-XXL encoder, CLIP-L, VAE): about 31 GiB in bf16
+        "transformer": {
+            "num_layers": 19,
+            "num_single_layers": 38,
+            "attention_head_dim": 128,
+            "num_attention_heads": 24,
+        },
+        "joint": {"joint_attention_dim": 4096, "pooled_projection_dim": 768, "axes_dims_rope": (16, 56, 56)},
+        "t5": {"vocab_size": 32128, "d_model": 4096, "d_kv": 64, "d_ff": 10240, "num_layers": 24, "num_heads": 64},
+        "clip": {"vocab_size": 49408, "hidden_size": 768, "intermediate_size": 3072, "num_hidden_layers": 12},
+        "clip_heads": {"num_attention_heads": 12, "projection_dim": 768},
+        "vae": {"block_out_channels": (128, 256, 512, 512), "layers_per_block": 2, "norm_num_groups": 32},
+        "call": {"height": 1024, "width": 1024, "max_sequence_length": 512, "guidance_scale": 3.5},
     },
     "tiny": {
         "transformer": {"num_layers": 1, "num_single_layers": 1, "attention_head_dim": 16, "num_attention_heads": 2},
@@ -102,8 +120,9 @@ def _materialize(model: torch.nn.Module, dtype: torch.dtype, generator: torch.Ge
     model.eval()
 
 
-def _components(size: str, seed: int) -> dict[str, Any]:
-    from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, FluxTransformer2DModel
+def meta_models(size: str) -> dict[str, torch.nn.Module]:
+    """The four models of ``size`` on the meta device: their shapes, without a byte of weights."""
+    from diffusers import AutoencoderKL, FluxTransformer2DModel
     from transformers import CLIPTextConfig, CLIPTextModel, T5Config, T5EncoderModel
 
     cfg = SIZES[size]
@@ -112,8 +131,8 @@ def _components(size: str, seed: int) -> dict[str, Any]:
     t5 = T5Config(**cfg["t5"], feed_forward_proj="gated-gelu", dropout_rate=0.0, is_encoder_decoder=False, **ids)
     blocks = {"down_block_types": ("DownEncoderBlock2D",) * 4, "up_block_types": ("UpDecoderBlock2D",) * 4}
     vae = {"latent_channels": 16, "use_quant_conv": False, "use_post_quant_conv": False, **blocks, **cfg["vae"]}
-    with torch.device("meta"):  # no slow default init: every tensor is drawn below
-        models = {
+    with torch.device("meta"):  # no slow default init: every tensor is drawn where it lies
+        return {
             "transformer": FluxTransformer2DModel(
                 patch_size=1, in_channels=64, guidance_embeds=True, **cfg["transformer"], **cfg["joint"]
             ),
@@ -121,6 +140,12 @@ def _components(size: str, seed: int) -> dict[str, Any]:
             "text_encoder_2": T5EncoderModel(t5),
             "vae": AutoencoderKL(**vae, scaling_factor=0.3611, shift_factor=0.1159),
         }
+
+
+def _components(size: str, seed: int) -> dict[str, Any]:
+    from diffusers import FlowMatchEulerDiscreteScheduler
+
+    models = meta_models(size)
     generator = torch.Generator().manual_seed(seed)
     for model in models.values():
         _materialize(model, torch.bfloat16, generator)
@@ -146,7 +171,7 @@ def setup(directory: Path, size: str, seed: int) -> dict[str, Any]:
     start = time.perf_counter()
     components = _components(size, seed)
     drawn = time.perf_counter()
-    FluxPipeline(**components).save_pretrained(directory, safe_serialization=True)
+    FluxPipeline(**components).save_pretrained(directory, safe_serialization=True, max_shard_size="5GB")
     models = {
         name: {"parameters": sum(p.numel() for p in m.parameters()), "bytes": sum(p.nbytes for p in m.parameters())}
         for name, m in components.items()

@@ -138,3 +138,17 @@ def test_processes_sharing_a_box_fit_only_when_each_made_every_call_equal(box):
     short = {**made, "peers": [made["steps"][:3]]}
     why = box.verdict(SPEC, short, REFERENCE, 2.0, 1.10)
     assert why == "a peer process's calls did not complete with the same outputs"
+
+
+def test_the_flux_dev_size_has_flux_1_devs_parameter_counts_without_a_byte_of_weights():
+    workload = load_file(BENCH / "pinned_workload.py", "pinned_workload_under_test", beside=True)
+    models = workload.meta_models("flux-dev")
+    counts = {name: sum(p.numel() for p in model.parameters()) for name, model in models.items()}
+    # the published models' counts: FLUX.1-dev's transformer, T5 v1.1 XXL's encoder, CLIP-L's text model, the VAE
+    assert counts == {
+        "transformer": 11_901_408_320,
+        "text_encoder": 123_060_480,
+        "text_encoder_2": 4_762_310_656,
+        "vae": 83_819_683,
+    }
+    assert all(p.is_meta for model in models.values() for p in model.parameters())
