@@ -152,3 +152,6 @@ def test_the_flux_dev_size_has_flux_1_devs_parameter_counts_without_a_byte_of_we
         "vae": 83_819_683,
     }
     assert all(p.is_meta for model in models.values() for p in model.parameters())
+    gib = sum(p.numel() * 2 for model in models.values() for p in model.parameters()) / 2**30  # bf16
+    readme = " ".join((BENCH.parent / "README.md").read_text(encoding="utf-8").split())
+    assert f"Its weights are about {gib:.0f} GiB in bf16" in readme
