@@ -2,8 +2,10 @@
 
 Modules: :mod:`~ddo_hooks.cli.main` (the parser and :func:`~ddo_hooks.cli.main.main`),
 :mod:`~ddo_hooks.cli.demo` (the demo run), :mod:`~ddo_hooks.cli.demo_view` (what it prints),
-:mod:`~ddo_hooks.cli.table` (reports as tables), :mod:`~ddo_hooks.cli.totals` (their totals per
-boundary), :mod:`~ddo_hooks.cli.layout` (text tables that fit 100 columns),
+:mod:`~ddo_hooks.cli.table` (reports as tables), :mod:`~ddo_hooks.cli.rows` (a report's row in
+them), :mod:`~ddo_hooks.cli.cells` (the text of their cells), :mod:`~ddo_hooks.cli.totals` (their
+totals per boundary), :mod:`~ddo_hooks.cli.layout` (text tables that fit 100 columns),
+:mod:`~ddo_hooks.cli.inputs` (the report files the commands read),
 :mod:`~ddo_hooks.cli.summarize` (saved runs, one table per run), :mod:`~ddo_hooks.cli.plot` (saved
 runs, drawn) and :mod:`~ddo_hooks.cli.schema` (the JSON Schema files). A command imports what it
 needs when it runs: ``--help``, ``schema``, ``validate-policy``, ``validate-report`` and

@@ -4,7 +4,13 @@ Modules: :mod:`~ddo_hooks.hooks.attachment` (``attach`` and the ``Attachment`` h
 :mod:`~ddo_hooks.hooks.actions` (what runs at a boundary), :mod:`~ddo_hooks.hooks.builtin_actions`
 (the built-in actions, one entry each), :mod:`~ddo_hooks.hooks.cores` (the
 release core each boundary calls, checked at attach), :mod:`~ddo_hooks.hooks.phases` (the
-phase machine), :mod:`~ddo_hooks.hooks.signals` (the signals a pipeline gives it) and
-:mod:`~ddo_hooks.hooks.mechanics` (installing hooks and wrappers, and removing them exactly).
+phase machine), :mod:`~ddo_hooks.hooks.runner` (running a boundary's actions in the release slot),
+:mod:`~ddo_hooks.hooks.idle` (boundaries deferred until the pipeline is idle),
+:mod:`~ddo_hooks.hooks.signals` (the signals a pipeline gives it),
+:mod:`~ddo_hooks.hooks.signal_hooks` (the module hooks that signal them, shared between pipelines),
+:mod:`~ddo_hooks.hooks.mechanics` (installing hooks and wrappers, and removing them exactly),
+:mod:`~ddo_hooks.hooks.components` (the components that left a pipeline, and dropping them),
+:mod:`~ddo_hooks.hooks.recorder` (where an attachment's reports go) and
+:mod:`~ddo_hooks.hooks.sink` (the policy's JSON Lines report sink).
 Imports the foundation, report, release and policy layers.
 """

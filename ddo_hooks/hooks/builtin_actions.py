@@ -2,8 +2,8 @@
 
 :mod:`ddo_hooks.hooks.actions` registers each from its entry in :data:`BUILT_IN` (this module imports
 nothing of it): its function, the prefix of its tracker component and what :func:`~ddo_hooks.attach`
-checks of it, if anything. Each receives its options as its model in
-:data:`~ddo_hooks.policy.builtins.BUILT_IN_OPTIONS` holds them (``ctx.options.collect``).
+checks of it, if anything. Each receives its options as the model that
+:data:`~ddo_hooks.policy.builtins.BUILT_IN_OPTIONS` holds for it (``ctx.options.collect``).
 ``host_cache_release`` runs the release core with the policy's ``release`` settings (overridden per
 boundary) and remembers its last allocator snapshot, so that each report says what was pinned since
 the previous boundary.

@@ -6,6 +6,11 @@ Modules: :mod:`~ddo_hooks.release.host_cache` (``release_pytorch_host_cache``),
 :mod:`~ddo_hooks.release.guard` (the process-wide phase guard),
 :mod:`~ddo_hooks.release.host_memory` (process RSS and Windows commit),
 :mod:`~ddo_hooks.release.devices` (the ``device`` argument),
+:mod:`~ddo_hooks.release.repack` (``repack_pinned_copies``),
+:mod:`~ddo_hooks.release.pinned_copies` (what a repack may move),
+:mod:`~ddo_hooks.release.slabs` (the power-of-two slabs it moves them into),
+:mod:`~ddo_hooks.release.file_pages` (giving back the clean pages of weights files),
+:mod:`~ddo_hooks.release.file_views` (pointing a done component's weights back at its files),
 :mod:`~ddo_hooks.release.from_files` (each weight pinned once from its file, ``pinned_copies.from_files``) and
 :mod:`~ddo_hooks.release.ddo_core` (DDO's release core, behind ``core: ddo``). Imports the foundation modules and
 the report models.
