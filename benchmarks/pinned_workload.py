@@ -34,14 +34,19 @@ PROMPT = "a photo of a red car near a river under a bright sky"
 _WORDS = ("a", "photo", "of", "red", "car", "near", "river", "under", "bright", "sky", "the", "in", "on", "with")
 VOCAB = {token: i for i, token in enumerate(("<pad>", "</s>", "<unk>", "<s>", *_WORDS))}
 
+CLIP_L_AND_FLUX_VAE: dict[str, dict[str, Any]] = {
+    "clip": {"vocab_size": 49408, "hidden_size": 768, "intermediate_size": 3072, "num_hidden_layers": 12},
+    "clip_heads": {"num_attention_heads": 12, "projection_dim": 768},
+    "vae": {"block_out_channels": (128, 256, 512, 512), "layers_per_block": 2, "norm_num_groups": 32},
+}
+"""CLIP-L's text model and the Flux VAE at their real sizes: the ``full`` and ``flux-dev`` sizes share them."""
+
 SIZES: dict[str, dict[str, Any]] = {
     "full": {
         "transformer": {"num_layers": 9, "num_single_layers": 15, "attention_head_dim": 128, "num_attention_heads": 12},
         "joint": {"joint_attention_dim": 1536, "pooled_projection_dim": 768, "axes_dims_rope": (16, 56, 56)},
         "t5": {"vocab_size": 32128, "d_model": 1536, "d_kv": 64, "d_ff": 3584, "num_layers": 22, "num_heads": 24},
-        "clip": {"vocab_size": 49408, "hidden_size": 768, "intermediate_size": 3072, "num_hidden_layers": 12},
-        "clip_heads": {"num_attention_heads": 12, "projection_dim": 768},
-        "vae": {"block_out_channels": (128, 256, 512, 512), "layers_per_block": 2, "norm_num_groups": 32},
+        **CLIP_L_AND_FLUX_VAE,
         "call": {"height": 256, "width": 256, "max_sequence_length": 512, "guidance_scale": 3.5},
     },
     "flux-dev": {  # FLUX.1-dev's own configs (transformer, T5-XXL encoder, CLIP-L, VAE): about 31 GiB in bf16
@@ -53,9 +58,7 @@ SIZES: dict[str, dict[str, Any]] = {
         },
         "joint": {"joint_attention_dim": 4096, "pooled_projection_dim": 768, "axes_dims_rope": (16, 56, 56)},
         "t5": {"vocab_size": 32128, "d_model": 4096, "d_kv": 64, "d_ff": 10240, "num_layers": 24, "num_heads": 64},
-        "clip": {"vocab_size": 49408, "hidden_size": 768, "intermediate_size": 3072, "num_hidden_layers": 12},
-        "clip_heads": {"num_attention_heads": 12, "projection_dim": 768},
-        "vae": {"block_out_channels": (128, 256, 512, 512), "layers_per_block": 2, "norm_num_groups": 32},
+        **CLIP_L_AND_FLUX_VAE,
         "call": {"height": 1024, "width": 1024, "max_sequence_length": 512, "guidance_scale": 3.5},
     },
     "tiny": {

@@ -43,26 +43,31 @@ ARMS = [
 """(results files ``bench_box-<name>.json``, the first for the unboxed figures; arm; label) of each row, in order."""
 
 
-def _calls(trial: dict[str, Any]) -> list[dict[str, Any]]:
+def calls(trial: dict[str, Any]) -> list[dict[str, Any]]:
+    """A trial's ``call`` steps, in order."""
     return [s for s in trial["steps"] if s["event"] == "call"]
 
 
 def _steady(trial: dict[str, Any]) -> float | None:
-    later = [s["seconds"] for s in _calls(trial) if s["index"] > 0]
+    later = [s["seconds"] for s in calls(trial) if s["index"] > 0]
     return statistics.median(later) if later else None
 
 
 def rows(results: Path = RESULTS) -> list[dict[str, Any]]:
     """Each arm's figures, from the checked-in results."""
+    read: dict[str, dict[str, Any]] = {}  # each results file once, though several rows name it
     found = []
     for names, arm_name, label in ARMS:
-        docs = [json.loads((results / f"bench_box-{name}.json").read_text())["arms"] for name in names]
+        for name in names:
+            if name not in read:
+                read[name] = json.loads((results / f"bench_box-{name}.json").read_text())["arms"]
+        docs = [read[name] for name in names]
         arms = [doc[arm_name] for doc in docs]
         unboxed = arms[0]["unboxed"]
         nothing = docs[0].get("false/nothing") if arm_name != "false/nothing" else None
         nothing_steady = statistics.median(filter(None, map(_steady, nothing["unboxed"]))) if nothing else None
         first = unboxed[0]
-        rest = _calls(first)[-1]["cgroup"]
+        rest = calls(first)[-1]["cgroup"]
         steadies = [v for v in map(_steady, unboxed) if v is not None]
         trials = [t for arm in arms for t in arm["trials"]]
         fitted = [t["box_gib"] for t in trials if not t["verdict"]]
@@ -77,8 +82,8 @@ def rows(results: Path = RESULTS) -> list[dict[str, Any]]:
             "anon": rest["anon"] / GIB, "file_gib": rest["file"] / GIB, "shmem": rest["shmem"] / GIB,
             "steady": statistics.median(steadies) if steadies else None,
             "spread": (min(steadies), max(steadies), len(steadies)) if steadies else None,
-            "calls": len(_calls(first)), "digests": [s["digest"] for s in _calls(first)],
-            "nothing_steady": nothing_steady, "gpu": _calls(first)[-1].get("gpu"),
+            "calls": len(calls(first)), "digests": [s["digest"] for s in calls(first)],
+            "nothing_steady": nothing_steady, "gpu": calls(first)[-1].get("gpu"),
             "peers": [[s["digest"] for s in peer if s["event"] == "call"] for peer in first.get("peers", [])],
         })  # fmt: skip
     return found

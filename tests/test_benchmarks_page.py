@@ -20,9 +20,9 @@ FIGURE = ROOT / "docs" / "img" / "rss-over-time.png"
 RESULTS = ROOT / "benchmarks" / "results" / "bench_pinned_memory.json"
 PLOT = ROOT / "benchmarks" / "plot_rss.py"
 
+GIB = 2**30
 # A table of the Material theme, at the width of its content column (about 690 px at 12.8 px a
 # character of 7 px), holds about 98 characters a row, of which each cell's padding takes 5.
-GIB = 2**30
 ROW_CHARACTERS = 98
 CELL_PADDING = 5
 LONGEST_CODE_IN_A_TABLE = 16  # the theme breaks code anywhere (mid-word) when a cell is too narrow
@@ -375,10 +375,6 @@ def test_the_done_components_page_shows_the_pinned_copies_results_and_the_target
     assert all(a["digest"] == b["digest"] for a, b in zip(pair["nothing"], pair["preset"], strict=True))
 
 
-def _calls_of(trial: dict[str, Any]) -> list[dict[str, Any]]:
-    return [step for step in trial["steps"] if step["event"] == "call"]
-
-
 def test_the_box_table_and_its_figures_are_those_of_the_checked_in_results(tmp_path: Path):
     plot = load_file(ROOT / "benchmarks" / "plot_box.py", "plot_box", beside=True)
     rows = plot.rows()
@@ -445,7 +441,7 @@ def test_the_box_table_and_its_figures_are_those_of_the_checked_in_results(tmp_p
     # why DDO auto is faster: the GPU memory it keeps between calls (read in the run of the ranks)
     gpu = {row["label"]: row["gpu"]["allocated"] / GIB for row in rows if row["file"] == "ranks" and row["gpu"]}
     ranks = json.loads((ROOT / "benchmarks" / "results" / "bench_box-ranks.json").read_text())
-    kept = _calls_of(ranks["arms"]["false/ddo-auto"]["unboxed"][0])[-1]["gpu"]["allocated"] / GIB
+    kept = plot.calls(ranks["arms"]["false/ddo-auto"]["unboxed"][0])[-1]["gpu"]["allocated"] / GIB
     assert f"DDO `auto` keeps {kept:.2f} GiB allocated on the GPU between calls" in shown
     assert max(gpu.values()) < 0.05  # every arm on diffusers' group offloading
     assert f"keeps {max(gpu.values()):.2f} GiB, and it runs the transformer" in shown
@@ -496,6 +492,7 @@ def test_the_box_table_and_its_figures_are_those_of_the_checked_in_results(tmp_p
     assert evicted in pages["done-components.md"]
     # The README's table and its headline, the docs home's headline: the same figures, the same arm names.
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    flat = " ".join(readme.split())
     missing = [row for row in plot.short_table(rows) if row not in readme]
     assert not missing, "the README lacks these rows of benchmarks/results/bench_box-*.json:\n" + "\n".join(missing)
     headline = (
@@ -503,18 +500,16 @@ def test_the_box_table_and_its_figures_are_those_of_the_checked_in_results(tmp_p
         f"doing nothing needed {nothing_f['box']:.2f} GiB at {nothing_f['steady']:.2f} s"
     )
     home = " ".join((ROOT / "docs" / "index.md").read_text(encoding="utf-8").split())
-    assert headline in " ".join(readme.split())
+    assert headline in flat
     assert "with `default` + register (the `default` policy with `pinned_copies.from_files: register`" in home
     assert headline in home
     assert "(img/box.png)" in home
-    flat = " ".join(readme.split())
     assert f"calls took {behind:.2f}{TIMES} `nothing`'s. DDO's `auto` preset called fastest, in a box of" in flat
     assert f"{ddo['box']:.2f} GiB: it keeps weights resident on the GPU ({kept:.2f} GiB between calls)" in flat
     assert f"the pair peaked at {r_ratio:.2f}{TIMES} one process, with `nothing` at {n_ratio:.2f}{TIMES}" in flat
     weights = json.loads((ROOT / "benchmarks" / "results" / "bench_pinned_floor-flux.json").read_text())
     repack = weights["arms"]["flux/lcmu=false/lowest-peak+repack"]["repack"]
-    weights_gib = repack["tensor_bytes"] / 2**30
-    assert f"Flux-shaped pipeline ({weights_gib:.2f} GiB of bf16 weights)" in " ".join(readme.split())
+    assert f"Flux-shaped pipeline ({repack['tensor_bytes'] / GIB:.2f} GiB of bf16 weights)" in flat
     probe = (ROOT / "benchmarks" / "results" / "probe_register-h200.log").read_text(encoding="utf-8")
     assert "stalled: no end within 40 s" in probe.split("--- shared/readonly")[0]
     shared = probe.split("--- shared/readonly")[1].split("--- private/default")[0]
