@@ -79,6 +79,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--boxes", default="", help="MODE/ARM=GIB;...: trials at these boxes instead of bisecting")
     p.add_argument("--bracket", default="", help="MODE/ARM=LO,HI;...: where the bisection starts (HI is checked)")
     p.add_argument("--budget-s", type=float, default=0.0, help="start no trial after this many seconds (0: none)")
+    p.add_argument(
+        "--resume",
+        type=Path,
+        default=None,
+        help="an earlier bench_box.json of the same workload: its arms' trials are kept, only the missing ones run",
+    )
     p.add_argument("--weights-dir", type=Path, default=Path(tempfile.gettempdir()) / "ddo-floor-weights")
     args = p.parse_args(argv)
     args.families = "flux"  # what bench_pinned_floor's helpers read
@@ -266,6 +272,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     }
     for label in specs:
         doc["arms"][label] = {"unboxed": [], "trials": [], "box_gib": None, "box_note": None}
+    if args.resume is not None:
+        _resume(args, doc)
 
     def budget_left() -> bool:
         return not args.budget_s or time.perf_counter() - started < args.budget_s
@@ -274,6 +282,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         for label, spec in specs.items():
             if not budget_left():
                 break
+            if len(doc["arms"][label]["unboxed"]) > rep:  # resumed
+                continue
             result = trial(spec, None, out, file_label(label, f"unboxed{rep}"), timeout_s=900)
             doc["arms"][label]["unboxed"].append(result)
             print(f"{label}: unboxed {rep + 1}: {len(calls(result))} calls, steady {steady(result)}, "
@@ -303,6 +313,25 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     doc["complete"] = budget_left()
     _save(out, doc)
     return doc
+
+
+WORKLOAD = ("size", "calls", "steps", "resolution", "weights_dir")
+
+
+def _resume(args: argparse.Namespace, doc: dict[str, Any]) -> None:
+    """Take every arm's unboxed and boxed trials from ``--resume`` (one device call rarely holds every arm at
+    FLUX.1-dev's size), arms not run now included; the workload's settings must be the same."""
+    try:
+        earlier = json.loads(args.resume.read_text())
+    except (OSError, ValueError) as e:
+        raise SystemExit(f"--resume {args.resume}: cannot read an earlier bench_box.json ({e})") from e
+    now = doc["settings"]
+    differ = [k for k in WORKLOAD if earlier.get("settings", {}).get(k) != now[k]]
+    if differ:
+        raise SystemExit(f"--resume {args.resume}: its workload differs in {', '.join(differ)}; rerun instead")
+    for label, found in earlier["arms"].items():  # arms not in --arms now are kept as they were
+        doc["arms"].setdefault(label, found).update(unboxed=found["unboxed"], trials=found["trials"])
+    doc["resumed"] = str(args.resume)
 
 
 def _fits(

@@ -155,3 +155,30 @@ def test_the_flux_dev_size_has_flux_1_devs_parameter_counts_without_a_byte_of_we
     gib = sum(p.numel() * 2 for model in models.values() for p in model.parameters()) / 2**30  # bf16
     readme = " ".join((BENCH.parent / "README.md").read_text(encoding="utf-8").split())
     assert f"Its weights are about {gib:.0f} GiB in bf16" in readme
+
+
+def test_a_resumed_run_keeps_the_earlier_arms_and_runs_only_what_is_missing(box, tmp_path, monkeypatch):
+    ran: list[tuple[str, float | None]] = []
+
+    def fake_trial(spec, box_gib, out, label, timeout_s):
+        ran.append((f"{str(spec['lcmu']).lower()}/{spec['arm']}", box_gib))
+        return trial(box_gib, [4, 2, 2], ["a", "b", "c"])
+
+    monkeypatch.setattr(box, "trial", fake_trial)
+    monkeypatch.setattr(box.floor_bench, "setup", lambda args, out: None)
+    first = ["--size", "tiny", "--calls", "3", "--reps", "1", "--no-bisect"]
+    box.run(box.parse_args([*first, "--out", str(tmp_path / "a"), "--arms", "false/nothing"]))
+    assert ran == [("false/nothing", None)]
+
+    ran.clear()
+    earlier = str(tmp_path / "a" / box.RESULT)
+    register = "true/preset:default+register"
+    arms = ["--arms", f"false/nothing,{register}", "--boxes", f"false/nothing=1.5;{register}=1"]
+    doc = box.run(box.parse_args([*first[:-1], "--out", str(tmp_path / "b"), "--resume", earlier, *arms]))
+    assert ran == [(register, None), ("false/nothing", 1.5), (register, 1)]
+    nothing = doc["arms"]["false/nothing"]
+    assert len(nothing["unboxed"]) == 1
+    assert [t["box_gib"] for t in nothing["trials"]] == [1.5]
+
+    with pytest.raises(SystemExit, match="its workload differs in steps; rerun instead"):
+        box.run(box.parse_args([*first, "--out", str(tmp_path / "c"), "--resume", earlier, "--steps", "4"]))
