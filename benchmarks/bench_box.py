@@ -19,9 +19,11 @@ prints a figure it did not measure. ``--size tiny`` runs the flow on a CPU (as r
 
     python3 benchmarks/bench_box.py --out DIR --arms false/nothing,true/nothing,false/preset:lowest-peak+stable
 
-At FLUX.1-dev's own shapes (``--size flux-dev``: about 31 GiB of weights, drawn and saved once in the first call
-on the GPU machine, about 34 GB of its disk, then reused while it stays up), e.g. ``--size flux-dev --calls 3
---steps 28 --reps 1 --no-bisect``; ``ARM*2`` arms run two processes from the same files in one cgroup.
+At FLUX.1-dev's own shapes (``--size flux-dev``: 31.42 GiB of weights, drawn and saved once in the first call
+on the GPU machine, 34 GB of its disk, then reused while it stays up), e.g. ``--size flux-dev --calls 3
+--steps 28 --reps 1 --no-bisect``, a few arms per device call, each later call with ``--resume`` of the one before
+(it keeps their arms and runs only what is missing). ``ARM*2`` arms run two processes from the same files in one
+cgroup.
 """
 
 from __future__ import annotations
@@ -266,6 +268,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     arms = [parse_arm(a) for a in filter(None, args.arms.split(","))]
     doc: dict[str, Any] = {"command": "python3 benchmarks/bench_box.py " + " ".join(sys.argv[1:]),
                            "settings": {k: str(v) for k, v in vars(args).items()}, "arms": {}}  # fmt: skip
+    doc["setup"] = json.loads((out / "setup-flux.json").read_text())  # the weights' manifest: sizes, seconds to draw
     specs = {
         label_of(lcmu, arm, procs): {**base, "lcmu": lcmu, "arm": arm, "calls": args.calls, "procs": procs}
         for lcmu, arm, procs in arms
@@ -331,7 +334,7 @@ def _resume(args: argparse.Namespace, doc: dict[str, Any]) -> None:
         raise SystemExit(f"--resume {args.resume}: its workload differs in {', '.join(differ)}; rerun instead")
     for label, found in earlier["arms"].items():  # arms not in --arms now are kept as they were
         doc["arms"].setdefault(label, found).update(unboxed=found["unboxed"], trials=found["trials"])
-    doc["resumed"] = str(args.resume)
+    doc["commands"] = [*earlier.get("commands", [earlier["command"]]), doc["command"]]
 
 
 def _fits(

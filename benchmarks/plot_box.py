@@ -2,14 +2,15 @@
 
 Each row is one arm. Its unboxed figures come from the first results file it names: ``memory.peak`` over the
 process's life, what its cgroup held at rest (``memory.stat``: anon, file, shmem; file includes shmem), the steady
-call (each process's median of calls 2 to 5; the median, min and max over that run's interleaved processes, and
-its ratio to ``nothing`` with ``low_cpu_mem_usage=False`` in the same run, where that run has it) and each call's
-output digest. An arm ``ARM*2`` is two processes at once in one cgroup: its figures are the pair's. Its box comes
-from the boxed trials of every file it names: the smallest ``memory.max`` in which its calls ran at full speed, and
-the largest box below it that failed.
+call (each process's median of its calls but the first; the median, min and max over that run's interleaved
+processes, and its ratio to ``nothing`` with ``low_cpu_mem_usage=False`` in the same run, where that run has it)
+and each call's output digest. An arm ``ARM*2`` is two processes at once in one cgroup: its figures are the
+pair's. Its box comes from the boxed trials of every file it names: the smallest ``memory.max`` in which its calls
+ran at full speed ("at most" where the step below was not tried), and the largest box below it that failed ("more
+than" where none fitted).
 
 Run: ``python benchmarks/plot_box.py --out docs/img/box.png`` (needs matplotlib); ``--table`` prints the
-Markdown rows that ``docs/benchmarks.md`` holds, then the README's.
+Markdown rows that ``docs/benchmarks.md`` holds, then the README's, then both of FLUX.1-dev's shapes.
 """
 
 from __future__ import annotations
@@ -41,6 +42,12 @@ ARMS = [
     (("ranks",), "true/preset:default+register*2", "`default` + register, 2 processes"),
 ]
 """(results files ``bench_box-<name>.json``, the first for the unboxed figures; arm; label) of each row, in order."""
+FLUX_DEV = [
+    (("flux-dev",), arm, label)
+    for arm, label in (("false/nothing", "nothing"), ("false/preset:lowest-peak", "`lowest-peak`"),
+                       ("true/nothing", "nothing"), ("true/preset:default+register", "`default` + register"))
+]  # fmt: skip
+"""The rows of FLUX.1-dev's own shapes (3 calls at 1024², 28 steps), each arm tried in one box."""
 
 
 def calls(trial: dict[str, Any]) -> list[dict[str, Any]]:
@@ -53,23 +60,23 @@ def _steady(trial: dict[str, Any]) -> float | None:
     return statistics.median(later) if later else None
 
 
-def rows(results: Path = RESULTS) -> list[dict[str, Any]]:
-    """Each arm's figures, from the checked-in results."""
+def rows(results: Path = RESULTS, arms: list[tuple[tuple[str, ...], str, str]] = ARMS) -> list[dict[str, Any]]:
+    """Each arm's figures, from the checked-in results (``arms``: :data:`ARMS` or :data:`FLUX_DEV`)."""
     read: dict[str, dict[str, Any]] = {}  # each results file once, though several rows name it
     found = []
-    for names, arm_name, label in ARMS:
+    for names, arm_name, label in arms:
         for name in names:
             if name not in read:
                 read[name] = json.loads((results / f"bench_box-{name}.json").read_text())["arms"]
         docs = [read[name] for name in names]
-        arms = [doc[arm_name] for doc in docs]
-        unboxed = arms[0]["unboxed"]
+        records = [doc[arm_name] for doc in docs]
+        unboxed = records[0]["unboxed"]
         nothing = docs[0].get("false/nothing") if arm_name != "false/nothing" else None
         nothing_steady = statistics.median(filter(None, map(_steady, nothing["unboxed"]))) if nothing else None
         first = unboxed[0]
         rest = calls(first)[-1]["cgroup"]
         steadies = [v for v in map(_steady, unboxed) if v is not None]
-        trials = [t for arm in arms for t in arm["trials"]]
+        trials = [t for record in records for t in record["trials"]]
         fitted = [t["box_gib"] for t in trials if not t["verdict"]]
         box = min(fitted) if fitted else None
         failed = [t["box_gib"] for t in trials if t["verdict"] and (box is None or t["box_gib"] < box)]
@@ -92,7 +99,7 @@ def rows(results: Path = RESULTS) -> list[dict[str, Any]]:
 def _cells(row: dict[str, Any]) -> tuple[str, str, str]:
     """The mode, box and call cells of a row, as both tables write them."""
     if row["box"] is None:
-        box = "not bisected"
+        box = "not bisected" if row["failed_below"] is None else f"more than {row['failed_below']:.2f}"
     else:
         box = f"{row['box']:.2f}" if row["exact"] else f"at most {row['box']:.2f}"
         if row["failed_below"] is not None:
@@ -166,7 +173,8 @@ def main() -> None:
     args = parser.parse_args()
     found = rows()
     if args.table:
-        print("\n".join([*table(found), "", *short_table(found)]))
+        dev = rows(arms=FLUX_DEV)
+        print("\n".join([*table(found), "", *short_table(found), "", *table(dev), "", *short_table(dev)]))
     if args.out:
         draw(found, args.out)
 
