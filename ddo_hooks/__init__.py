@@ -18,6 +18,8 @@ import importlib
 import warnings
 from typing import TYPE_CHECKING, Any
 
+importlib.import_module("ddo_hooks._moved").install()  # the old module names, for one release
+
 __version__ = "0.1.0"
 
 # Where each public name lives (a test keeps this, __all__ and the imports below equal).
@@ -35,16 +37,16 @@ _EXPORTS: dict[str, str] = {
     "unregister_action": "ddo_hooks.hooks.actions",
     # reports and their tracker
     "ActionReport": "ddo_hooks.reports.boundary",
-    "AuxiliarySourceDetachReport": "ddo_hooks.reports.auxiliary",
+    "AuxiliarySourceDetachReport": "ddo_hooks.reports.auxiliary_sources",
     "BoundaryRefusalReport": "ddo_hooks.reports.boundary",
     "DDOReport": "ddo_hooks.reports.parse",
-    "HostCacheReleaseReport": "ddo_hooks.reports.release",
+    "HostCacheReleaseReport": "ddo_hooks.reports.host_cache",
     "MetricsTracker": "ddo_hooks.reports.tracker",
     "PinnedCopyRepackReport": "ddo_hooks.reports.repack",
     "parse_report": "ddo_hooks.reports.parse",
     # errors
     "BoundaryRefusedError": "ddo_hooks.errors",
-    "DDOError": "ddo_hooks.errors",
+    "DdoHooksError": "ddo_hooks.errors",
     "HostCacheReleaseError": "ddo_hooks.errors",
     "InvalidArgumentError": "ddo_hooks.errors",
     "PolicyError": "ddo_hooks.errors",
@@ -76,7 +78,7 @@ __all__ = [
     "parse_report",
     # errors
     "BoundaryRefusedError",
-    "DDOError",
+    "DdoHooksError",
     "HostCacheReleaseError",
     "InvalidArgumentError",
     "PolicyError",
@@ -88,7 +90,7 @@ __all__ = [
 if TYPE_CHECKING:  # what the lazy names are, for type checkers and IDEs
     from ddo_hooks.errors import (
         BoundaryRefusedError,
-        DDOError,
+        DdoHooksError,
         HostCacheReleaseError,
         InvalidArgumentError,
         PolicyError,
@@ -101,21 +103,23 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and IDEs
     from ddo_hooks.policy.model import HookPolicy
     from ddo_hooks.release.host_cache import release_pytorch_host_cache
     from ddo_hooks.release.repack import repack_pinned_copies
-    from ddo_hooks.reports.auxiliary import AuxiliarySourceDetachReport
+    from ddo_hooks.reports.auxiliary_sources import AuxiliarySourceDetachReport
     from ddo_hooks.reports.boundary import ActionReport, BoundaryRefusalReport
+    from ddo_hooks.reports.host_cache import HostCacheReleaseReport
     from ddo_hooks.reports.parse import DDOReport, parse_report
-    from ddo_hooks.reports.release import HostCacheReleaseReport
     from ddo_hooks.reports.repack import PinnedCopyRepackReport
     from ddo_hooks.reports.tracker import MetricsTracker
 
 
-# The offload names, which left this namespace for ddo_hooks.offload (two renamed: DDO exports
-# functions and classes of those names that mean other things). Aliases for one release.
-_MOVED: dict[str, str] = {
-    "apply_dynamic_offload": "apply_offload_runtime",
-    "DynamicOffloadApplyResult": "OffloadRuntimeApplication",
+# Old names, kept for one release: the offload names, which left this namespace for
+# ddo_hooks.offload (two renamed: DDO exports functions and classes of those names that mean other
+# things), and the base error (DDO is another package). Old name -> (module, new name, why renamed).
+_MOVED: dict[str, tuple[str, str, str]] = {
+    "apply_dynamic_offload": ("ddo_hooks.offload", "apply_offload_runtime", "DDO's name means something else"),
+    "DynamicOffloadApplyResult": ("ddo_hooks.offload", "OffloadRuntimeApplication", "DDO's name means something else"),
+    "DDOError": ("ddo_hooks.errors", "DdoHooksError", "DDO is the diffusers-dynamic-offloader package"),
     **{
-        name: name
+        name: ("ddo_hooks.offload", name, "")
         for name in (
             "IntervalObservingAdapter",
             "OffloadRuntime",
@@ -127,20 +131,20 @@ _MOVED: dict[str, str] = {
             "unregister_offload_runtime",
         )
     },
-}
+}  # fmt: skip
 
 
 def __getattr__(name: str) -> Any:
     if name in _MOVED:
-        new = _MOVED[name]
-        renamed = "" if new == name else f" (renamed: DDO's {name} means something else)"
+        home, new, why = _MOVED[name]
+        renamed = f" (renamed: {why})" if why else ""
         warnings.warn(
-            f"ddo_hooks.{name} moved to ddo_hooks.offload.{new}{renamed}; import it from there, as this alias "
+            f"ddo_hooks.{name} moved to {home}.{new}{renamed}; import it from there, as this alias "
             "goes in ddo-hooks 0.2",
             DeprecationWarning,
             stacklevel=2,
         )
-        return getattr(importlib.import_module("ddo_hooks.offload"), new)
+        return getattr(importlib.import_module(home), new)
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'ddo_hooks' has no attribute {name!r}")

@@ -32,7 +32,7 @@ from typing import Any, Union
 
 from pydantic import BaseModel
 
-from ddo_hooks.errors import DDOError
+from ddo_hooks.errors import DdoHooksError
 
 __all__ = [
     "MAX_SHOWN",
@@ -61,7 +61,7 @@ def read_text_file(
     path: str | os.PathLike[str],
     *,
     kind: str,
-    error: type[DDOError],
+    error: type[DdoHooksError],
     max_bytes: int,
     directory_fix: str,
     binary_fix: str,
@@ -83,7 +83,7 @@ def read_text_file(
         encoding_fix: What to do when the file is not UTF-8.
 
     Raises:
-        DDOError: Of type ``error``: missing, a directory or another non-regular file, larger than
+        DdoHooksError: Of type ``error``: missing, a directory or another non-regular file, larger than
             ``max_bytes``, unreadable, binary or not UTF-8.
     """
     source = os.fspath(path)

@@ -1,25 +1,27 @@
 """The exceptions ddo_hooks raises.
 
-One small hierarchy: every error is a :class:`DDOError`; errors about a value the caller
+One small hierarchy: every error is a :class:`DdoHooksError`; errors about a value the caller
 passed are also :class:`ValueError`, errors about the state of the process are also
 :class:`RuntimeError`. Messages name the offending argument, field, module or file and say
 how to fix it.
 
 Examples:
     >>> from ddo_hooks import release_pytorch_host_cache
-    >>> from ddo_hooks.errors import DDOError
+    >>> from ddo_hooks.errors import DdoHooksError
     >>> try:
     ...     release_pytorch_host_cache(enabled=True, phase="after_call", device="cpu")
-    ... except DDOError as e:
+    ... except DdoHooksError as e:
     ...     print(type(e).__name__)
     InvalidArgumentError
 """
 
 from __future__ import annotations
 
+import warnings
+
 __all__ = [
     "BoundaryRefusedError",
-    "DDOError",
+    "DdoHooksError",
     "HostCacheReleaseError",
     "InvalidArgumentError",
     "PolicyError",
@@ -29,23 +31,35 @@ __all__ = [
 ]
 
 
-class DDOError(Exception):
-    """Base class of every error raised by ddo_hooks."""
+class DdoHooksError(Exception):
+    """Base class of every error raised by ddo_hooks (``DDOError`` until 0.1: DDO is another package)."""
 
 
-class InvalidArgumentError(DDOError, ValueError):
+def __getattr__(name: str) -> type[DdoHooksError]:
+    if name == "DDOError":
+        warnings.warn(
+            "ddo_hooks.errors.DDOError was renamed DdoHooksError (DDO is the diffusers-dynamic-offloader "
+            "package, and these errors are ddo_hooks's); the old name goes in ddo-hooks 0.2",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return DdoHooksError
+    raise AttributeError(f"module 'ddo_hooks.errors' has no attribute {name!r}")
+
+
+class InvalidArgumentError(DdoHooksError, ValueError):
     """An argument passed to a public function is malformed (wrong type, range or label)."""
 
 
-class PolicyError(DDOError, ValueError):
+class PolicyError(DdoHooksError, ValueError):
     """A hook policy (a YAML file or a mapping) is invalid; the message names file, line and key."""
 
 
-class ReportError(DDOError, ValueError):
+class ReportError(DdoHooksError, ValueError):
     """A DDO report is invalid, or a file of reports could not be read."""
 
 
-class ReportSinkError(DDOError, RuntimeError):
+class ReportSinkError(DdoHooksError, RuntimeError):
     """Writing a report to the policy's ``report_sink`` failed; the message names the file and the fix.
 
     The original ``OSError`` is chained as ``__cause__``. The file is left as it is (never truncated:
@@ -53,7 +67,7 @@ class ReportSinkError(DDOError, RuntimeError):
     """
 
 
-class BoundaryRefusedError(DDOError, RuntimeError):
+class BoundaryRefusedError(DdoHooksError, RuntimeError):
     """A release was requested where it is not allowed (while loading, denoising, beside a call or a release).
 
     Attributes:
@@ -68,7 +82,7 @@ class BoundaryRefusedError(DDOError, RuntimeError):
         self.reason = reason
 
 
-class HostCacheReleaseError(DDOError, RuntimeError):
+class HostCacheReleaseError(DdoHooksError, RuntimeError):
     """Synchronizing the device or releasing the host cache failed.
 
     The original exception is chained as ``__cause__``. A failed release is never reported
@@ -76,7 +90,7 @@ class HostCacheReleaseError(DDOError, RuntimeError):
     """
 
 
-class WeightsFileChangedError(DDOError, RuntimeError):
+class WeightsFileChangedError(DdoHooksError, RuntimeError):
     """A weights file that a pipeline's weights read, declared stable, was rewritten, replaced or deleted since.
 
     Raised where ddo_hooks would otherwise use the changed bytes (before giving back pages, staging

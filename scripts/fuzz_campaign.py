@@ -32,11 +32,11 @@ from support.report_corpus import base_reports, corpus, random_mutant  # noqa: E
 
 from ddo_hooks import HookPolicy, parse_report  # noqa: E402
 from ddo_hooks.cli import main  # noqa: E402
-from ddo_hooks.errors import DDOError  # noqa: E402
+from ddo_hooks.errors import DdoHooksError  # noqa: E402
 from ddo_hooks.reports.files import load_report_file  # noqa: E402
 
 
-class _Refused(DDOError):
+class _Refused(DdoHooksError):
     """A file command exited 1 with its message (a clean refusal)."""
 
 
@@ -56,7 +56,7 @@ class Tally:
         try:
             call()
             self.accepted += 1
-        except DDOError:
+        except DdoHooksError:
             self.rejected += 1
         except Exception:
             self.escaped += 1

@@ -31,7 +31,7 @@ from ddo_hooks.offload.runtimes import (
     register_offload_runtime,
     unregister_offload_runtime,
 )
-from ddo_hooks.reports.auxiliary import AuxiliarySourceDetach
+from ddo_hooks.reports.auxiliary_sources import AuxiliarySourceDetach
 from ddo_hooks.testing.tiny_pipelines import build_pipeline, call_kwargs
 
 LOADERS = ("torch_mmap", "safetensors", "flat_buffer")

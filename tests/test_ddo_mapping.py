@@ -29,7 +29,7 @@ from ddo_hooks.reports.ddo.mapping import (
     from_ddo_host_snapshot,
     from_ddo_release,
 )
-from ddo_hooks.reports.release import AllocatorSnapshot, HostCacheRelease, HostCacheReleaseReport, NoopReason
+from ddo_hooks.reports.host_cache import AllocatorSnapshot, HostCacheRelease, HostCacheReleaseReport, NoopReason
 
 RELEASES = [path for path in corpus_files() if corpus_name(path).startswith("pytorch_host_cache_release.")]
 

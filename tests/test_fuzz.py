@@ -29,7 +29,7 @@ from test_policy import documents, valid_documents
 
 from ddo_hooks import HookPolicy, parse_report
 from ddo_hooks.cli import main
-from ddo_hooks.errors import DDOError
+from ddo_hooks.errors import DdoHooksError
 from ddo_hooks.reports.envelope import RecordEnvelope
 from ddo_hooks.reports.files import load_report_file
 from ddo_hooks.reports.tracker import _checked_entry, _record_from_json, text_lines
@@ -42,12 +42,12 @@ BASES = base_reports()
 
 
 def only_own_errors(call: Callable[[], Any]) -> Any:
-    """Call; return the result or the DDOError. Any other exception fails the test."""
+    """Call; return the result or the DdoHooksError. Any other exception fails the test."""
     try:
         result: Any = call()
-    except DDOError as e:
+    except DdoHooksError as e:
         result = e
-    assert not isinstance(result, DDOError) or str(result).strip(), "an error without a message"
+    assert not isinstance(result, DdoHooksError) or str(result).strip(), "an error without a message"
     return result
 
 
@@ -84,7 +84,7 @@ def test_fuzz_python_tags_are_never_honoured(case: tuple[random.Random, str, str
     at = rng.randint(0, len(lines))
     text = "\n".join([*lines[:at], f"inserted: {tag}", *lines[at:]]) + "\n"
     result = only_own_errors(lambda: HookPolicy.from_yaml_text(text, source="p.yaml"))
-    assert isinstance(result, DDOError)
+    assert isinstance(result, DdoHooksError)
     no_python_object_was_built()
 
 
@@ -105,7 +105,7 @@ report_documents = st.one_of(
 def test_fuzz_any_report_document_gives_a_report_or_a_report_error(document: Any):
     for data in (document, json.dumps(document)):
         result = only_own_errors(lambda data=data: parse_report(data))
-        if not isinstance(result, DDOError):
+        if not isinstance(result, DdoHooksError):
             assert json.loads(result.model_dump_json()) == json.loads(json.dumps(result.model_dump(mode="json")))
 
 
@@ -122,7 +122,7 @@ def test_fuzz_any_report_file_gives_records_or_a_report_error(tmp_path: Path, li
     path = tmp_path / "reports.jsonl"
     path.write_bytes("\n".join(lines).encode("utf-8", "surrogatepass") + tail)
     result = only_own_errors(lambda: load_report_file(path))
-    assert isinstance(result, DDOError) or result.records
+    assert isinstance(result, DdoHooksError) or result.records
 
 
 ENVELOPE = RecordEnvelope.now(run_id="ab" * 16, call_index=1, boundary="after_call").model_dump(mode="json")

@@ -18,7 +18,7 @@ ROOT = PACKAGE.parent
 
 # Bottom up; a module may import its own layer and the layers before it.
 LAYERS = ("foundation", "reports", "release", "policy", "hooks", "offload", "testing", "cli")
-FOUNDATION = {"errors", "sizes", "boundaries", "_diagnostics", "_compat"}
+FOUNDATION = {"errors", "sizes", "boundaries", "_diagnostics", "_compat", "_moved"}
 HEAVY = ("torch", "diffusers", "transformers")
 
 

@@ -22,7 +22,7 @@ from ddo_hooks.offload import (
 )
 from ddo_hooks.offload.apply import AUXILIARY_COMPONENT
 from ddo_hooks.offload.runtimes import OBSERVER_HOOK, DiffusersGroupOffloadAdapter, get_offload_runtime
-from ddo_hooks.reports.auxiliary import AuxiliarySourceDetach, ComponentSourceObservation
+from ddo_hooks.reports.auxiliary_sources import AuxiliarySourceDetach, ComponentSourceObservation
 from ddo_hooks.testing.tiny_pipelines import FAMILIES, build_pipeline, call_kwargs
 
 MODULES = {"flux": ["transformer", "vae", "text_encoder", "text_encoder_2"], "sd": ["unet", "vae", "text_encoder"]}

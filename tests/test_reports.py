@@ -16,8 +16,7 @@ from ddo_hooks.errors import ReportError
 from ddo_hooks.release.counters import unavailable_snapshot
 from ddo_hooks.reports.base import HostObservation
 from ddo_hooks.reports.boundary import ActionReport, BoundaryRefusalReport
-from ddo_hooks.reports.parse import report_json_schema
-from ddo_hooks.reports.release import (
+from ddo_hooks.reports.host_cache import (
     AllocatorSnapshot,
     GarbageCollection,
     HostCacheRelease,
@@ -27,6 +26,7 @@ from ddo_hooks.reports.release import (
     ThresholdDecision,
     validate_active_counter,
 )
+from ddo_hooks.reports.parse import report_json_schema
 
 MiB = 1 << 20
 RELEASE = "pytorch_host_cache_release.setup.host_cache_release"

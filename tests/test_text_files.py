@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from ddo_hooks.cli import main
-from ddo_hooks.errors import DDOError, PolicyError, ReportError
+from ddo_hooks.errors import DdoHooksError, PolicyError, ReportError
 from ddo_hooks.policy.model import HookPolicy
 from ddo_hooks.reports.files import MAX_REPORT_FILE_BYTES, load_report_file
 
@@ -94,5 +94,5 @@ def test_the_file_commands_refuse_special_files(
 
 def test_a_path_with_a_nul_byte_is_a_clear_error():
     for read in (HookPolicy.from_yaml, load_report_file):
-        with pytest.raises(DDOError, match=r"cannot read the (policy|report) file: .*null"):
+        with pytest.raises(DdoHooksError, match=r"cannot read the (policy|report) file: .*null"):
             read("a\0b")

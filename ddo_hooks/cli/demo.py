@@ -288,7 +288,7 @@ def run_demo(
     Raises:
         InvalidArgumentError: A bad family, device, count or report path.
         PolicyError: The policy names an action that is not registered here (checked first).
-        DDOError: The policy could not be attached, or transformers is missing.
+        DdoHooksError: The policy could not be attached, or transformers is missing.
         OSError: The report file could not be written.
     """
     import torch

@@ -19,12 +19,12 @@ import sys
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from ddo_hooks.errors import DDOError
+from ddo_hooks.errors import DdoHooksError
 
 __all__ = ["cycle_collector_off", "looks_like", "other_kind", "read_reports"]
 
 
-def other_kind(error: DDOError, path: str, kind: str, command: str) -> DDOError:
+def other_kind(error: DdoHooksError, path: str, kind: str, command: str) -> DdoHooksError:
     """``error``, or one saying the file looks like a {kind} file and which command reads it."""
     if looks_like(path) != kind:
         return error
@@ -47,7 +47,7 @@ def looks_like(path: str) -> str | None:
             path, kind="input", error=ReportError, max_bytes=64 * 1024 * 1024,
             directory_fix="", binary_fix="", encoding_fix="",
         )  # fmt: skip
-    except DDOError:
+    except DdoHooksError:
         return None
     first = next((line for line in text.splitlines() if line.strip()), "")
     for candidate in (text, first):
@@ -61,7 +61,7 @@ def looks_like(path: str) -> str | None:
 
     try:
         data, _ = load_yaml(text)
-    except DDOError:
+    except DdoHooksError:
         return None
     if isinstance(data, dict) and {"version", "boundaries", "release"} & set(data):
         return "policy"
@@ -85,7 +85,7 @@ def read_reports(paths: Sequence[str]) -> Iterator[Any]:
             continue
         try:
             opened = open_report_file(path, cut_last_line=True)
-        except DDOError as e:
+        except DdoHooksError as e:
             raise other_kind(e, path, "policy", "validate-policy") from e
         for warning in opened.warnings:
             print(f"warning: {warning}", file=sys.stderr)
@@ -113,7 +113,7 @@ def _same_as(path: str, given: list[tuple[str, os.stat_result]]) -> str | None:
 def _entries_of(entries: Iterator[Any], path: str) -> Iterator[Any]:
     try:
         yield from entries
-    except DDOError as e:
+    except DdoHooksError as e:
         raise other_kind(e, path, "policy", "validate-policy") from e
 
 

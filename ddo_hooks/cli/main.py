@@ -33,7 +33,7 @@ from typing import Any
 from ddo_hooks import __version__
 from ddo_hooks.cli.demo import DEFAULT_REPORT, FAMILIES
 from ddo_hooks.cli.inputs import cycle_collector_off, other_kind, read_reports
-from ddo_hooks.errors import DDOError, InvalidArgumentError
+from ddo_hooks.errors import DdoHooksError, InvalidArgumentError
 from ddo_hooks.reports import REPORT_FILE_FORMS
 
 __all__ = ["build_parser", "main"]
@@ -115,7 +115,7 @@ def _validate_policy(args: argparse.Namespace) -> int:
     path = _preset_file(args.file) or args.file
     try:
         policy = _policy_or_preset(args.file)
-    except DDOError as e:
+    except DdoHooksError as e:
         raise other_kind(e, args.file, "report", "validate-report") from e
     if path != args.file:
         print(f"{args.file}: the packaged preset {path}")
@@ -175,7 +175,7 @@ def _validate_report(args: argparse.Namespace) -> int:
 
     try:
         loaded = load_report_file(args.file, cut_last_line=True)
-    except DDOError as e:
+    except DdoHooksError as e:
         raise other_kind(e, args.file, "policy", "validate-policy") from e
     for warning in loaded.warnings:
         print(f"warning: {warning}", file=sys.stderr)
@@ -382,7 +382,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         status = int(args.handler(args))
         sys.stdout.flush()  # a closed pipe shows here, not at interpreter exit
         return status
-    except DDOError as e:
+    except DdoHooksError as e:
         print(e, file=sys.stderr)
     except BrokenPipeError:  # e.g. `ddo-hooks schema report | head -1`: the reader has what it wanted
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the final flush goes nowhere

@@ -41,7 +41,7 @@ from ddo_hooks.boundaries import BOUNDARIES, HOST_CACHE_RELEASE
 from ddo_hooks.cli.cells import number_cell, size_cell
 from ddo_hooks.cli.summarize import ReportSource, Run, collect
 from ddo_hooks.cli.table import BoundaryRow
-from ddo_hooks.errors import DDOError, ReportError
+from ddo_hooks.errors import DdoHooksError, ReportError
 from ddo_hooks.reports.ddo.host import DDO_RELEASE_ACTION
 from ddo_hooks.sizes import format_size
 
@@ -143,7 +143,7 @@ def _matplotlib() -> Any:
     try:
         import matplotlib
     except ImportError as e:
-        raise DDOError(
+        raise DdoHooksError(
             f"ddo-hooks plot needs matplotlib, which is not installed here; install it with: {PLOT_INSTALL}"
         ) from e
     matplotlib.use("Agg")
@@ -164,7 +164,7 @@ def draw_runs(files: Iterable[ReportSource], out: str | os.PathLike[str], *, tit
         The path written.
 
     Raises:
-        DDOError: matplotlib is not installed (the message says how to install it).
+        DdoHooksError: matplotlib is not installed (the message says how to install it).
         ReportError: No ``host_cache_release`` report holds a reading (a CPU-only torch's
             releases are no-ops that observe nothing).
     """

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import difflib
 import re
+import warnings
 import weakref
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -74,10 +75,10 @@ class BoundaryContext:
             (:data:`~ddo_hooks.policy.builtins.BUILT_IN_OPTIONS`), read by attribute: the
             built-in ``host_cache_release`` gets the ``release`` settings with this boundary's
             overrides (``ctx.options.collect``).
-        dropped: Components that left the pipeline and should be dead by now, by name
+        dropped: Components dropped from the pipeline that should be dead by now, by name
             (weak references; the built-in action collects garbage fully only if one lives).
-        left: The components that left the pipeline since the previous boundary of this
-            attachment, alive or not.
+        dropped_names: The components dropped from the pipeline since the previous boundary of
+            this attachment, alive or not (``left`` until 0.1; the old name warns, and goes in 0.2).
         done: The components whose work in this call is done, in the order they ran: those that
             ran a forward before its ``before_transformer`` was due (encoders, image encoders,
             priors); empty before then, for a host request, and in a call without a final loop.
@@ -94,11 +95,21 @@ class BoundaryContext:
     policy: HookPolicy
     options: Any = field(default_factory=dict)
     dropped: Mapping[str, weakref.ref] = field(default_factory=dict)
-    left: tuple[str, ...] = ()
+    dropped_names: tuple[str, ...] = ()
     done: tuple[str, ...] = ()
     state: dict[str, Any] = field(default_factory=dict, repr=False)
     on_survivors: Callable[[Iterable[str]], None] | None = field(default=None, repr=False)
     holder: Callable[[Any], str | None] | None = field(default=None, repr=False)
+
+    @property
+    def left(self) -> tuple[str, ...]:
+        """The old name of :attr:`dropped_names` ("dropped" is the one word for a component that left)."""
+        warnings.warn(
+            "BoundaryContext.left was renamed dropped_names; the old name goes in ddo-hooks 0.2",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.dropped_names
 
     def held_elsewhere(self, module: Any) -> str | None:
         """The class of another attached pipeline that holds ``module`` as a component, or ``None``."""

@@ -71,7 +71,7 @@ def host_cache_release(ctx: BoundaryContext) -> Any:
     from ddo_hooks.release.host_cache import not_triggered, release_pytorch_host_cache  # imports torch
 
     options: ReleasePolicy = ctx.options
-    if options.trigger == "dropped" and not ctx.left:
+    if options.trigger == "dropped" and not ctx.dropped_names:
         return not_triggered(ctx.boundary, "no component left the pipeline since the previous boundary", ctx.device)
     if options.core == "ddo":
         from ddo_hooks.release.ddo_core import release_with_ddo
@@ -150,7 +150,7 @@ def _faults_since(last: _Mark | None, faults: tuple[int, int] | None, rss_file: 
     Unavailable at the first boundary, where the platform does not count faults, and in a child
     forked since the mark: its counters started again at 0, so the differences would be meaningless.
     """
-    from ddo_hooks.reports.pages import FaultsSince
+    from ddo_hooks.reports.done_components import FaultsSince
 
     if last is None or faults is None or rss_file is None or last.pid != os.getpid():
         return None
@@ -196,7 +196,7 @@ def release_done_components(ctx: BoundaryContext) -> Any:
     from ddo_hooks.release.file_pages import left_shared, supported
     from ddo_hooks.release.file_views import give_back
     from ddo_hooks.release.host_memory import observe_host
-    from ddo_hooks.reports.pages import (
+    from ddo_hooks.reports.done_components import (
         ComponentPages,
         DoneComponentsRelease,
         DoneComponentsReleaseReport,

@@ -1,7 +1,7 @@
-"""Which components left an attached pipeline, and dropping them so that they are freed at once.
+"""Which components were dropped from an attached pipeline, and dropping them so that they are freed at once.
 
-A boundary offers its actions the components that left the pipeline since the previous boundary
-(:meth:`Components.left`) and those of them still alive (:meth:`Components.dropped`, weak
+A boundary offers its actions the components dropped from the pipeline since the previous boundary
+(:meth:`Components.take_left`) and those of them still alive (:meth:`Components.note`, weak
 references: the built-in release collects garbage fully only while one of them lives).
 :meth:`Components.drop` takes components off the pipeline and removes the offloading hooks that
 would keep them alive in a reference cycle until a full collection, and clears those diffusers

@@ -209,7 +209,7 @@ class BoundaryRunner:
                 policy=self.policy,
                 options=dict(spec.options) if isinstance(spec.options, Mapping) else spec.options,
                 dropped=dropped,
-                left=left,
+                dropped_names=left,
                 done=done,
                 state=self._state.setdefault(action.name, {}),
                 on_survivors=self.components.forget,

@@ -2,7 +2,7 @@
 
 Modules: :mod:`~ddo_hooks.offload.apply` (``apply_offload_runtime`` and its result handle),
 :mod:`~ddo_hooks.offload.runtimes` (offload runtimes and their source-observation adapters) and
-:mod:`~ddo_hooks.offload.auxiliary` (bounded auxiliary CPU source detachment). Imports every
+:mod:`~ddo_hooks.offload.source_detachment` (bounded auxiliary CPU source detachment). Imports every
 layer below it.
 """
 
@@ -14,7 +14,7 @@ from typing import Any
 _EXPORTS: dict[str, str] = {
     "OffloadRuntimeApplication": "ddo_hooks.offload.apply",
     "apply_offload_runtime": "ddo_hooks.offload.apply",
-    "OffloadedComponent": "ddo_hooks.offload.auxiliary",
+    "OffloadedComponent": "ddo_hooks.offload.source_detachment",
     "IntervalObservingAdapter": "ddo_hooks.offload.runtimes",
     "OffloadRuntime": "ddo_hooks.offload.runtimes",
     "PayloadInterval": "ddo_hooks.offload.runtimes",

@@ -37,12 +37,12 @@ from typing import Any
 import torch
 from diffusers import DiffusionPipeline
 
-from ddo_hooks.errors import DDOError, InvalidArgumentError
+from ddo_hooks.errors import DdoHooksError, InvalidArgumentError
 from ddo_hooks.hooks.attachment import Attachment, attach
-from ddo_hooks.offload.auxiliary import DEFAULT_MAX_COPY_BYTES, OffloadedComponent, detach_auxiliary_cpu_sources
 from ddo_hooks.offload.runtimes import DIFFUSERS_GROUP_OFFLOAD, SourceObservationAdapter, get_offload_runtime
+from ddo_hooks.offload.source_detachment import DEFAULT_MAX_COPY_BYTES, OffloadedComponent, detach_auxiliary_cpu_sources
 from ddo_hooks.policy.model import HookPolicy
-from ddo_hooks.reports.auxiliary import AuxiliarySourceDetachReport
+from ddo_hooks.reports.auxiliary_sources import AuxiliarySourceDetachReport
 from ddo_hooks.reports.tracker import MetricsTracker
 
 __all__ = ["AUXILIARY_COMPONENT", "OffloadRuntimeApplication", "OffloadedComponent", "apply_offload_runtime"]
@@ -57,7 +57,7 @@ class OffloadRuntimeApplication:
     Attributes:
         pipeline: The pipeline.
         attachment: The phase hooks of the policy (see :func:`~ddo_hooks.attach`).
-        components: Component name to :class:`~ddo_hooks.offload.auxiliary.OffloadedComponent`
+        components: Component name to :class:`~ddo_hooks.offload.source_detachment.OffloadedComponent`
             (module, runtime name, adapter), in the order they were applied (read-only).
         auxiliary_report: The detachment report made at apply time when the policy enabled
             ``auxiliary_sources``, else ``None``.
@@ -87,7 +87,7 @@ class OffloadRuntimeApplication:
     ) -> AuxiliarySourceDetachReport:
         """Copy small residual CPU loader views of the components into storage of their own.
 
-        A separate diagnostic opt-in, not a host-cache flush; see :mod:`ddo_hooks.offload.auxiliary`
+        A separate diagnostic opt-in, not a host-cache flush; see :mod:`ddo_hooks.offload.source_detachment`
         for what is selected, preserved and refused. Call it before the first forward. Exclusive
         ownership of the components is required: a view into a loader storage held elsewhere
         cannot be discovered and keeps that storage alive. The report is returned, not recorded;
@@ -234,7 +234,7 @@ def apply_offload_runtime(
                 try:
                     engine.apply(module, device, options)
                 except (ValueError, TypeError) as e:
-                    if isinstance(e, DDOError):
+                    if isinstance(e, DdoHooksError):
                         raise
                     raise InvalidArgumentError(
                         f"runtime {engine.name!r} rejected runtime_options={options!r} for {name!r}: {e}"

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 import torch
 
 from ddo_hooks._compat import diffusers as diffusers_compat
-from ddo_hooks.reports.pages import ComponentPages
+from ddo_hooks.reports.done_components import ComponentPages
 
 __all__ = [
     "PAGE_SIZE",

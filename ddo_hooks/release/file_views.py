@@ -50,7 +50,7 @@ from ddo_hooks.errors import WeightsFileChangedError
 from ddo_hooks.release import allocator as _allocator
 from ddo_hooks.release import file_pages
 from ddo_hooks.release.pinned_copies import REPACKED
-from ddo_hooks.reports.pages import ComponentPages, PagesReason
+from ddo_hooks.reports.done_components import ComponentPages, PagesReason
 
 if TYPE_CHECKING:
     from ddo_hooks.reports.repack import PinnedCopyRepackReport

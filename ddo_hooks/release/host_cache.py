@@ -36,7 +36,7 @@ from ddo_hooks.release import guard
 from ddo_hooks.release.counters import pinning_between, read_snapshot, snapshot_from_raw
 from ddo_hooks.release.devices import DeviceLike, parse_cuda_device
 from ddo_hooks.release.host_memory import observe_host
-from ddo_hooks.reports.release import (
+from ddo_hooks.reports.host_cache import (
     AllocatorSnapshot,
     GarbageCollection,
     HostCacheRelease,

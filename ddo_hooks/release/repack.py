@@ -54,7 +54,7 @@ from ddo_hooks.release.pinned_copies import (
 )
 from ddo_hooks.release.slabs import Slab, SlabPlan, plan_slabs, rounded_size
 from ddo_hooks.reports.base import HostObservation
-from ddo_hooks.reports.release import AllocatorSnapshot, HostCacheRelease, owned_delta
+from ddo_hooks.reports.host_cache import AllocatorSnapshot, HostCacheRelease, owned_delta
 from ddo_hooks.reports.repack import (
     ComponentRepack,
     PinnedCopyRepack,

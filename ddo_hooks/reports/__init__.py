@@ -1,9 +1,9 @@
 """The report layer: the DDO report models of every route, parsing and schema, the tracker, report files.
 
 Modules: :mod:`~ddo_hooks.reports.base` (the strict base, the shared field types and the route
-shape), :mod:`~ddo_hooks.reports.release`, :mod:`~ddo_hooks.reports.boundary`,
-:mod:`~ddo_hooks.reports.auxiliary`, :mod:`~ddo_hooks.reports.repack` and
-:mod:`~ddo_hooks.reports.pages` (one per route family), :mod:`ddo_hooks.reports.ddo` (DDO's
+shape), :mod:`~ddo_hooks.reports.host_cache`, :mod:`~ddo_hooks.reports.boundary`,
+:mod:`~ddo_hooks.reports.auxiliary_sources`, :mod:`~ddo_hooks.reports.repack` and
+:mod:`~ddo_hooks.reports.done_components` (one per route family), :mod:`ddo_hooks.reports.ddo` (DDO's
 own report shape), :mod:`~ddo_hooks.reports.parse` (any report, of either shape),
 :mod:`~ddo_hooks.reports.envelope` (where a recorded report came from),
 :mod:`~ddo_hooks.reports.tracker` (:class:`~ddo_hooks.reports.tracker.MetricsTracker`)

@@ -33,17 +33,17 @@ from pydantic import BaseModel, Discriminator, Field, Tag, TypeAdapter, Validati
 from pydantic_core import from_json
 
 from ddo_hooks.errors import ReportError
-from ddo_hooks.reports.auxiliary import AuxiliarySourceDetachReport
+from ddo_hooks.reports.auxiliary_sources import AuxiliarySourceDetachReport
 from ddo_hooks.reports.base import describe_errors
 from ddo_hooks.reports.boundary import ActionReport, BoundaryRefusalReport
-from ddo_hooks.reports.ddo.auxiliary import DDOAuxiliarySourceDetachmentReport
 from ddo_hooks.reports.ddo.base import DDO_SHAPE_KEYS, ddo_shape_keys, describe_ddo_errors
 from ddo_hooks.reports.ddo.group import DDOGroupOffloadReport
 from ddo_hooks.reports.ddo.host import DDOHostCacheReleaseReport, DDOHostMemoryReport
 from ddo_hooks.reports.ddo.native import DDONativeIdleCacheReleaseReport
 from ddo_hooks.reports.ddo.routes import DDO_REPORT_ADAPTER, DDO_REPORT_TYPES, DDO_ROUTE_TYPES, DDOPackageReport
-from ddo_hooks.reports.pages import DoneComponentsReleaseReport
-from ddo_hooks.reports.release import HostCacheReleaseReport
+from ddo_hooks.reports.ddo.vmm_auxiliary import DDOAuxiliarySourceDetachmentReport
+from ddo_hooks.reports.done_components import DoneComponentsReleaseReport
+from ddo_hooks.reports.host_cache import HostCacheReleaseReport
 from ddo_hooks.reports.repack import PinnedCopyRepackReport
 
 __all__ = [

@@ -35,7 +35,7 @@ from ddo_hooks.reports.base import (
     RouteReport,
     Seconds,
 )
-from ddo_hooks.reports.release import AllocatorSnapshot, HostCacheRelease, measured_summary, owned_delta
+from ddo_hooks.reports.host_cache import AllocatorSnapshot, HostCacheRelease, measured_summary, owned_delta
 
 __all__ = [
     "REPACK_REFUSALS",

@@ -22,7 +22,7 @@ from diffusers import AutoencoderKL
 from diffusers.models import ModelMixin
 
 from ddo_hooks._compat import diffusers as diffusers_compat
-from ddo_hooks.errors import DDOError
+from ddo_hooks.errors import DdoHooksError
 
 if TYPE_CHECKING:
     from transformers import CLIPTextModel, CLIPTextModelWithProjection, PreTrainedTokenizerFast
@@ -57,7 +57,7 @@ def transformers_module() -> Any:
     """Import transformers, quieting its unrelated notice about a missing torchvision.
 
     Raises:
-        DDOError: transformers is not installed; the message says how to install it.
+        DdoHooksError: transformers is not installed; the message says how to install it.
     """
     with quiet_transformers():
         return importlib.import_module("transformers")
@@ -69,7 +69,7 @@ def quiet_transformers() -> Iterator[None]:
     try:
         from transformers.utils import logging as hf_logging
     except ImportError as e:
-        raise DDOError(
+        raise DdoHooksError(
             f"tiny pipelines need transformers ({e}); install it with: pip install 'transformers>=5.17' (the demo "
             "extra)"
         ) from e

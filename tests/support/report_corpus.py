@@ -19,7 +19,7 @@ import jsonschema
 from ddo_hooks import release_pytorch_host_cache
 from ddo_hooks.release.allocator import use_backend
 from ddo_hooks.release.counters import snapshot_from_raw
-from ddo_hooks.reports.auxiliary import (
+from ddo_hooks.reports.auxiliary_sources import (
     AuxiliarySourceDetach,
     AuxiliarySourceDetachReport,
     AuxiliarySourceDetachSetup,
@@ -34,7 +34,7 @@ from ddo_hooks.reports.boundary import (
     BoundaryRefusalReport,
     BoundaryRefusalSetup,
 )
-from ddo_hooks.reports.pages import (
+from ddo_hooks.reports.done_components import (
     ComponentPages,
     DoneComponentsRelease,
     DoneComponentsReleaseReport,

@@ -9,7 +9,7 @@ names. These modules model that shape, route by route, as strictly as ddo_hooks 
 * :mod:`~ddo_hooks.reports.ddo.base`: the shared base, DDO's host and allocator snapshots, and the
   rule that tells the two shapes apart (:func:`~ddo_hooks.reports.ddo.base.ddo_shape_keys`);
 * :mod:`~ddo_hooks.reports.ddo.host`: ``pytorch_host_cache_release`` and ``host_memory_observation``;
-* :mod:`~ddo_hooks.reports.ddo.auxiliary`: ``vmm_auxiliary_source_detachment``;
+* :mod:`~ddo_hooks.reports.ddo.vmm_auxiliary`: ``vmm_auxiliary_source_detachment``;
 * :mod:`~ddo_hooks.reports.ddo.native`: ``native_vmm_idle_cache_release``;
 * :mod:`~ddo_hooks.reports.ddo.group` and :mod:`~ddo_hooks.reports.ddo.group_config`:
   ``diffusers_group_offload``;

@@ -36,7 +36,7 @@ from ddo_hooks.errors import InvalidArgumentError
 from ddo_hooks.reports.base import HostObservation
 from ddo_hooks.reports.ddo.base import DDOHostSnapshot
 from ddo_hooks.reports.ddo.host import DDOAllocatorSnapshot, DDOHostCacheReleaseReport, DDOReleaseStatus
-from ddo_hooks.reports.release import (
+from ddo_hooks.reports.host_cache import (
     AllocatorSnapshot,
     HostCacheReleaseReport,
     NoopReason,

@@ -12,10 +12,10 @@ from typing import Annotated, Any, TypeAlias, get_args
 
 from pydantic import Field, TypeAdapter
 
-from ddo_hooks.reports.ddo.auxiliary import DDOAuxiliarySourceDetachmentReport
 from ddo_hooks.reports.ddo.group import DDOGroupOffloadReport
 from ddo_hooks.reports.ddo.host import DDOHostCacheReleaseReport, DDOHostMemoryReport
 from ddo_hooks.reports.ddo.native import DDONativeIdleCacheReleaseReport
+from ddo_hooks.reports.ddo.vmm_auxiliary import DDOAuxiliarySourceDetachmentReport
 
 __all__ = ["DDO_REPORT_ADAPTER", "DDO_REPORT_TYPES", "DDO_ROUTES", "DDO_ROUTE_TYPES", "DDOPackageReport"]
 

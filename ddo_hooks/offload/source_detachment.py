@@ -61,7 +61,7 @@ from ddo_hooks.offload.runtimes import IntervalObservingAdapter, PayloadInterval
 from ddo_hooks.release import allocator as _allocator
 from ddo_hooks.release import guard
 from ddo_hooks.release.host_memory import observe_host
-from ddo_hooks.reports.auxiliary import (
+from ddo_hooks.reports.auxiliary_sources import (
     AuxiliarySourceDetachReport,
     AuxiliarySourceDetachSetup,
     ComponentSourceObservation,
