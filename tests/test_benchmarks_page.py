@@ -422,6 +422,7 @@ def test_flux_dev_shapes_box_is_that_of_the_checked_in_results():
     assert f"Its weights are {weights:.2f} GiB in bf16" in flat
     headline = f"at FLUX.1-dev's own shapes, {fitted['box_gib']:.0f} GiB sufficed where doing nothing peaked at"
     assert f"{headline} {nothing['peak']:.2f} GiB" in flat
+    assert f"{headline} {nothing['peak']:.2f} GiB" in " ".join((ROOT / "docs" / "index.md").read_text().split())
     ready = next(
         s for s in doc["arms"]["true/preset:default+register"]["unboxed"][0]["steps"] if s["event"] == "from_files"
     )
