@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from pathlib import Path
@@ -12,6 +13,8 @@ from support.report_runs import GiB, MiB, gpu_run
 from ddo_hooks import MetricsTracker, release_pytorch_host_cache
 from ddo_hooks.cli import main
 from ddo_hooks.cli.layout import TABLE_WIDTH
+from ddo_hooks.cli.rows import BoundaryRow
+from ddo_hooks.reports.base import ReportSummary
 from ddo_hooks.sizes import format_size
 
 RELEASED_BEFORE_TRANSFORMER = int(3.6 * GiB)  # each executed before_transformer release of gpu_run
@@ -221,3 +224,9 @@ def test_a_table_too_wide_wraps_its_cells_and_keeps_the_boundary_names():
 def test_summarize_needs_at_least_one_file(capsys):
     assert main(["summarize"]) == 2
     assert "the following arguments are required: FILE" in capsys.readouterr().err
+
+
+def test_a_table_row_is_its_call_and_the_fields_of_the_reports_summary_in_order():
+    """``BoundaryRow`` keeps ``ReportSummary``'s fields (a slotted row of its own, made 100,000 times a
+    summary); they cannot drift apart."""
+    assert [f.name for f in dataclasses.fields(BoundaryRow)] == ["call", *ReportSummary._fields]
