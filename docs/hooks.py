@@ -21,11 +21,17 @@ comes from the pydantic field itself. Nothing is hand-copied, so the pages follo
 The checked-in schemas (``ddo_hooks/schemas/*.json``) are published with the site under
 ``schemas/``, so pages can link to them.
 
+Table cells break only between words (:func:`on_page_content`): a name of code breaks only if it
+is longer than :data:`WHOLE_NAME` characters, after ``_ . / = , -`` between two of its words, and a
+word with a hyphen stays whole. ``tests/test_docs_widths.py`` measures every page's tables with
+the same pieces (:func:`name_pieces`).
+
 ``tests/test_docs.py`` imports this file to check that every field is rendered.
 """
 
 from __future__ import annotations
 
+import html
 import json
 import re
 import typing
@@ -38,9 +44,11 @@ from pydantic import BaseModel
 
 __all__ = [
     "GENERATORS",
+    "WHOLE_NAME",
     "ddo_release_fields",
     "ddo_release_statuses",
     "ddo_report_reference",
+    "name_pieces",
     "policy_reference",
     "render_models",
     "report_reference",
@@ -49,6 +57,7 @@ __all__ = [
 SCHEMA_DIR = Path(__file__).resolve().parent.parent / "ddo_hooks" / "schemas"
 MARKER = re.compile(r"^<!-- generated: ([a-z-]+) -->$", re.MULTILINE)
 _ROLE = re.compile(r":(?:meth|func|class|data|attr|mod|obj):`~?([^`]+)`")
+_LONGEST_PATTERN_IN_A_CELL = 32  # a longer pattern (a size's, 60 characters) is written under its table
 
 
 # -- rendering --------------------------------------------------------------------------------
@@ -109,6 +118,7 @@ class _Renderer:
         self.prefix = anchor_prefix
         self.paths: dict[str, list[str]] = {}
         self.order: list[str] = []
+        self.patterns: list[str] = []  # the long patterns of the row being rendered, written under the table
 
     # The sections: models in breadth-first order from the roots, each with its key paths.
     def walk(self, roots: list[tuple[str, str]]) -> None:
@@ -177,7 +187,12 @@ class _Renderer:
             if "minLength" in node:
                 text = "non-empty string" if node["minLength"] == 1 else f"string of ≥ {node['minLength']} characters"
             if "pattern" in node:
-                text += f" matching {_code(node['pattern'])}"
+                pattern = node["pattern"]
+                if len(pattern) > _LONGEST_PATTERN_IN_A_CELL:
+                    self.patterns.append(pattern)
+                    text += " matching the pattern under the table"
+                else:
+                    text += f" matching {_code(pattern)}"
         elif kind == "array":
             items = node.get("items")
             text = "list of " + (self.type_of(items) if isinstance(items, dict) else "values")
@@ -227,14 +242,19 @@ class _Renderer:
             lines += [_text(node["description"]), ""]
         lines += ["| Key | Type | Default | Description |", "|---|---|---|---|"]
         required = set(node.get("required", []))
+        patterns = []
         for key, sub in node.get("properties", {}).items():
             description = sub.get("description") or self._ref_description(sub)
+            self.patterns = []
             lines.append(
                 f"| {_code(key)} | {_escape_pipes(self.type_of(sub))} "
                 f"| {self.default_of(name, key, sub, key in required)} "
                 f"| {_text(description)} |"
             )
+            patterns += [f"The pattern of {_code(key)}: {_code(pattern)}." for pattern in self.patterns]
         lines.append("")
+        if patterns:
+            lines += [" ".join(patterns), ""]
         return "\n".join(lines)
 
     def _ref_description(self, node: dict[str, Any]) -> str | None:
@@ -389,17 +409,71 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
     return MARKER.sub(generate, markdown)
 
 
-_CELL_CODE = re.compile(r"(<t[dh][^>]*>)(.*?)(</t[dh]>)", re.DOTALL)
-_CODE = re.compile(r"<code>([^<]*)</code>")
+# -- table cells: names break between their words, never mid-word ----------------------------
+
+WHOLE_NAME = 24
+"""A name (a run of code without spaces) of a table cell this long or shorter never breaks."""
+
+_PATTERN = re.compile(r"[\\^$]")
+_NAME_BREAK = re.compile(r"(?<=\w[_./=,\-])(?=\w)")
+# Where a browser may break a line on its own: after a hyphen or a dash in a word, and in code at
+# brackets, operators and the like (``^[a-z] / [a-z]``); a piece that holds one is kept whole.
+_DASHED = re.compile(r"\S[\-\u2010\u2013\u2014]\S")
+_CODE_BREAKS_ITSELF = re.compile(r"[^\w\s.,:;=/'\"]")
+_CELL = re.compile(r"(<t[dh](?:\s[^>]*)?>)(.*?)(</t[dh]>)", re.DOTALL)
+_CELL_PART = re.compile(r"<code>([^<]*)</code>|(<[^>]+>)|([^<]+)")
 
 
-def on_page_content(html: str, page: Any, config: Any, files: Any) -> str:
-    """Let code in table cells break after ``_ . / : - | ) ] , =`` (``<wbr>``): a narrow column never cuts a word."""
+def name_pieces(name: str) -> list[str]:
+    """The pieces a name of a table cell may break into: itself, or, if it is long, its words.
 
-    def code(match: re.Match[str]) -> str:
-        return "<code>" + re.sub(r"([_./:\-|)\],=])(?=[^\s<])", r"\1<wbr>", match.group(1)) + "</code>"
+    A name of up to :data:`WHOLE_NAME` characters stays whole (``before_transformer``,
+    ``low_cpu_mem_usage=True``, ``lowest-peak``); a longer one (a key path, one of DDO's long
+    field names) breaks after ``_ . / = , -`` where a word character stands on both sides. A
+    pattern (it holds a backslash, ``^`` or ``$``) is no name and stays whole: ``[a-z]`` is no
+    place to break. ``tests/test_docs_widths.py`` measures the tables with the same pieces.
+    """
+    if len(html.unescape(name)) <= WHOLE_NAME or _PATTERN.search(name):
+        return [name]
+    return _NAME_BREAK.split(name)
 
-    return _CELL_CODE.sub(lambda m: m.group(1) + _CODE.sub(code, m.group(2)) + m.group(3), html)
+
+def _whole(word: str, breaks_itself: re.Pattern[str] = _DASHED) -> str:
+    """A word (or piece of code) a browser could break by itself, kept whole (``.ddo-whole``: extra.css)."""
+    return f'<span class="ddo-whole">{word}</span>' if breaks_itself.search(html.unescape(word)) else word
+
+
+def _cell_code(code: str) -> str:
+    return "".join(
+        part if part.isspace() or not part else "<wbr>".join(_whole(p, _CODE_BREAKS_ITSELF) for p in name_pieces(part))
+        for part in re.split(r"(\s+)", code)
+    )
+
+
+def _cell_text(text: str) -> str:
+    return "".join(_whole(part) if part and not part.isspace() else part for part in re.split(r"(\s+)", text))
+
+
+def _table_cell(html_cell: str) -> str:
+    def part(match: re.Match[str]) -> str:
+        code, tag, text = match.groups()
+        if code is not None:
+            return f"<code>{_cell_code(code)}</code>"
+        return tag if tag is not None else _cell_text(text)
+
+    return _CELL_PART.sub(part, html_cell)
+
+
+def on_page_content(html_page: str, page: Any, config: Any, files: Any) -> str:
+    """Table cells break only between words: long names get ``<wbr>`` between theirs, dashed words stay whole.
+
+    A name in a cell's code breaks only as :func:`name_pieces` says (a ``<wbr>`` after each of
+    its breaking points, outside tags and entities). What a browser would break on its own, a word
+    with a hyphen or a dash (``lowest- / peak``) or a piece of code with a bracket or an operator
+    (``^[a-z] / [a-z]``), is wrapped in ``<span class="ddo-whole">`` (``white-space: nowrap`` in
+    ``docs/stylesheets/extra.css``).
+    """
+    return _CELL.sub(lambda m: m.group(1) + _table_cell(m.group(2)) + m.group(3), html_page)
 
 
 def on_files(files: Any, config: Any) -> Any:

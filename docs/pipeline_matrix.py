@@ -89,7 +89,7 @@ GPU_STRUCTURAL_RUN = (
     "wan22",
 )
 """The structural pipelines the GPU machine ran (``scripts/gpu_session.sh structural``, 2026-11-30): the
-ones added since have not run there yet, and the GPU column does not claim them."""
+ones added since have not run there yet, and the page's GPU list does not claim them."""
 for _name in GPU_STRUCTURAL_RUN:
     GPU_VERIFIED.setdefault(CLASS_NAMES[_name], {})[f"group-leaf-stream-lowmem ({_name})"] = (
         f"{_STRUCTURAL_GPU}[{_name}]"
@@ -101,8 +101,8 @@ OFFLOAD_LIMITS = {
 }
 """Limits found on the GPU machine that are diffusers' own, not the boundaries'."""
 CALL_LIMITS = {
-    "VisualClozePipeline": "`upsampling_strength=0` skips the upsampling pipeline it holds last: `before_transformer` "
-    "and `before_vae` are then `not_reached` (the boundaries wait for the last stage)",
+    "VisualClozePipeline": "with `upsampling_strength` at 0 it skips the upsampling pipeline it holds last: "
+    "`before_transformer` and `before_vae` are then `not_reached` (the boundaries wait for the last stage)",
 }
 """Limits of a run class that its census cannot show (tests/test_boundary_timelines.py runs each)."""
 
@@ -176,10 +176,12 @@ EXPECTED = "expected"
 
 
 def matrix_markdown() -> str:
-    """The matrix as Markdown: the counts, a row per class with something to say, then the expected classes.
+    """The matrix as Markdown: the counts, a row per class with something to say, the GPU runs, the expected classes.
 
     A class whose verdict is only :data:`EXPECTED` (inferred, no GPU run, no known limit) is listed
-    by name below the table, instead of in a row of its own that repeats the verdict.
+    by name below the table, instead of in a row of its own that repeats the verdict. The offload
+    modes run on the GPU are a list below the table, by class: as a column they made the table
+    wider than the page.
     """
     census = json.loads(CENSUS.read_text(encoding="utf-8"))
     table = rows()
@@ -198,13 +200,13 @@ def matrix_markdown() -> str:
         f"- **{len(inferred)} inferred** from the census of the class's `__call__`, not built here: {expected} "
         f"expected to work (the same signals as run classes), {len(inferred) - expected} with a known limit;\n"
         f"- **{len(skipped)} not checked**: an optional dependency is missing.\n\n"
-        "| Pipeline class | Verdict | From | Offload modes verified (GPU) | Known limits |\n|---|---|---|---|---|\n"
+        "| Pipeline class | Verdict | From | Known limits |\n|---|---|---|---|\n"
     )
-    body = "\n".join(
-        f"| `{r['class']}` | {r['boundaries']} | {r['source']} | {r['gpu']} | {r['limits']} |" for r in shown
-    )
+    body = "\n".join(f"| `{r['class']}` | {r['boundaries']} | {r['source']} | {r['limits']} |" for r in shown)
+    gpu = "\n".join(f"- `{r['class']}`: {r['gpu']}" for r in table if r["gpu"] != "-")
+    gpu = f"\n\n**Offload modes verified on the GPU** (the H200, `tests/gpu/`), by class:\n\n{gpu}"
     names = ", ".join(r["class"] for r in plain)
     listed = (
         f"\n\n**Inferred, expected from the same signals as run classes ({len(plain)}; not built here):** {names}.\n"
     )
-    return head + body + listed
+    return head + body + gpu + listed

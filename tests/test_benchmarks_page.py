@@ -1,4 +1,4 @@
-"""docs/benchmarks.md reads well at the page's width, and its latency figures are those of the checked-in results."""
+"""docs/benchmarks.md's figures are those of the checked-in results (its tables' width: tests/test_docs_widths.py)."""
 
 from __future__ import annotations
 
@@ -21,11 +21,6 @@ RESULTS = ROOT / "benchmarks" / "results" / "bench_pinned_memory.json"
 PLOT = ROOT / "benchmarks" / "plot_rss.py"
 
 GIB = 2**30
-# A table of the Material theme, at the width of its content column (about 690 px at 12.8 px a
-# character of 7 px), holds about 98 characters a row, of which each cell's padding takes 5.
-ROW_CHARACTERS = 98
-CELL_PADDING = 5
-LONGEST_CODE_IN_A_TABLE = 16  # the theme breaks code anywhere (mid-word) when a cell is too narrow
 
 
 def _plot_module() -> Any:
@@ -65,40 +60,6 @@ def test_the_figure_has_one_panel_per_row_and_is_drawn_from_the_checked_in_resul
     width, height = checked_in
     assert width <= 900  # shown at the page's width without shrinking the text much
     assert height > 1.5 * width  # five panels, one per row
-
-
-def _tables(text: str) -> list[list[list[str]]]:
-    tables: list[list[list[str]]] = []
-    rows: list[list[str]] = []
-    for line in [*text.splitlines(), ""]:
-        if line.startswith("|"):
-            cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
-            if not all(re.fullmatch(r":?-+:?", cell) for cell in cells):
-                rows.append(cells)
-        elif rows:
-            tables.append(rows)
-            rows = []
-    return tables
-
-
-def _longest_word(cell: str) -> int:
-    visible = re.sub(r"\*\*|`", "", cell)
-    return max((len(word) for word in visible.split()), default=0)
-
-
-def test_the_tables_fit_the_page_without_breaking_code_mid_word():
-    problems = []
-    for table in _tables(PAGE.read_text(encoding="utf-8")):
-        header = " | ".join(table[0])
-        columns = len(table[0])
-        narrowest = sum(max(_longest_word(row[i]) for row in table if i < len(row)) for i in range(columns))
-        if narrowest + CELL_PADDING * columns > ROW_CHARACTERS:
-            problems.append(f"| {header} |: needs {narrowest + CELL_PADDING * columns} characters a row")
-        for row in table:
-            for code in re.findall(r"`([^`]+)`", " ".join(row)):
-                if len(code) > LONGEST_CODE_IN_A_TABLE:
-                    problems.append(f"| {header} |: the code `{code}` is longer than {LONGEST_CODE_IN_A_TABLE}")
-    assert not problems, "\n".join(problems)
 
 
 def test_headings_mean_something_to_an_outsider():

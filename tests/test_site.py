@@ -9,6 +9,7 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 from support.site_links import check_site
+from support.widths import CODE_LINE_CHARACTERS
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = yaml.safe_load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"))
@@ -63,10 +64,11 @@ def test_the_link_checker_sees_broken_links_missing_anchors_and_links_outside_th
 
 
 # Measured in headless Chromium at 1280 px (the closing note of 2026-12-01): the content column is
-# 688 px; code blocks at 0.54rem (docs/stylesheets/extra.css) fit 100 characters a line, and a
+# 688 px; code blocks at 0.54rem (docs/stylesheets/extra.css) fit 100 characters a line (derived in
+# tests/support/widths.py, which tests/test_docs_widths.py applies to the pages' Markdown), and a
 # table fits when no cell holds a long run of text it cannot break (the longest pipeline class
 # name, 46 characters, fits its column). The API pages (docstrings and their source) are left out.
-LONGEST_CODE_LINE = 100
+LONGEST_CODE_LINE = CODE_LINE_CHARACTERS
 CODE_FONT = "font-size: 0.54rem;"
 LONGEST_UNBREAKABLE_IN_A_CELL = 48
 
