@@ -2,6 +2,7 @@
 
 The measure and its constants are in ``tests/support/widths.py``; the break rule of table cells is
 ``docs/hooks.py``'s (``name_pieces``, ``on_page_content``) and ``docs/stylesheets/extra.css``'s.
+The API reference's code blocks are its modules' docstring examples, measured in the source.
 """
 
 from __future__ import annotations
@@ -14,16 +15,21 @@ from support.widths import (
     CELL_PADDING,
     CODE_LINE_CHARACTERS,
     DOCS,
+    ROOT,
     ROW_CHARACTERS,
     cell_pieces,
     docs_hooks,
+    docstring_code_lines,
+    docstring_problems,
     problems,
+    public_modules,
     rendered_markdown,
     split_row,
     tables,
 )
 
 PAGES = sorted(DOCS.rglob("*.md"))
+MODULES = public_modules()
 HOOKS = docs_hooks()
 CSS = (DOCS / "stylesheets" / "extra.css").read_text(encoding="utf-8")
 
@@ -152,3 +158,103 @@ def test_the_stylesheet_lays_out_tables_and_code_blocks_as_the_measure_counts():
     assert rules[f"{table} code"] == "word-break: normal; overflow-wrap: normal;"  # not the theme's break-word
     assert rules[f"{table} .ddo-whole"] == "white-space: nowrap;"
     assert rules[".md-typeset pre > code"] == "font-size: 0.54rem;"  # CODE_LINE_CHARACTERS' font
+    assert rules[".md-typeset .doc-signature pre > code"] == "white-space: pre-wrap;"  # constants' values wrap
+
+
+@pytest.mark.parametrize("path", [path for _, path in MODULES], ids=[name for name, _ in MODULES])
+def test_the_code_lines_of_the_module_docstrings_fit_the_content_column(path: Path):
+    where = path.relative_to(ROOT).as_posix()
+    found = docstring_problems(path.read_text(encoding="utf-8"), where)
+    assert not found, "\n".join(found)
+
+
+def test_every_public_module_is_measured_and_no_private_one():
+    names = [name for name, _ in MODULES]
+    assert len(names) > 60
+    assert {"ddo_hooks", "ddo_hooks.cli.totals", "ddo_hooks.reports.ddo.mapping"} <= set(names)
+    assert not [name for name in names if any(part.startswith("_") for part in name.split("."))]
+    pages = "".join(page.read_text(encoding="utf-8") for page in (DOCS / "api").glob("*.md"))
+    documented = set(re.findall(r"^::: (\S+)", pages, flags=re.MULTILINE))
+    assert documented <= set(names)  # every module of the API reference is measured
+
+
+def test_a_docstring_code_line_too_long_for_the_column_is_flagged_where_it_is(tmp_path: Path):
+    over = CODE_LINE_CHARACTERS + 1
+    prose = "a sentence " * 20  # prose wraps: never measured
+    lines = [
+        '"""A module.',
+        "",
+        prose,
+        "",
+        "Examples:",
+        "    >>> " + "x" * (CODE_LINE_CHARACTERS - 4),  # 6: fits, less the section's indent
+        "    >>> g(1,",
+        "    ...   " + "x" * (over - 6),  # 8: a continuation line
+        "    " + "y" * over,  # 9: expected output
+        "",
+        "    " + prose,
+        '"""',
+        "",
+        "CONSTANT = 1",
+        f'"""... {prose}"""',  # 15: an attribute's docstring, prose
+        "",
+        "",
+        "class Thing:",
+        '    """A class.',
+        "",
+        "    A table of what it does::",
+        "",
+        "        " + "z" * over,  # 23: a literal block
+        "",
+        "    " + prose,
+        '    """',
+        "",
+        "    def method(self):",
+        '        """A method.',
+        "",
+        "        Examples:",
+        "            >>> Thing().method()  # doctest: +ELLIPSIS",
+        "            " + "w" * over,  # 33: a method's expected output
+        '        """',
+    ]
+    module = tmp_path / "module.py"
+    module.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    found = docstring_problems(module.read_text(encoding="utf-8"), "module.py")
+    assert found == [
+        f"module.py:{number}: a docstring's code line of {over} characters (> {CODE_LINE_CHARACTERS}): {text[:50]}..."
+        for number, text in [(8, "...   " + "x" * (over - 6)), (9, "y" * over), (23, "z" * over), (33, "w" * over)]
+    ]
+    fixed = [line[:-1] if line.endswith(("x", "y", "z", "w")) else line for line in lines]
+    assert docstring_problems("\n".join(fixed), "module.py") == []
+    # A backslash at a line's end joins two source lines into one docstring line: given at the docstring's first.
+    joined = '"""Summary.\n\n>>> f()\n' + "a" * 60 + " \\\n" + "b" * 60 + '\n"""\n'
+    assert [line.split(": a docstring")[0] for line in docstring_problems(joined, "m.py")] == ["m.py:1"]
+
+
+def test_a_docstring_code_line_is_measured_without_the_indent_the_page_drops():
+    docstring = """Summary.
+
+    Examples:
+        Some text first:
+
+        >>> a = 1
+        ... # the section's indent goes, this line's own does not
+          2
+
+    A literal block::
+
+            indented = "by its block's indent"
+
+    ```python
+    fenced = "by its fence's indent"
+    ```
+    """
+    assert docstring_code_lines(docstring) == [
+        (5, ">>> a = 1"),
+        (6, "... # the section's indent goes, this line's own does not"),
+        (7, "  2"),
+        (11, 'indented = "by its block\'s indent"'),
+        (14, 'fenced = "by its fence\'s indent"'),
+    ]
+    assert docstring_code_lines("Summary.\n\n>>> 1 + 1\n2\n") == [(2, ">>> 1 + 1"), (3, "2")]
+    assert docstring_code_lines("... and a sentence that starts with an ellipsis") == []

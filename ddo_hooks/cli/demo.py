@@ -19,8 +19,9 @@ Examples:
     >>> import io, pathlib, tempfile, torch
     >>> from ddo_hooks import MetricsTracker
     >>> with tempfile.TemporaryDirectory() as folder:
+    ...     report = pathlib.Path(folder) / "run.jsonl"
     ...     result = run_demo(family="sd", device=torch.device("cpu"), steps=1, calls=2,
-    ...                       report=pathlib.Path(folder) / "run.jsonl", progress=False, log=io.StringIO())
+    ...                       report=report, progress=False, log=io.StringIO())
     ...     saved = MetricsTracker.from_jsonl(result.report_path.read_text(encoding="utf-8"))
     >>> result.calls == [1] * 6 + [2] * 6, len(saved.reports())
     (True, 12)

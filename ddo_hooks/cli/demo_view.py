@@ -4,8 +4,9 @@ Examples:
     >>> import io, pathlib, tempfile, torch
     >>> from ddo_hooks.cli.demo import run_demo
     >>> with tempfile.TemporaryDirectory() as folder:
+    ...     report = pathlib.Path(folder) / "run.jsonl"
     ...     result = run_demo(family="sd", device=torch.device("cpu"), steps=1, calls=1,
-    ...                       report=pathlib.Path(folder) / "run.jsonl", progress=False, log=io.StringIO())
+    ...                       report=report, progress=False, log=io.StringIO())
     >>> text = format_result(result)
     >>> text.splitlines()[0]
     'what each component of the tiny StableDiffusionPipeline holds (parameters and buffers):'

@@ -13,8 +13,9 @@ Examples:
     >>> policy = resources.files("ddo_hooks.policy") / "presets" / "default.yaml"
     >>> with contextlib.redirect_stdout(io.StringIO()) as out:
     ...     status = main(["validate-policy", str(policy)])
-    >>> status, out.getvalue().splitlines()[:2]  # doctest: +ELLIPSIS
-    (0, ['...default.yaml: valid policy (version 1, device cuda)', '  before_transformer: host_cache_release'])
+    >>> status, out.getvalue().splitlines()[:2]  # doctest: +ELLIPSIS +NORMALIZE_WHITESPACE
+    (0, ['...default.yaml: valid policy (version 1, device cuda)',
+         '  before_transformer: host_cache_release'])
     >>> main(["schema", "drawing"])
     2
     >>> main(["schema"])

@@ -21,8 +21,8 @@ drawn with the Agg backend (no display needed).
 
 Examples:
     >>> from ddo_hooks.cli.table import BoundaryRow
-    >>> row = BoundaryRow(2, "before_vae", "host_cache_release", "executed", None, "", owned_before=3 << 30,
-    ...                   owned_after=1 << 20, delta=(3 << 30) - (1 << 20))
+    >>> row = BoundaryRow(2, "before_vae", "host_cache_release", "executed", None, "",
+    ...                   owned_before=3 << 30, owned_after=1 << 20, delta=(3 << 30) - (1 << 20))
     >>> points = [Point(row.call, row.boundary, row)]
     >>> positions([points]), format_bytes_tick(3 << 30)
     ([(2, 'before_vae', 1)], '3.0 GiB')

@@ -90,7 +90,8 @@ def infer_calls(records: Sequence[tuple[str | None, Any]]) -> list[int]:
 
     Examples:
         >>> from ddo_hooks import release_pytorch_host_cache
-        >>> reports = [release_pytorch_host_cache(phase=p) for p in ("before_vae", "after_call", "before_vae")]
+        >>> phases = ("before_vae", "after_call", "before_vae")
+        >>> reports = [release_pytorch_host_cache(phase=p) for p in phases]
         >>> infer_calls([("c", r) for r in reports])
         [1, 1, 2]
     """

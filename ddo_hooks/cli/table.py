@@ -181,8 +181,9 @@ def format_memory_table(rows: Sequence[BoundaryRow], *, width: int = TABLE_WIDTH
     cgroup was charged (page cache included).
 
     Examples:
-        >>> row = BoundaryRow(1, "after_call", "host_cache_release", "executed", None, "", owned_after=4 << 30,
-        ...                   memory_after={"rss": 8 << 30, "anon": 1 << 30, "file": 3 << 29, "shmem": 5 << 29})
+        >>> memory = {"rss": 8 << 30, "anon": 1 << 30, "file": 3 << 29, "shmem": 5 << 29}
+        >>> row = BoundaryRow(1, "after_call", "host_cache_release", "executed", None, "",
+        ...                   owned_after=4 << 30, memory_after=memory)
         >>> print(format_memory_table([row]))  # doctest: +NORMALIZE_WHITESPACE
         call  boundary    RSS      anon     file     shmem    pinned owned  cgroup
         ----  ----------  -------  -------  -------  -------  ------------  ------

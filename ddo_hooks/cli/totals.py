@@ -146,7 +146,8 @@ def format_totals(rows: Sequence[BoundaryRow], *, width: int = TABLE_WIDTH) -> s
         >>> import dataclasses
         >>> row = BoundaryRow(1, "after_call", "host_cache_release", "executed", None, "", delta=2048,
         ...                   elapsed_seconds=0.001, repinned_bytes=4096, repin_seconds=0.25)
-        >>> print(format_totals([row, dataclasses.replace(row, call=2, delta=-1024)]))  # doctest: +NORMALIZE_WHITESPACE
+        >>> rows = [row, dataclasses.replace(row, call=2, delta=-1024)]
+        >>> print(format_totals(rows))  # doctest: +NORMALIZE_WHITESPACE
         boundary    calls  executed  no-op  refused  released  elapsed  pinned since  pinning
                                                                         the previous  time
         ----------  -----  --------  -----  -------  --------  -------  ------------  ---------

@@ -13,7 +13,8 @@ Examples:
     >>> tracker = MetricsTracker()
     >>> with attach(pipe, tracker=tracker) as attachment:
     ...     _ = pipe(**call_kwargs("sd"))
-    >>> [(c, r.release.phase, r.release.status) for c, r in tracker.records()]  # doctest: +NORMALIZE_WHITESPACE
+    >>> records = tracker.records()
+    >>> [(c, r.release.phase, r.release.status) for c, r in records]  # doctest: +NORMALIZE_WHITESPACE
     [('host_cache_before_transformer', 'before_transformer', 'noop'),
      ('host_cache_before_vae', 'before_vae', 'noop'),
      ('host_cache_after_call', 'after_call', 'noop')]

@@ -274,9 +274,11 @@ def check_named_components(pipeline: Any, policy: HookPolicy, action: ResolvedAc
         >>> from types import SimpleNamespace
         >>> from ddo_hooks import HookPolicy
         >>> action = {"name": "release_done_components", "options": {"components": ["vae"]}}
-        >>> policy = HookPolicy.from_mapping({"version": 1, "boundaries": {"after_call": {"actions": [action]}}})
+        >>> boundaries = {"after_call": {"actions": [action]}}
+        >>> policy = HookPolicy.from_mapping({"version": 1, "boundaries": boundaries})
         >>> pipe = SimpleNamespace(components={"vae": SimpleNamespace(parameters=list)})
-        >>> check_named_components(pipe, policy, policy.actions("after_call")[0])  # it holds a vae: nothing to refuse
+        >>> resolved = policy.actions("after_call")[0]
+        >>> check_named_components(pipe, policy, resolved)  # it holds a vae: nothing to refuse
     """
     named = action.options.components
     held = [name for name, value in pipeline.components.items() if callable(getattr(value, "parameters", None))]

@@ -155,7 +155,8 @@ def remove_every_hook(module: torch.nn.Module, earlier: Iterable[ModelHook] = ()
         >>> import gc, weakref
         >>> from diffusers.hooks import apply_group_offloading
         >>> model = torch.nn.Sequential(torch.nn.ModuleList([torch.nn.Linear(2, 2)]), torch.nn.Linear(2, 2))
-        >>> apply_group_offloading(model, torch.device("cpu"), offload_type="block_level", num_blocks_per_group=1)
+        >>> apply_group_offloading(model, torch.device("cpu"), offload_type="block_level",
+        ...                        num_blocks_per_group=1)
         >>> alive, _ = weakref.ref(model), gc.disable()
         >>> remove_every_hook(model) > 0
         True

@@ -6,13 +6,15 @@ it returns or raises, so two calls in two threads never disturb each other. The 
 observe move a call on::
 
     __call__ entered               -> the call starts (PREPARING); an ``inference`` guard section opens
-    a denoising loop starts        -> DENOISING, a loop section opens; before_transformer is due once per
-      (its progress bar is entered,   call, at the first loop of the FINAL stage
+    a denoising loop starts        -> DENOISING, a loop section opens; before_transformer is due
+      (its progress bar is entered,   once per call, at the first loop of the FINAL stage
       or a denoiser runs outside a known loop)
     the loop's steps are done      -> DECODING (after a loop); nothing is due: another loop may follow
       (its bar is left, or a decode starts once the bar counted all its steps)
-    the VAE decoder runs           -> before_vae is due once per call, at the first decode after a final-stage loop
-    __call__ returned or raised    -> after_call is due; the boundaries never reached are reported as such
+    the VAE decoder runs           -> before_vae is due once per call, at the first decode after a
+                                      final-stage loop
+    __call__ returned or raised    -> after_call is due; the boundaries never reached are reported
+                                      as such
 
 Each loop belongs to a :class:`Stage`. An EARLIER stage makes what a later stage of the same call
 takes (a prior's image embedding; the first image of a pipeline that refines it in a second

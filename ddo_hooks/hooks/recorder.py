@@ -8,7 +8,8 @@ Examples:
     >>> from ddo_hooks import HookPolicy, MetricsTracker
     >>> from ddo_hooks import release_pytorch_host_cache
     >>> recorder = Recorder(HookPolicy.default(), MetricsTracker())
-    >>> recorder.record("host_cache_after_call", release_pytorch_host_cache(phase="after_call"), "after_call", 1)
+    >>> report = release_pytorch_host_cache(phase="after_call")
+    >>> recorder.record("host_cache_after_call", report, "after_call", 1)
     >>> [r.release.phase for r in recorder.reports()]
     ['after_call']
     >>> len(recorder.drain()), recorder.reports()

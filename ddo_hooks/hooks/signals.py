@@ -27,7 +27,9 @@ Examples:
     >>> from ddo_hooks.testing.tiny_pipelines import build_pipeline
     >>> pipe = build_pipeline("sd")
     >>> signals = PipelineSignals(pipe, CallPhases("sd", print, print))
-    >>> [type(m).__name__ for m in signals.denoisers()], [type(m).__name__ for m in signals.decode_modules()]
+    >>> def names(modules):
+    ...     return [type(m).__name__ for m in modules]
+    >>> names(signals.denoisers()), names(signals.decode_modules())
     (['UNet2DConditionModel'], ['Conv2d', 'Decoder'])
 """
 

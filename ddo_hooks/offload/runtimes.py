@@ -20,7 +20,8 @@ Examples:
     >>> import torch
     >>> from diffusers.models import FluxTransformer2DModel
     >>> model = FluxTransformer2DModel(num_layers=1, num_single_layers=1, attention_head_dim=8,
-    ...     num_attention_heads=2, joint_attention_dim=16, pooled_projection_dim=16, axes_dims_rope=(2, 2, 4))
+    ...     num_attention_heads=2, joint_attention_dim=16, pooled_projection_dim=16,
+    ...     axes_dims_rope=(2, 2, 4))
     >>> runtime = get_offload_runtime("diffusers_group_offload")
     >>> runtime.apply(model, torch.device("cpu"), {})
     >>> adapter = runtime.adapter(model)
@@ -321,7 +322,8 @@ def register_offload_runtime(runtime: OffloadRuntime, *, replace: bool = False) 
 
     Examples:
         >>> builtin = get_offload_runtime("diffusers_group_offload")
-        >>> _ = register_offload_runtime(OffloadRuntime("my.runtime", builtin.apply, DiffusersGroupOffloadAdapter))
+        >>> runtime = OffloadRuntime("my.runtime", builtin.apply, DiffusersGroupOffloadAdapter)
+        >>> _ = register_offload_runtime(runtime)
         >>> "my.runtime" in available_runtimes()
         True
         >>> unregister_offload_runtime("my.runtime")

@@ -57,7 +57,9 @@ class ActionOptions(Model):
         >>> NoOptions.from_options("stage_done_components", {"now": True})
         Traceback (most recent call last):
         ...
-        pydantic_core._pydantic_core.PydanticCustomError: unknown option of stage_done_components; it takes none
+        pydantic_core._pydantic_core.PydanticCustomError: unknown option of stage_done_components; ...
+        >>> NoOptions.takes()  # what the message says it takes
+        'none'
     """
 
     @classmethod
@@ -230,7 +232,8 @@ class DoneComponentsOptions(ActionOptions):
     """The options of the built-in ``release_done_components``.
 
     Examples:
-        >>> DoneComponentsOptions.from_options("release_done_components", {"stable_files": True}).stable_files
+        >>> options = DoneComponentsOptions.from_options("release_done_components", {"stable_files": True})
+        >>> options.stable_files
         True
     """
 

@@ -10,7 +10,8 @@ quickly: the text of a line is only worked out when it is shown.
 Examples:
     >>> join_problems([((3, 1), "p.yaml:3:1: b: wrong"), ((1, 1), "p.yaml:1:1: a: wrong")])
     'p.yaml:1:1: a: wrong\np.yaml:3:1: b: wrong'
-    >>> print(join_problems([((n, 1), f"p.yaml:{n}:1: k{n}: unknown key") for n in range(1, 100)], limit=2))
+    >>> problems = [((n, 1), f"p.yaml:{n}:1: k{n}: unknown key") for n in range(1, 100)]
+    >>> print(join_problems(problems, limit=2))
     p.yaml:1:1: k1: unknown key
     p.yaml:2:1: k2: unknown key
     ... and 97 more problems (fix these first, then check the policy again)

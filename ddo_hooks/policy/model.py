@@ -374,8 +374,9 @@ class HookPolicy(Model):
         every other action receives its ``options`` as written.
 
         Examples:
-            >>> policy = HookPolicy.from_mapping({"version": 1, "release": {"collect": "young"}, "boundaries": {
-            ...     "after_call": {"actions": [{"name": "host_cache_release", "options": {"collect": "full"}}]}}})
+            >>> action = {"name": "host_cache_release", "options": {"collect": "full"}}
+            >>> policy = HookPolicy.from_mapping({"version": 1, "release": {"collect": "young"},
+            ...                                   "boundaries": {"after_call": {"actions": [action]}}})
             >>> policy.actions("before_vae")[0].options.collect, policy.actions("after_call")[0].options
             ('young', ReleasePolicy(collect='full', min_releasable_bytes=0, trigger='always', core='ddo_hooks'))
         """

@@ -15,8 +15,10 @@ greater than the owned bytes.
 Examples:
     >>> raw = {"allocated_bytes": {"current": 0}, "active_bytes": {"current": 3_904_897_030}}
     >>> snap = snapshot_from_raw(raw)
-    >>> snap.allocated_bytes, snap.reported_active_bytes, snap.active_bytes, snap.active_counter_consistent
-    (0, 3904897030, None, False)
+    >>> snap.allocated_bytes, snap.reported_active_bytes
+    (0, 3904897030)
+    >>> snap.active_bytes, snap.active_counter_consistent
+    (None, False)
 """
 
 from __future__ import annotations

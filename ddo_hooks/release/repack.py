@@ -22,7 +22,8 @@ Examples:
     On a machine without CUDA nothing is pinned, so there is nothing to repack:
 
     >>> from ddo_hooks.testing.tiny_pipelines import build_pipeline
-    >>> repack_pinned_copies(build_pipeline("sd")).repack.noop_reason in ("unsupported_build", "nothing_to_repack")
+    >>> report = repack_pinned_copies(build_pipeline("sd"))
+    >>> report.repack.noop_reason in ("unsupported_build", "nothing_to_repack")
     True
 """
 

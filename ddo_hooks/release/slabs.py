@@ -13,8 +13,10 @@ Examples:
     >>> plan = plan_slabs([3 << 20, 3 << 20, 2 << 20, 1 << 20, 4096])
     >>> [slab.size // 1024 for slab in plan.slabs]  # KiB
     [8192, 1024, 4]
-    >>> plan.capacity - plan.needed, plan.rounded - plan.needed  # bytes beyond the copies: slabs, one block each
-    (0, 2097152)
+    >>> plan.capacity - plan.needed  # bytes beyond the copies: in the slabs
+    0
+    >>> plan.rounded - plan.needed  # ... and in one block each
+    2097152
     >>> rounded_size(3 << 20) >> 20  # what the copy owns on its own
     4
 """

@@ -12,7 +12,8 @@ Examples:
     >>> detach = AuxiliarySourceDetach(
     ...     status="noop", noop_reason="disabled", detail="disabled: nothing was inspected or copied",
     ...     max_copy_bytes=16 * 2**20, elapsed_seconds=0.0)
-    >>> report = AuxiliarySourceDetachReport(setup=AuxiliarySourceDetachSetup(auxiliary_cpu_source_detach=detach))
+    >>> setup = AuxiliarySourceDetachSetup(auxiliary_cpu_source_detach=detach)
+    >>> report = AuxiliarySourceDetachReport(setup=setup)
     >>> data = report.model_dump(mode="json")
     >>> data["route"], data["setup"]["auxiliary_cpu_source_detach"]["status"]
     ('auxiliary_cpu_source_detach', 'noop')

@@ -1,8 +1,9 @@
 """Reports of the phase hooks themselves: a refused boundary, and a user action's result.
 
 Examples:
-    >>> refusal = BoundaryRefusal(boundary="before_vae", action="host_cache_release", reason="denoising",
-    ...                           detail="FluxPipeline is inside its denoising loop", requested_by="host", call_index=1)
+    >>> refusal = BoundaryRefusal(
+    ...     boundary="before_vae", action="host_cache_release", reason="denoising",
+    ...     detail="FluxPipeline is inside its denoising loop", requested_by="host", call_index=1)
     >>> BoundaryRefusalReport(setup=BoundaryRefusalSetup(boundary_refusal=refusal)).route
     'phase_boundary_refusal'
 
@@ -10,10 +11,11 @@ Examples:
     :class:`~ddo_hooks.errors.ReportError` naming the field, for example NaN or infinity in
     ``data``, which JSON cannot hold:
 
-    >>> ActionResult(action="log", boundary="after_call", status="executed", data={"ratio": float("nan")})
+    >>> ActionResult(action="log", boundary="after_call", status="executed",
+    ...              data={"ratio": float("nan")})
     Traceback (most recent call last):
     ...
-    ddo_hooks.errors.ReportError: the boundary_action report of 'log' is invalid: data: nan at data.ratio ...
+    ddo_hooks.errors.ReportError: ...invalid: data: nan at data.ratio is not a JSON number; ...
 """
 
 from __future__ import annotations

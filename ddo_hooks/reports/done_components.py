@@ -9,12 +9,14 @@ back cost since the previous boundary (page faults, ``RssFile`` growth).
 
 Examples:
     >>> left = ComponentPages(component="text_encoder", outcome="left", reason="not_file_backed",
-    ...     detail="built in memory", file_bytes=0, other_bytes=4096, resident_bytes=None, released_bytes=0,
-    ...     seconds=0.0)
-    >>> body = DoneComponentsRelease(boundary="before_transformer", status="noop", noop_reason="nothing_released",
-    ...     detail="no done component had clean file-backed pages", components=(left,), released_bytes=0,
-    ...     host_before=None, host_after=None, faults_since_previous=None, elapsed_seconds=0.0)
-    >>> DoneComponentsReleaseReport(setup=DoneComponentsReleaseSetup(done_components_release=body)).route
+    ...     detail="built in memory", file_bytes=0, other_bytes=4096, resident_bytes=None,
+    ...     released_bytes=0, seconds=0.0)
+    >>> body = DoneComponentsRelease(boundary="before_transformer", status="noop",
+    ...     noop_reason="nothing_released", detail="no done component had clean file-backed pages",
+    ...     components=(left,), released_bytes=0, host_before=None, host_after=None,
+    ...     faults_since_previous=None, elapsed_seconds=0.0)
+    >>> setup = DoneComponentsReleaseSetup(done_components_release=body)
+    >>> DoneComponentsReleaseReport(setup=setup).route
     'done_components_release'
 """
 

@@ -12,7 +12,8 @@ Examples:
     >>> envelope = RecordEnvelope.now(run_id=new_run_id(), call_index=2, boundary="after_call")
     >>> envelope.call_index, envelope.boundary, envelope.timestamp.tzinfo is not None
     (2, 'after_call', True)
-    >>> ReportRecord(component="host_cache_after_call", report=None, envelope=envelope)  # doctest: +ELLIPSIS
+    >>> ReportRecord(component="host_cache_after_call", report=None,
+    ...              envelope=envelope)  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
     pydantic_core._pydantic_core.ValidationError: ...
@@ -145,7 +146,7 @@ def check_boundary(boundary: object) -> str | None:
         >>> check_boundary("Bad!")
         Traceback (most recent call last):
         ...
-        ddo_hooks.errors.InvalidArgumentError: boundary='Bad!' is not a boundary; pass one of before_transformer, ...
+        ddo_hooks.errors.InvalidArgumentError: boundary='Bad!' is not a boundary; pass one of ...
     """
     if boundary is None or (isinstance(boundary, str) and boundary in BOUNDARIES):
         return boundary

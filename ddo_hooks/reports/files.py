@@ -10,8 +10,9 @@ The form is told from the first line: a record has ``component`` and ``report``,
 ``file:line:col: key.path: problem``.
 
 Examples:
-    >>> diagnose_report_file("r.jsonl", '{"component": "x", "report": {"schema_version": 2}}', "JSON Lines")
-    'r.jsonl:1:20: report.route: missing: every DDO report names its route (ddo-hooks schema report lists them)'
+    >>> text = '{"component": "x", "report": {"schema_version": 2}}'
+    >>> print(diagnose_report_file("r.jsonl", text, "JSON Lines"))  # doctest: +ELLIPSIS
+    r.jsonl:1:20: report.route: missing: every DDO report names its route (... lists them)
 """
 
 from __future__ import annotations
@@ -147,9 +148,10 @@ def iter_report_lines(text: str) -> Iterator[Entry]:
         ReportError: A line is not a valid report; the message names the line and the shape it was read as.
 
     Examples:
-        >>> line = ('{"schema_version": 1, "route": "pytorch_host_cache_release", "configuration": {"enabled": false}, '
-        ...         '"setup": {"host_cache_release": {"phase": "", "status": "disabled", "released": false, '
-        ...         '"elapsed_seconds": 0.0}}, "runtime": {}}')
+        >>> line = ('{"schema_version": 1, "route": "pytorch_host_cache_release", '
+        ...         '"configuration": {"enabled": false}, "setup": {"host_cache_release": '
+        ...         '{"phase": "", "status": "disabled", "released": false, "elapsed_seconds": 0.0}}, '
+        ...         '"runtime": {}}')
         >>> [type(entry.report).__name__ for entry in iter_report_lines(line + "\n" + line)]
         ['DDOHostCacheReleaseReport', 'DDOHostCacheReleaseReport']
     """

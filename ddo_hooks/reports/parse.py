@@ -17,9 +17,11 @@ Examples:
     >>> report = release_pytorch_host_cache(phase="after_call")
     >>> parse_report(report.model_dump(mode="json")) == report
     True
-    >>> ddo = {"schema_version": 1, "route": "pytorch_host_cache_release", "configuration": {"enabled": False},
-    ...        "setup": {"host_cache_release": {"phase": "after_call", "status": "disabled", "released": False,
-    ...                                         "elapsed_seconds": 1e-06}}, "runtime": {}}
+    >>> release = {"phase": "after_call", "status": "disabled", "released": False,
+    ...            "elapsed_seconds": 1e-06}
+    >>> ddo = {"schema_version": 1, "route": "pytorch_host_cache_release",
+    ...        "configuration": {"enabled": False}, "setup": {"host_cache_release": release},
+    ...        "runtime": {}}
     >>> type(parse_report(ddo)).__name__
     'DDOHostCacheReleaseReport'
 """

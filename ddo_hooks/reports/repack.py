@@ -12,9 +12,11 @@ Examples:
     ...     pinned_bytes_before=0, pinned_bytes_after=0, slabs=(), seconds=0.0)
     >>> repack = PinnedCopyRepack(phase="manual", status="noop", noop_reason="nothing_to_repack",
     ...     detail="no component has pinned copies to repack", components=(component,), tensor_bytes=0,
-    ...     pinned_bytes_before=0, pinned_bytes_after=0, before=None, after=None, allocator_bytes_delta=None,
-    ...     releases=(), release_refused=None, host_before=None, host_after=None, elapsed_seconds=0.0)
-    >>> PinnedCopyRepackReport(setup=PinnedCopyRepackSetup(pinned_copy_repack=repack)).route
+    ...     pinned_bytes_before=0, pinned_bytes_after=0, before=None, after=None,
+    ...     allocator_bytes_delta=None, releases=(), release_refused=None, host_before=None,
+    ...     host_after=None, elapsed_seconds=0.0)
+    >>> setup = PinnedCopyRepackSetup(pinned_copy_repack=repack)
+    >>> PinnedCopyRepackReport(setup=setup).route
     'pinned_copy_repack'
 """
 

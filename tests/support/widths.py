@@ -26,12 +26,19 @@ Checked against the built site in headless Chromium at 1280 px with Roboto and R
 (2026-12-03): each table's narrowest width (``width: 1px``) came to 6.1-6.9 px per character
 counted here, so 7 px is an upper bound, and no table or code block of a page outside the API
 reference was wider than 688 px.
+
+The API reference's code blocks come from the docstrings (:func:`docstring_code_lines`): griffe
+dedents a docstring and each of its sections, so a line is measured as the page shows it, less
+the indent of the docstring and of its Examples section. Values of module constants are not
+measured: mkdocstrings writes a string's ``repr`` on one line whatever the source looks like.
 """
 
 from __future__ import annotations
 
+import ast
 import functools
 import html
+import itertools
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -42,6 +49,7 @@ from support.file_modules import load_file
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 DOCS = ROOT / "docs"
+PACKAGE = ROOT / "ddo_hooks"
 
 ROW_CHARACTERS = 98
 CELL_PADDING = 4
@@ -50,6 +58,7 @@ CODE_LINE_CHARACTERS = 100
 FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})")
 DELIMITER_ROW = re.compile(r"\s*:?-+:?\s*")
 LINK_TARGET = re.compile(r"\](?:\([^)]*\)|\[[^\]]*\])")
+EXAMPLES_HEADER = re.compile(r"(?P<indent>[ ]*)Examples?:[ ]*")
 
 
 @functools.cache
@@ -202,4 +211,125 @@ def problems(text: str, where: str, name_pieces: Callable[[str], list[str]] | No
                 f"{where}:{start}: a code block's line of {len(longest)} characters (> {CODE_LINE_CHARACTERS}): "
                 f"{longest[:50]}..."
             )
+    return found
+
+
+def _indent(line: str) -> int:
+    return len(line) - len(line.lstrip(" "))
+
+
+def docstring_lines(docstring: str) -> list[str]:
+    """A docstring's lines dedented as ``inspect.cleandoc`` does, none dropped (line n stays line n)."""
+    lines = docstring.expandtabs().split("\n")
+    margin = min((_indent(line) for line in lines[1:] if line.strip()), default=0)
+    return [lines[0].lstrip(), *(line[margin:] for line in lines[1:])]
+
+
+def _block_end(lines: list[str], start: int, indent: int) -> int:
+    """The index after the lines from ``start`` on that are blank or indented deeper than ``indent``."""
+    end = start
+    while end < len(lines) and (not lines[end].strip() or _indent(lines[end]) > indent):
+        end += 1
+    return end
+
+
+def docstring_code_lines(docstring: str) -> list[tuple[int, str]]:
+    """The lines of a docstring that the API reference shows in code blocks, as it shows them.
+
+    Each comes as (its 0-based line in the docstring, its text less the indent the page drops):
+
+    * a doctest (a line starting with ``>>>`` and the lines after it up to a blank one: its
+      continuations and expected output), less its Examples section's indent, which griffe removes
+      (elsewhere, less the ``>>>`` line's indent); a ``# doctest:`` directive counts, though the page
+      leaves it out, since ``help()`` shows it;
+    * a literal block after a paragraph ending in ``::`` (``docs/griffe_docstrings.py`` makes it an
+      indented Markdown code block), less the block's indent;
+    * a fenced code block, less its fence's indent.
+    """
+    lines = docstring_lines(docstring)
+    found: dict[int, str] = {}
+    section: tuple[int, int] | None = None  # the Examples section's (end, indent of its content)
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if section is not None and i >= section[0]:
+            section = None
+        header = EXAMPLES_HEADER.fullmatch(line)
+        if header:
+            end = _block_end(lines, i + 1, len(header.group("indent")))
+            body = [lines[k] for k in range(i + 1, end) if lines[k].strip()]
+            section = (end, min((_indent(text) for text in body), default=0))
+        elif line.lstrip().startswith(">>>"):
+            cut = section[1] if section is not None else _indent(line)
+            while i < len(lines) and lines[i].strip():
+                found[i] = lines[i][cut:]
+                i += 1
+            continue
+        elif line.rstrip().endswith("::") and not FENCE.match(line):
+            end = _block_end(lines, i + 1, _indent(line))
+            block = [k for k in range(i + 1, end) if lines[k].strip()]
+            cut = min((_indent(lines[k]) for k in block), default=0)
+            found.update((k, lines[k][cut:]) for k in block)
+            i = end
+            continue
+        i += 1
+    for start, block in code_blocks("\n".join(lines)):  # start: the fence's 1-based line, the first line's 0-based
+        found.update((start + n, text) for n, text in enumerate(block))
+    return sorted(found.items())
+
+
+def public_modules(package: Path = PACKAGE) -> list[tuple[str, Path]]:
+    """Each module of the package that the API reference may show: (its dotted name, its file).
+
+    A module whose dotted name has a part starting with ``_`` (``ddo_hooks._compat.torch``,
+    ``ddo_hooks.__main__``) is private and left out.
+    """
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        parts = path.relative_to(package.parent).with_suffix("").parts
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        if not any(part.startswith("_") for part in parts):
+            found.append((".".join(parts), path))
+    return found
+
+
+def docstrings(source: str) -> list[tuple[int, int, str]]:
+    """Every docstring of a module's source: (the 1-based line of its first line, its last line, its text).
+
+    The docstrings of the module, of its classes and functions at any depth, and the string under
+    an assignment that documents the attribute (as griffe reads it).
+    """
+    found = []
+
+    def add(node: ast.stmt) -> None:
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
+            found.append((node.value.lineno, node.value.end_lineno or node.value.lineno, node.value.value))
+
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            add(node.body[0])
+        if isinstance(node, (ast.Module, ast.ClassDef)):
+            for before, after in itertools.pairwise(node.body):
+                if isinstance(before, (ast.Assign, ast.AnnAssign)):
+                    add(after)
+    return sorted(found)
+
+
+def docstring_problems(source: str, where: str) -> list[str]:
+    """The code lines of a module's docstrings wider than the content column, one ``where:line:`` line each.
+
+    A docstring's line n is the source's line n after its first, unless a backslash escape made
+    the two counts differ; then its lines are given as the docstring's first line.
+    """
+    found = []
+    for first, last, text in docstrings(source):
+        exact = last - first == text.count("\n")
+        for index, line in docstring_code_lines(text):
+            if len(line) > CODE_LINE_CHARACTERS:
+                number = first + index if exact else first
+                found.append(
+                    f"{where}:{number}: a docstring's code line of {len(line)} characters "
+                    f"(> {CODE_LINE_CHARACTERS}): {line[:50]}..."
+                )
     return found

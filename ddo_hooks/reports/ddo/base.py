@@ -14,7 +14,8 @@ rather than writing ``null``. Such a key is declared with :func:`omittable`: abs
 ``model_dump(mode="json")`` (and :meth:`DDORouteReport.as_dict`) give back exactly DDO's keys.
 
 Examples:
-    >>> ddo_shape_keys({"schema_version": 1, "route": "x", "configuration": {}, "setup": {}, "runtime": {}})
+    >>> ddo = {"schema_version": 1, "route": "x", "configuration": {}, "setup": {}, "runtime": {}}
+    >>> ddo_shape_keys(ddo)
     ('configuration', 'runtime')
     >>> ddo_shape_keys({"schema_version": 1, "route": "x", "setup": {}})
     ()

@@ -11,7 +11,8 @@ memory a release gives back.
 
 Examples:
     >>> setup = DDOGroupOffloadSetup.model_validate(
-    ...     {"offload_type": "block_level", "use_stream": True, "record_stream": False, "low_cpu_mem_usage": True})
+    ...     {"offload_type": "block_level", "use_stream": True, "record_stream": False,
+    ...      "low_cpu_mem_usage": True})
     Traceback (most recent call last):
     ...
     pydantic_core._pydantic_core.ValidationError: 1 validation error for DDOGroupOffloadSetup

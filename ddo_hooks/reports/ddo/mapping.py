@@ -16,9 +16,11 @@ The conversions are exact where DDO says enough, and say so where it does not:
   entry point, the device synchronized, the garbage collected).
 
 Examples:
-    >>> data = {"schema_version": 1, "route": "pytorch_host_cache_release", "configuration": {"enabled": True},
-    ...         "setup": {"host_cache_release": {"phase": "before_vae", "status": "unsupported", "released": False,
-    ...                                          "elapsed_seconds": 2e-06}}, "runtime": {}}
+    >>> release = {"phase": "before_vae", "status": "unsupported", "released": False,
+    ...            "elapsed_seconds": 2e-06}
+    >>> data = {"schema_version": 1, "route": "pytorch_host_cache_release",
+    ...         "configuration": {"enabled": True}, "setup": {"host_cache_release": release},
+    ...         "runtime": {}}
     >>> ours = from_ddo_release(data, torch_version="2.11.0")
     >>> ours.release.status, ours.release.noop_reason
     ('noop', 'unsupported_build')

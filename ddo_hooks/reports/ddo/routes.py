@@ -1,9 +1,9 @@
 """Any report of DDO's own shape that ddo_hooks reads: the union of its routes, told apart by ``route``.
 
 Examples:
-    >>> DDO_ROUTES
-    ('pytorch_host_cache_release', 'host_memory_observation', 'vmm_auxiliary_source_detachment', \
-'native_vmm_idle_cache_release', 'diffusers_group_offload')
+    >>> DDO_ROUTES  # doctest: +NORMALIZE_WHITESPACE
+    ('pytorch_host_cache_release', 'host_memory_observation', 'vmm_auxiliary_source_detachment',
+     'native_vmm_idle_cache_release', 'diffusers_group_offload')
 """
 
 from __future__ import annotations
