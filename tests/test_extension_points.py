@@ -25,6 +25,7 @@ from ddo_hooks.hooks.actions import bind_actions, resolve_action, unregister_act
 from ddo_hooks.hooks.builtin_actions import BUILT_IN
 from ddo_hooks.policy.builtins import BUILT_IN_ACTIONS, BUILT_IN_OPTIONS, ActionOptions
 from ddo_hooks.policy.model import PRESETS, HookPolicy, preset_file
+from ddo_hooks.policy.parts import PinnedCopiesPolicy
 from ddo_hooks.reports.base import RouteReport
 from ddo_hooks.reports.ddo.routes import DDO_ROUTE_TYPES
 from ddo_hooks.reports.parse import ROUTE_TYPES
@@ -153,3 +154,14 @@ def test_every_preset_file_is_listed_and_loads(capsys: pytest.CaptureFixture[str
         assert main(["validate-policy", name]) == 0
         assert f"| `{name}` |" in page, f"docs/policy.md's presets table has no row for {name}"
     capsys.readouterr()
+
+
+def test_the_words_of_the_concepts_page_name_every_built_in_action_and_way_to_pin():
+    """Each verb has one meaning (issue 29): the page that says which names the actions and options it covers."""
+    words = (Path(__file__).resolve().parents[1] / "docs" / "concepts.md").read_text(encoding="utf-8")
+    words = " ".join(words.split("## Words", 1)[1].split())
+    assert all(f"`{name}`" in words for name in BUILT_IN_ACTIONS if name != "malloc_trim")
+    ways = PinnedCopiesPolicy.model_fields["from_files"].annotation.__args__[0].__args__
+    assert all(f"`from_files: {way}`" in words or f"`pinned_copies.from_files: {way}`" in words for way in ways)
+    assert "`DdoHooksError`" in words
+    assert "`BoundaryContext.dropped_names`" in words
