@@ -55,7 +55,8 @@ def calls(trial: dict[str, Any]) -> list[dict[str, Any]]:
     return [s for s in trial["steps"] if s["event"] == "call"]
 
 
-def _steady(trial: dict[str, Any]) -> float | None:
+def steady(trial: dict[str, Any]) -> float | None:
+    """A trial's steady call: the median of its calls but the first (``None`` with one call)."""
     later = [s["seconds"] for s in calls(trial) if s["index"] > 0]
     return statistics.median(later) if later else None
 
@@ -72,10 +73,10 @@ def rows(results: Path = RESULTS, arms: list[tuple[tuple[str, ...], str, str]] =
         records = [doc[arm_name] for doc in docs]
         unboxed = records[0]["unboxed"]
         nothing = docs[0].get("false/nothing") if arm_name != "false/nothing" else None
-        nothing_steady = statistics.median(filter(None, map(_steady, nothing["unboxed"]))) if nothing else None
+        nothing_steady = statistics.median(filter(None, map(steady, nothing["unboxed"]))) if nothing else None
         first = unboxed[0]
         rest = calls(first)[-1]["cgroup"]
-        steadies = [v for v in map(_steady, unboxed) if v is not None]
+        steadies = [v for v in map(steady, unboxed) if v is not None]
         trials = [t for record in records for t in record["trials"]]
         fitted = [t["box_gib"] for t in trials if not t["verdict"]]
         box = min(fitted) if fitted else None

@@ -15,34 +15,15 @@ with ``_`` (so ``ddo_hooks._compat``, ``ddo_hooks._diagnostics``, ``ddo_hooks.__
 from __future__ import annotations
 
 import ast
-import pkgutil
 import re
 from collections import defaultdict
 from pathlib import Path
 
-import ddo_hooks
+from support.api_modules import PACKAGE, public_modules
 
-PACKAGE = Path(ddo_hooks.__file__).resolve().parent
 ROOT = PACKAGE.parent
 API = ROOT / "docs" / "api"
 DIRECTIVE = re.compile(r"^:::[ \t]+(?P<name>\S+)[ \t]*$", re.MULTILINE)
-
-
-def public_modules() -> dict[str, bool]:
-    """``{dotted name: is a package}`` of every public module, the top package included."""
-    found = {"ddo_hooks": True}
-
-    def walk(folder: Path, prefix: str) -> None:
-        for info in pkgutil.iter_modules([str(folder)]):
-            if info.name.startswith("_"):
-                continue
-            name = f"{prefix}.{info.name}"
-            found[name] = info.ispkg
-            if info.ispkg:
-                walk(folder / info.name, name)
-
-    walk(PACKAGE, "ddo_hooks")
-    return found
 
 
 def parent(module: str) -> str:

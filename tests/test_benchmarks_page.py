@@ -363,7 +363,7 @@ def test_flux_dev_shapes_box_is_that_of_the_checked_in_results():
     for label in ("false/nothing", "false/preset:lowest-peak"):
         assert boxed[label][0]["verdict"] == "OOM-killed after 0 call(s)"
     assert (register["box"], register["exact"], nothing["failed_below"], peak["failed_below"]) == (36, False, 36, 36)
-    in_box = statistics.median(c["seconds"] for c in plot.calls(fitted)[1:])
+    in_box = plot.steady(fitted)
     ratio = in_box / nothing["steady"]
     assert ratio <= 1.05  # issue 28's target: full speed in the box
     assert register["steady"] <= 1.05 * nothing["steady"]
@@ -394,18 +394,18 @@ def test_flux_dev_shapes_box_is_that_of_the_checked_in_results():
 
 def test_the_second_timing_of_lowest_peak_with_register_is_that_of_its_results():
     plot = load_file(ROOT / "benchmarks" / "plot_box.py", "plot_box", beside=True)
-    arms = json.loads((ROOT / "benchmarks" / "results" / "bench_box-timing-2.json").read_text())["arms"]
+    labels = ("false/nothing", "true/preset:default+register", "true/preset:lowest-peak+register")
+    nothing, register, peak = plot.rows(arms=[(("timing-2",), label, label) for label in labels])
 
-    def steady(label: str) -> tuple[float, str]:
-        each = [statistics.median(c["seconds"] for c in plot.calls(t)[1:]) for t in arms[label]["unboxed"]]
-        return statistics.median(each), f"{statistics.median(each):.2f} ({min(each):.2f}{DASH}{max(each):.2f})"
+    def shown_steady(row: dict[str, Any]) -> str:
+        low, high, _ = row["spread"]
+        return f"{row['steady']:.2f} ({low:.2f}{DASH}{high:.2f})"
 
-    (nothing, n), (_, r), (peak, p) = map(steady, ("false/nothing", "true/preset:default+register",
-                                                   "true/preset:lowest-peak+register"))  # fmt: skip
-    assert [len(arms[label]["unboxed"]) for label in arms] == [3, 2, 2]
+    assert [row["spread"][2] for row in (nothing, register, peak)] == [3, 2, 2]
     shown = " ".join(PAGE.read_text(encoding="utf-8").split())
-    said = f"gave `lowest-peak` + register {p.replace(' ', ' s ', 1)} against {n} for `nothing` and {r} for `default`"
-    assert f"{said} + register: {peak / nothing:.2f}{TIMES}." in shown
+    said = f"gave `lowest-peak` + register {shown_steady(peak).replace(' ', ' s ', 1)} against {shown_steady(nothing)}"
+    ratio = peak["steady"] / peak["nothing_steady"]
+    assert f"{said} for `nothing` and {shown_steady(register)} for `default` + register: {ratio:.2f}{TIMES}." in shown
 
 
 def test_the_box_table_and_its_figures_are_those_of_the_checked_in_results(tmp_path: Path):

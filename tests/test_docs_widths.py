@@ -11,6 +11,7 @@ import re
 from pathlib import Path
 
 import pytest
+from support.api_modules import module_file, public_modules
 from support.widths import (
     CELL_PADDING,
     CODE_LINE_CHARACTERS,
@@ -22,14 +23,13 @@ from support.widths import (
     docstring_code_lines,
     docstring_problems,
     problems,
-    public_modules,
     rendered_markdown,
     split_row,
     tables,
 )
 
 PAGES = sorted(DOCS.rglob("*.md"))
-MODULES = public_modules()
+MODULES = [(name, module_file(name, is_package)) for name, is_package in public_modules().items()]
 HOOKS = docs_hooks()
 CSS = (DOCS / "stylesheets" / "extra.css").read_text(encoding="utf-8")
 
@@ -48,16 +48,10 @@ def test_every_page_is_measured_with_its_generated_sections():
     assert len(tables(rendered)) > 20  # the report reference's tables
 
 
-def _page(tmp_path: Path, text: str) -> str:
-    page = tmp_path / "page.md"
-    page.write_text(text, encoding="utf-8")
-    return page.read_text(encoding="utf-8")
-
-
-def test_a_table_too_wide_for_the_column_is_flagged(tmp_path: Path):
+def test_a_table_too_wide_for_the_column_is_flagged():
     cell = "`" + "_".join(["before", "transformer"]) + "`"  # 18 characters: one piece
     row = "| " + " | ".join([cell] * 5) + " |"
-    text = _page(tmp_path, f"# A page\n\n| a | b | c | d | e |\n|---|---|---|---|---|\n{row}\n")
+    text = f"# A page\n\n| a | b | c | d | e |\n|---|---|---|---|---|\n{row}\n"
     found = problems(text, "page.md", HOOKS.name_pieces)
     needed = 5 * (18 + CELL_PADDING)
     assert needed > ROW_CHARACTERS
@@ -66,7 +60,7 @@ def test_a_table_too_wide_for_the_column_is_flagged(tmp_path: Path):
         "columns' longest pieces: " + ", ".join(["18 'before_transformer'"] * 5)
     ]
     four = "| a | b | c | d |\n|---|---|---|---|\n| " + " | ".join([cell] * 4) + " |\n"
-    assert problems(_page(tmp_path, four), "page.md", HOOKS.name_pieces) == []  # 92 characters
+    assert problems(four, "page.md", HOOKS.name_pieces) == []  # 92 characters
 
 
 def test_a_long_name_breaks_between_its_words_and_a_short_one_or_a_dashed_word_not():
@@ -123,17 +117,17 @@ def test_the_hook_writes_the_breaks_the_measure_counts():
     assert re.split(r"\s+|<wbr>", visible) == cell_pieces(markdown, HOOKS.name_pieces)
 
 
-def test_a_code_line_too_long_for_the_column_is_flagged_and_tables_in_code_blocks_are_not_tables(tmp_path: Path):
+def test_a_code_line_too_long_for_the_column_is_flagged_and_tables_in_code_blocks_are_not_tables():
     long_line = "x = " + "1" * (CODE_LINE_CHARACTERS - 3)
     wide = "| " + " | ".join(["a" * 15] * 5) + " |\n|---|---|---|---|---|\n"  # 100 characters as a table
     assert len(tables(wide)) == 1
-    text = _page(tmp_path, f"# A page\n\n```python\n{long_line}\n```\n\n```text\n{wide}```\n")
+    text = f"# A page\n\n```python\n{long_line}\n```\n\n```text\n{wide}```\n"
     assert tables(text) == []
     assert problems(text, "page.md", HOOKS.name_pieces) == [
         f"page.md:3: a code block's line of {CODE_LINE_CHARACTERS + 1} characters (> {CODE_LINE_CHARACTERS}): "
         f"{long_line[:50]}..."
     ]
-    fits = _page(tmp_path, f"- a list\n\n    ```python\n    {long_line[:-1]}\n    ```\n")
+    fits = f"- a list\n\n    ```python\n    {long_line[:-1]}\n    ```\n"
     assert problems(fits, "page.md", HOOKS.name_pieces) == []
 
 

@@ -49,7 +49,6 @@ from support.file_modules import load_file
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 DOCS = ROOT / "docs"
-PACKAGE = ROOT / "ddo_hooks"
 
 ROW_CHARACTERS = 98
 CELL_PADDING = 4
@@ -276,22 +275,6 @@ def docstring_code_lines(docstring: str) -> list[tuple[int, str]]:
     for start, block in code_blocks("\n".join(lines)):  # start: the fence's 1-based line, the first line's 0-based
         found.update((start + n, text) for n, text in enumerate(block))
     return sorted(found.items())
-
-
-def public_modules(package: Path = PACKAGE) -> list[tuple[str, Path]]:
-    """Each module of the package that the API reference may show: (its dotted name, its file).
-
-    A module whose dotted name has a part starting with ``_`` (``ddo_hooks._compat.torch``,
-    ``ddo_hooks.__main__``) is private and left out.
-    """
-    found = []
-    for path in sorted(package.rglob("*.py")):
-        parts = path.relative_to(package.parent).with_suffix("").parts
-        if parts[-1] == "__init__":
-            parts = parts[:-1]
-        if not any(part.startswith("_") for part in parts):
-            found.append((".".join(parts), path))
-    return found
 
 
 def docstrings(source: str) -> list[tuple[int, int, str]]:
