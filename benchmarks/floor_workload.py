@@ -168,7 +168,8 @@ def call_kwargs(spec: dict[str, Any], index: int) -> dict[str, Any]:
 def preset_policy(preset: str) -> dict[str, Any]:
     """The preset as a mapping, with extras after ``+``: ``stable`` declares the weights files stable
     (``stable_files: true``); ``evict`` evicts the done components' file pages (``evict: true``); ``register`` and
-    ``stage`` pin from the files (``pinned_copies.from_files``)."""
+    ``stage`` pin from the files (``pinned_copies.from_files``); ``without_<action>`` takes that action out of every
+    boundary (which of a preset's actions costs the time)."""
     from ddo_hooks import HookPolicy
 
     name, *extras = preset.split("+")
@@ -181,8 +182,13 @@ def preset_policy(preset: str) -> dict[str, Any]:
                 for action in boundary["actions"]:
                     if action["name"] == "release_done_components":
                         action["options"]["stable_files" if extra == "stable" else "evict"] = True
+        elif extra.startswith("without_"):
+            for boundary in policy["boundaries"].values():
+                boundary["actions"] = [a for a in boundary["actions"] if a["name"] != extra.removeprefix("without_")]
         else:
-            raise SystemExit(f"unknown preset extra {extra!r} in {preset!r}: stable, evict, register or stage")
+            raise SystemExit(
+                f"unknown preset extra {extra!r} in {preset!r}: stable, evict, register, stage or without_<action>"
+            )
     return policy
 
 

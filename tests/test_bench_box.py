@@ -183,3 +183,17 @@ def test_a_resumed_run_keeps_the_earlier_arms_and_runs_only_what_is_missing(box,
 
     with pytest.raises(SystemExit, match="its workload differs in steps; rerun instead"):
         box.run(box.parse_args([*first, "--out", str(tmp_path / "c"), "--resume", earlier, "--steps", "4"]))
+
+
+def test_a_preset_extra_takes_an_action_out_of_every_boundary_and_an_unknown_one_is_refused():
+    floor = load_file(BENCH / "floor_workload.py", "floor_workload", beside=True)
+    policy = floor.preset_policy("lowest-peak+register+without_malloc_trim")
+    actions = {name: [a["name"] for a in b["actions"]] for name, b in policy["boundaries"].items()}
+    assert actions == {
+        "before_transformer": ["release_done_components", "host_cache_release"],
+        "before_vae": ["host_cache_release"],
+        "after_call": ["host_cache_release"],
+    }
+    assert policy["pinned_copies"]["from_files"] == "register"
+    with pytest.raises(SystemExit, match="'sideways' in 'default\\+sideways': stable, evict, register, stage or"):
+        floor.preset_policy("default+sideways")
