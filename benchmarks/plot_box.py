@@ -10,7 +10,8 @@ ran at full speed ("at most" where the step below was not tried), and the larges
 than" where none fitted).
 
 Run: ``python benchmarks/plot_box.py --out docs/img/box.png`` (needs matplotlib); ``--table`` prints the
-Markdown rows that ``docs/benchmarks.md`` holds, then the README's, then both of FLUX.1-dev's shapes.
+Markdown rows that ``docs/benchmarks.md`` holds, then the README's, then both of FLUX.1-dev's shapes, then its run of
+two ranks, then every interleaved timing of the register presets against ``nothing``.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ ARMS = [
     (("new-setup",), "false/ddo-vmm", "DDO VMM route"),
     (("lcmu-true",), "true/nothing", "nothing"),
     (("timing", "new-setup", "register"), "true/preset:default+register", "`default` + register"),
-    (("timing-lowest-peak", "peers", "register"), "true/preset:lowest-peak+register", "`lowest-peak` + register"),
+    (("timing-3", "peers", "register"), "true/preset:lowest-peak+register", "`lowest-peak` + register"),
     (("ranks",), "true/preset:lowest-peak+register+evict", "`lowest-peak` + register + evict"),
     (("lcmu-true",), "true/preset:lowest-peak+stage", "`lowest-peak` + stage"),
     (("ranks",), "false/nothing*2", "nothing, 2 processes"),
@@ -48,6 +49,13 @@ FLUX_DEV = [
                        ("true/nothing", "nothing"), ("true/preset:default+register", "`default` + register"))
 ]  # fmt: skip
 """The rows of FLUX.1-dev's own shapes (3 calls at 1024², 28 steps), each arm tried in one box."""
+FLUX_DEV_RANKS = [
+    (("flux-dev-ranks",), "true/preset:default+register", "`default` + register, 1 process"),
+    (("flux-dev-ranks",), "true/preset:default+register*2", "`default` + register, 2 processes"),
+]
+"""The run of two ranks at FLUX.1-dev's shapes: one process, then two at once in one cgroup."""
+TIMINGS = ("timing", "timing-lowest-peak", "timing-2", "timing-3", "timing-4")
+"""The runs of register presets interleaved with ``nothing`` (``low_cpu_mem_usage=False``), in order."""
 
 
 def calls(trial: dict[str, Any]) -> list[dict[str, Any]]:
@@ -95,6 +103,43 @@ def rows(results: Path = RESULTS, arms: list[tuple[tuple[str, ...], str, str]] =
             "peers": [[s["digest"] for s in peer if s["event"] == "call"] for peer in first.get("peers", [])],
         })  # fmt: skip
     return found
+
+
+def timings(results: Path = RESULTS, names: tuple[str, ...] = TIMINGS) -> list[dict[str, Any]]:
+    """Each register arm of each interleaved run against that run's ``nothing``: the steady calls' median and
+    spread, their ratio, and in how many of the run's pairs (the k-th process of each) the arm was the slower."""
+    found = []
+    for name in names:
+        arms = json.loads((results / f"bench_box-{name}.json").read_text())["arms"]
+        nothing = [steady(t) for t in arms["false/nothing"]["unboxed"]]
+        for arm, record in arms.items():
+            if "+register" not in arm:
+                continue
+            own = [steady(t) for t in record["unboxed"]]
+            # interleaved rep by rep: the k-th of each ran side by side (a run cut short has fewer of an arm)
+            pairs = list(zip(own, nothing, strict=False))
+            found.append({
+                "run": name, "arm": arm, "n": len(own), "steady": statistics.median(own),
+                "spread": (min(own), max(own)), "nothing": statistics.median(nothing),
+                "nothing_spread": (min(nothing), max(nothing)), "nothing_n": len(nothing),
+                "slower": sum(a > b for a, b in pairs), "pairs": len(pairs),
+            })  # fmt: skip
+    return found
+
+
+def timing_table(found: list[dict[str, Any]]) -> list[str]:
+    """The Markdown rows of the docs' table of interleaved timings."""
+    lines = []
+    for row in found:
+        name, *extras = row["arm"].split(":", 1)[1].split("+")
+        arm = f"`{name}` + " + ", ".join(e if e == "register" else f"without `{e[len('without_') :]}`" for e in extras)
+        (low, high), (n_low, n_high) = row["spread"], row["nothing_spread"]
+        lines.append(
+            f"| `{row['run']}` | {arm} | {row['n']} | {row['steady']:.2f} ({low:.2f}\u2013{high:.2f}) | "
+            f"{row['nothing']:.2f} ({n_low:.2f}\u2013{n_high:.2f}, {row['nothing_n']}) | "
+            f"{row['steady'] / row['nothing']:.2f}\u00d7 ({row['slower']} of {row['pairs']}) |"
+        )
+    return lines
 
 
 def _cells(row: dict[str, Any]) -> tuple[str, str, str]:
@@ -174,8 +219,9 @@ def main() -> None:
     args = parser.parse_args()
     found = rows()
     if args.table:
-        dev = rows(arms=FLUX_DEV)
+        dev, ranks = rows(arms=FLUX_DEV), rows(arms=FLUX_DEV_RANKS)
         print("\n".join([*table(found), "", *short_table(found), "", *table(dev), "", *short_table(dev)]))
+        print("\n".join(["", *table(ranks), "", *timing_table(timings())]))
     if args.out:
         draw(found, args.out)
 

@@ -392,20 +392,81 @@ def test_flux_dev_shapes_box_is_that_of_the_checked_in_results():
     assert all(status == "registered" for status, _, _ in ready["components"].values())
 
 
-def test_the_second_timing_of_lowest_peak_with_register_is_that_of_its_results():
+def test_every_interleaved_timing_of_the_register_presets_is_that_of_its_results():
+    """Issue 27: whether the register presets run at nothing's speed, every run shown, none left out."""
     plot = load_file(ROOT / "benchmarks" / "plot_box.py", "plot_box", beside=True)
-    labels = ("false/nothing", "true/preset:default+register", "true/preset:lowest-peak+register")
-    nothing, register, peak = plot.rows(arms=[(("timing-2",), label, label) for label in labels])
+    found = plot.timings()
+    text, readme = PAGE.read_text(encoding="utf-8"), (ROOT / "README.md").read_text(encoding="utf-8")
+    missing = [row for row in plot.timing_table(found) if row not in text]
+    assert not missing, "docs/benchmarks.md lacks these rows of the interleaved timings:\n" + "\n".join(missing)
+    runs = sorted(p.name for p in (ROOT / "benchmarks" / "results").glob("bench_box-timing*.json"))
+    assert runs == sorted(f"bench_box-{name}.json" for name in plot.TIMINGS)  # every timing run is in the table
+    shown, flat = " ".join(text.split()), " ".join(readme.split())
 
-    def shown_steady(row: dict[str, Any]) -> str:
-        low, high, _ = row["spread"]
-        return f"{row['steady']:.2f} ({low:.2f}{DASH}{high:.2f})"
+    def of(arm: str) -> list[dict[str, Any]]:
+        return [row for row in found if row["arm"] == arm]
 
-    assert [row["spread"][2] for row in (nothing, register, peak)] == [3, 2, 2]
+    def ratios(rows: list[dict[str, Any]]) -> list[str]:
+        return [f"{row['steady'] / row['nothing']:.2f}{TIMES}" for row in rows]
+
+    def slower(rows: list[dict[str, Any]]) -> tuple[int, int]:
+        return sum(row["slower"] for row in rows), sum(row["pairs"] for row in rows)
+
+    peak, register = of("true/preset:lowest-peak+register"), of("true/preset:default+register")
+    assert len(peak) == len(register) == 3
+    assert max(row["steady"] / row["nothing"] for row in peak) > 1.05  # the target is missed, and said so
+    assert f"`lowest-peak` + register was {', '.join(ratios(peak)[:2])} and {ratios(peak)[2]} `nothing`" in shown
+    assert "the slower in {} of {} pairs: it misses the 1.05".format(*slower(peak)) in shown
+    assert f"`default` + register was {', '.join(ratios(register)[:2])} and {ratios(register)[2]}" in shown
+    assert "the slower in {} of {}.".format(*slower(register)) in shown
+    assert "the register arms were the slower in {} pairs of {}".format(*slower(found)) in shown
+    assert f"(the slower in {slower(peak)[0]} of {slower(peak)[1]} pairs over three runs)" in flat
+    r = ratios(register)
+    assert f"in two interleaved runs of three ({r[0]}, {r[1]}; {r[2]} in the third)" in flat
+    later = f"two more runs: {r[1]} and {r[2]} its time"
+    assert later in flat
+    assert later in " ".join((ROOT / "docs" / "index.md").read_text(encoding="utf-8").split())
+    # every arm of every timing run made the same outputs as nothing
+    for name in plot.TIMINGS:
+        arms = json.loads((ROOT / "benchmarks" / "results" / f"bench_box-{name}.json").read_text())["arms"]
+        digests = {tuple(s["digest"] for s in plot.calls(t)) for arm in arms.values() for t in arm["unboxed"]}
+        assert len(digests) == 1, name
+
+
+def test_two_ranks_at_flux_dev_shapes_share_one_copy_as_the_page_says():
+    """Issue 28, item 3: two processes from the same files peak at most 1.2 times one process."""
+    plot = load_file(ROOT / "benchmarks" / "plot_box.py", "plot_box", beside=True)
+    one, pair = plot.rows(arms=plot.FLUX_DEV_RANKS)
+    missing = [row for row in plot.table([one, pair]) if row not in PAGE.read_text(encoding="utf-8")]
+    assert not missing, "docs/benchmarks.md lacks these rows of bench_box-flux-dev-ranks.json:\n" + "\n".join(missing)
+    ratio = pair["peak"] / one["peak"]
+    assert ratio <= 1.2  # the issue's target
     shown = " ".join(PAGE.read_text(encoding="utf-8").split())
-    said = f"gave `lowest-peak` + register {shown_steady(peak).replace(' ', ' s ', 1)} against {shown_steady(nothing)}"
-    ratio = peak["steady"] / peak["nothing_steady"]
-    assert f"{said} for `nothing` and {shown_steady(register)} for `default` + register: {ratio:.2f}{TIMES}." in shown
+    assert f"The pair peaked at {pair['peak']:.2f} GiB, {ratio:.2f}{TIMES} one process's {one['peak']:.2f}**" in shown
+    flat = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    assert f"peaked at {ratio:.2f}{TIMES} one process ({pair['peak']:.2f} against {one['peak']:.2f} GiB)" in flat
+    pinned_copies = " ".join((ROOT / "docs" / "pinned-copies.md").read_text(encoding="utf-8").split())
+    assert f"peaked at {ratio:.2f}{TIMES} one process at FLUX.1-dev's shapes" in pinned_copies
+    # the same page cache pages: the pair's file charge is one process's; the second adds its anonymous memory
+    assert pair["file_gib"] - one["file_gib"] < 0.1
+    assert f"file charge at rest was {pair['file_gib']:.2f} GiB, one process's {one['file_gib']:.2f}" in shown
+    assert f"{pair['anon']:.2f} GiB for the pair against {one['anon']:.2f}" in shown
+    # both processes made nothing's outputs (the same seed: the same weights as bench_box-flux-dev.json)
+    dev = json.loads((ROOT / "benchmarks" / "results" / "bench_box-flux-dev.json").read_text())
+    nothing = [s["digest"] for s in plot.calls(dev["arms"]["false/nothing"]["unboxed"][0])]
+    assert one["digests"] == pair["digests"] == pair["peers"][0] == nothing
+    doc = json.loads((ROOT / "benchmarks" / "results" / "bench_box-flux-dev-ranks.json").read_text())
+    trial = doc["arms"]["true/preset:default+register*2"]["unboxed"][0]
+    registered = {s["pinned_bytes"] for steps in (trial["steps"], *trial["peers"]) for s in steps
+                  if s["event"] == "from_files"}  # fmt: skip
+    assert registered == {23_970_484_224}
+    assert f"({min(registered):,} bytes each, in place)" in shown
+    assert f"the pair's steady calls took {pair['steady']:.2f} s, against {one['steady']:.2f}" in shown
+    # the Flux-shaped pair beside it
+    ranks = json.loads((ROOT / "benchmarks" / "results" / "bench_box-ranks.json").read_text())["arms"]
+    small = ranks["true/preset:default+register*2"]["unboxed"][0]["memory_peak"]
+    small /= ranks["true/preset:default+register"]["unboxed"][0]["memory_peak"]
+    assert f"the same pair was {small:.2f}{TIMES}" in shown
 
 
 def test_the_box_table_and_its_figures_are_those_of_the_checked_in_results(tmp_path: Path):
@@ -442,9 +503,9 @@ def test_the_box_table_and_its_figures_are_those_of_the_checked_in_results(tmp_p
     ratio = peak_register["box"] / nothing_f["box"]
     assert f"fits a box of {peak_register['box']:.2f} GiB ({ratio:.2f}{TIMES} the {nothing_f['box']:.2f}" in shown
     assert ratio <= 0.60  # the principal issue's target for lowest-peak's box
-    # lowest-peak + register against nothing in 5 interleaved pairs: not at full speed (said so)
-    assert peak_register["file"] == "timing-lowest-peak"
-    assert peak_register["spread"][2] == 5
+    # lowest-peak + register against nothing in 6 interleaved pairs: not at full speed (said so)
+    assert peak_register["file"] == "timing-3"
+    assert peak_register["spread"][2] == 6
     behind = peak_register["steady"] / peak_register["nothing_steady"]
     assert behind > 1.05
     shown_pair = f"{peak_register['steady']:.2f} s against {peak_register['nothing_steady']:.2f} ({behind:.2f}{TIMES};"
@@ -519,7 +580,7 @@ def test_the_box_table_and_its_figures_are_those_of_the_checked_in_results(tmp_p
     assert f"its steady call was {evict['steady']:.2f} s in one process" in shown
     pages = {name: " ".join((ROOT / "docs" / name).read_text(encoding="utf-8").split()) for name in
              ("pinned-copies.md", "done-components.md")}  # fmt: skip
-    shares = f"peaked at {r_ratio:.2f}{TIMES} one process, against {n_ratio:.2f}{TIMES} with `nothing`"
+    shares = f"and at {r_ratio:.2f}{TIMES} at the Flux-shaped size, against {n_ratio:.2f}{TIMES} with `nothing`"
     assert shares in pages["pinned-copies.md"]
     evicted = f"gave back {released[0]:.2f} GiB of RSS and {min(charged):.2f} GiB of the cgroup's charge"
     assert evicted in pages["done-components.md"]
@@ -537,7 +598,8 @@ def test_the_box_table_and_its_figures_are_those_of_the_checked_in_results(tmp_p
     assert "with `default` + register (the `default` policy with `pinned_copies.from_files: register`" in home
     assert headline in home
     assert "(img/box.png)" in home
-    assert f"calls took {behind:.2f}{TIMES} `nothing`'s. DDO's `auto` preset called fastest, in a box of" in flat
+    assert f"but its calls took {behind:.2f}{TIMES} `nothing`'s (the slower in" in flat
+    assert f"pairs over three runs). DDO's `auto` preset called fastest, in a box of {ddo['box']:.2f} GiB" in flat
     assert f"{ddo['box']:.2f} GiB: it keeps weights resident on the GPU ({kept:.2f} GiB between calls)" in flat
     assert f"the pair peaked at {r_ratio:.2f}{TIMES} one process, with `nothing` at {n_ratio:.2f}{TIMES}" in flat
     weights = json.loads((ROOT / "benchmarks" / "results" / "bench_pinned_floor-flux.json").read_text())
