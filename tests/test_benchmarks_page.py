@@ -426,6 +426,20 @@ def test_every_interleaved_timing_of_the_register_presets_is_that_of_its_results
     later = f"two more runs: {r[1]} and {r[2]} its time"
     assert later in flat
     assert later in " ".join((ROOT / "docs" / "index.md").read_text(encoding="utf-8").split())
+    # what lowest-peak's drop of the text encoders' pages costs inside a call, from its reports
+    run = json.loads((ROOT / "benchmarks" / "results" / "bench_box-timing-3.json").read_text())["arms"]
+    done = [
+        d for t in run["true/preset:lowest-peak+register"]["unboxed"] for s in t["steps"] if s["event"] == "reports"
+        for d in s["done"] if d["status"] == "executed"
+    ]  # fmt: skip
+    took = [d["seconds"] for d in done]
+    third = next(row for row in peak if row["run"] == "timing-3")
+    assert (
+        f"took {statistics.median(took):.2f} s a call (median of {len(took)} calls; {min(took):.2f}{DASH}"
+        f"{max(took):.2f} s), inside the call, before the transformer, to give back "
+        f"{statistics.median(d['released_bytes'] for d in done) / GIB:.2f} GiB of the text encoders' file pages, "
+        f"{statistics.median(took) / third['nothing']:.2f}{TIMES} `nothing`'s steady call of that run"
+    ) in shown
     # every arm of every timing run made the same outputs as nothing
     for name in plot.TIMINGS:
         arms = json.loads((ROOT / "benchmarks" / "results" / f"bench_box-{name}.json").read_text())["arms"]
