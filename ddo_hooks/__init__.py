@@ -15,10 +15,11 @@ Examples:
 from __future__ import annotations
 
 import importlib
-import warnings
 from typing import TYPE_CHECKING, Any
 
-importlib.import_module("ddo_hooks._moved").install()  # the old module names, for one release
+from ddo_hooks import _moved
+
+_moved.install()  # the old module names, for one release
 
 __version__ = "0.1.0"
 
@@ -117,7 +118,7 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and IDEs
 _MOVED: dict[str, tuple[str, str, str]] = {
     "apply_dynamic_offload": ("ddo_hooks.offload", "apply_offload_runtime", "DDO's name means something else"),
     "DynamicOffloadApplyResult": ("ddo_hooks.offload", "OffloadRuntimeApplication", "DDO's name means something else"),
-    "DDOError": ("ddo_hooks.errors", "DdoHooksError", "DDO is the diffusers-dynamic-offloader package"),
+    "DDOError": ("ddo_hooks.errors", "DdoHooksError", _moved.DDO_IS_ANOTHER_PACKAGE),
     **{
         name: ("ddo_hooks.offload", name, "")
         for name in (
@@ -137,13 +138,7 @@ _MOVED: dict[str, tuple[str, str, str]] = {
 def __getattr__(name: str) -> Any:
     if name in _MOVED:
         home, new, why = _MOVED[name]
-        renamed = f" (renamed: {why})" if why else ""
-        warnings.warn(
-            f"ddo_hooks.{name} moved to {home}.{new}{renamed}; import it from there, as this alias "
-            "goes in ddo-hooks 0.2",
-            DeprecationWarning,
-            stacklevel=2,
-        )
+        _moved.warn_renamed(f"ddo_hooks.{name}", f"{home}.{new}", why)
         return getattr(importlib.import_module(home), new)
     module = _EXPORTS.get(name)
     if module is None:

@@ -17,8 +17,6 @@ Examples:
 
 from __future__ import annotations
 
-import warnings
-
 __all__ = [
     "BoundaryRefusedError",
     "DdoHooksError",
@@ -37,12 +35,9 @@ class DdoHooksError(Exception):
 
 def __getattr__(name: str) -> type[DdoHooksError]:
     if name == "DDOError":
-        warnings.warn(
-            "ddo_hooks.errors.DDOError was renamed DdoHooksError (DDO is the diffusers-dynamic-offloader "
-            "package, and these errors are ddo_hooks's); the old name goes in ddo-hooks 0.2",
-            DeprecationWarning,
-            stacklevel=2,
-        )
+        from ddo_hooks._moved import DDO_IS_ANOTHER_PACKAGE, warn_renamed
+
+        warn_renamed("ddo_hooks.errors.DDOError", "ddo_hooks.errors.DdoHooksError", DDO_IS_ANOTHER_PACKAGE)
         return DdoHooksError
     raise AttributeError(f"module 'ddo_hooks.errors' has no attribute {name!r}")
 

@@ -26,7 +26,8 @@ PACKAGE = Path(ddo_hooks.__file__).resolve().parent
 @pytest.mark.parametrize(("old", "new"), MOVED_MODULES.items())
 def test_an_old_module_name_warns_once_and_is_the_new_module(old, new, monkeypatch):
     monkeypatch.delitem(sys.modules, old, raising=False)
-    with pytest.warns(DeprecationWarning, match=rf"^{old} was renamed {new}; import it from there"):
+    said = rf"^{old} was renamed {new}; use the new name, as the old one goes in ddo-hooks 0.2$"
+    with pytest.warns(DeprecationWarning, match=said):
         module = importlib.import_module(old)
     assert module is importlib.import_module(new)
     with warnings.catch_warnings():
@@ -53,11 +54,12 @@ def test_the_new_module_keeps_its_own_name_and_no_old_one_is_a_file(monkeypatch)
 
 def test_the_base_error_has_one_name_and_the_old_one_warns():
     assert issubclass(InvalidArgumentError, DdoHooksError)
-    with pytest.warns(DeprecationWarning, match=r"ddo_hooks.DDOError moved to ddo_hooks.errors.DdoHooksError"):
+    renamed = r"DDOError was renamed ddo_hooks.errors.DdoHooksError \(DDO is the diffusers-dynamic-offloader package\)"
+    with pytest.warns(DeprecationWarning, match=rf"^ddo_hooks.{renamed}"):
         assert ddo_hooks.DDOError is DdoHooksError
     import ddo_hooks.errors as errors
 
-    with pytest.warns(DeprecationWarning, match="DDOError was renamed DdoHooksError"):
+    with pytest.warns(DeprecationWarning, match=rf"^ddo_hooks.errors.{renamed}"):
         assert errors.DDOError is DdoHooksError
     assert "DDOError" not in dir(ddo_hooks)
     with pytest.raises(AttributeError, match="has no attribute 'DDOErrors'"):
@@ -69,5 +71,6 @@ def test_boundary_context_left_is_dropped_names_under_its_old_name():
         pipeline=None, boundary="after_call", action="mine", call_index=1, device="cuda",
         tracker=MetricsTracker(), policy=HookPolicy.default(), dropped_names=("text_encoder",),
     )  # fmt: skip
-    with pytest.warns(DeprecationWarning, match="BoundaryContext.left was renamed dropped_names"):
+    said = "^BoundaryContext.left was renamed BoundaryContext.dropped_names; use the new name"
+    with pytest.warns(DeprecationWarning, match=said):
         assert ctx.left == ("text_encoder",)

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import difflib
 import re
-import warnings
 import weakref
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -104,11 +103,9 @@ class BoundaryContext:
     @property
     def left(self) -> tuple[str, ...]:
         """The old name of :attr:`dropped_names` ("dropped" is the one word for a component that left)."""
-        warnings.warn(
-            "BoundaryContext.left was renamed dropped_names; the old name goes in ddo-hooks 0.2",
-            DeprecationWarning,
-            stacklevel=2,
-        )
+        from ddo_hooks._moved import warn_renamed
+
+        warn_renamed("BoundaryContext.left", "BoundaryContext.dropped_names")
         return self.dropped_names
 
     def held_elsewhere(self, module: Any) -> str | None:
