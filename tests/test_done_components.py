@@ -123,6 +123,25 @@ def test_weights_built_in_memory_are_left_and_say_why():
     assert "built in memory" in component.detail
 
 
+def test_the_census_counts_a_chunk_of_pagemap_entries_as_entry_by_entry():
+    """Bits 63 (present), 62 (swapped), 61 (file page or shared) in every combination, and a few pages' frame
+    numbers in the low bits: a resident file page counts as resident, a swapped one or a present anonymous one
+    (a private file page once written) as written, an absent one as neither."""
+    flags = [
+        (present << 63) | (swapped << 62) | (file << 61) for present in (0, 1) for swapped in (0, 1) for file in (0, 1)
+    ]
+    entries = [flag | frame for flag in flags for frame in (0, 7, (1 << 55) - 1)]
+
+    def one(entry: int) -> tuple[int, int]:
+        present, swapped, file = entry >> 63 & 1, entry >> 62 & 1, entry >> 61 & 1
+        written = swapped or (present and not file)
+        return int(bool(present and not written)), int(bool(written))
+
+    expected = tuple(sum(counts) for counts in zip(*map(one, entries), strict=True))
+    as_int64 = torch.tensor([e - (1 << 64) if e >> 63 else e for e in entries], dtype=torch.int64)
+    assert file_pages._count(as_int64) == expected == (3, 15)
+
+
 def test_a_written_page_keeps_every_page_of_its_component(saved):
     pipe, plain = load(saved["sd"]), load(saved["sd"])
     for each in (pipe, plain):

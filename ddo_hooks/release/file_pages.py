@@ -31,7 +31,6 @@ import os
 import stat
 import sys
 import time
-from array import array
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -52,7 +51,7 @@ __all__ = [
 ]
 
 PAGE_SIZE = mmap.PAGESIZE
-_PRESENT, _SWAPPED, _FILE = 1 << 63, 1 << 62, 1 << 61  # /proc/<pid>/pagemap bits (Documentation/admin-guide/mm)
+_SWAPPED, _FILE = 1 << 62, 1 << 61  # /proc/<pid>/pagemap bits (Documentation/admin-guide/mm); 63: present
 _MADV_DONTNEED = 4
 
 
@@ -187,29 +186,40 @@ def _page_runs(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
     return runs
 
 
-def _entries(pagemap: object, start: int, end: int) -> Iterator[array]:
-    """The pagemap entries of the pages from ``start`` to ``end``, a few thousand at a time."""
+def _entries(pagemap: object, start: int, end: int) -> Iterator[torch.Tensor]:
+    """The pagemap entries of the pages from ``start`` to ``end``, 65,536 at a time (as ``int64``)."""
     chunk = 1 << 16
     for page in range(start // PAGE_SIZE, end // PAGE_SIZE, chunk):
         count = min(chunk, end // PAGE_SIZE - page)
         pagemap.seek(page * 8)  # type: ignore[attr-defined]
-        entries = array("Q")
-        entries.frombytes(pagemap.read(count * 8))  # type: ignore[attr-defined]
-        yield entries
+        yield torch.frombuffer(bytearray(pagemap.read(count * 8)), dtype=torch.int64)  # type: ignore[attr-defined]
 
 
 def _census(runs: list[tuple[int, int]]) -> tuple[int, int]:
-    """How many pages of ``runs`` are resident file pages, and how many were written (anonymous or swapped)."""
+    """How many pages of ``runs`` are resident file pages, and how many were written (anonymous or swapped).
+
+    Counted a chunk of entries at a time, not entry by entry: 1.38 GiB of pages are 362,000 entries.
+    """
     resident = written = 0
     with open("/proc/self/pagemap", "rb", buffering=0) as pagemap:
         for start, end in runs:
             for entries in _entries(pagemap, start, end):
-                for entry in entries:
-                    if entry & _SWAPPED or (entry & _PRESENT and not entry & _FILE):
-                        written += 1
-                    elif entry & _PRESENT:
-                        resident += 1
+                more_resident, more_written = _count(entries)
+                resident, written = resident + more_resident, written + more_written
     return resident, written
+
+
+def _count(entries: torch.Tensor) -> tuple[int, int]:
+    """How many of these pagemap entries (``int64``) are resident file pages, and how many were written.
+
+    Written: swapped, or present and anonymous (a private file page once written is an anonymous copy).
+    """
+    present = entries < 0  # bit 63 is the sign bit of an int64
+    swapped, file = (entries & _SWAPPED) != 0, (entries & _FILE) != 0
+    return int((present & file & ~swapped).sum()), int((swapped | (present & ~file)).sum())
+
+
+_count(torch.zeros(1 << 16, dtype=torch.int64))  # its kernels' code pages in now, not in a report's RssFile figures
 
 
 def _left(name: str, reason: str, detail: str, file_bytes: int, other_bytes: int, started: float) -> ComponentPages:
