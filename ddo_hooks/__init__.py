@@ -17,7 +17,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from ddo_hooks import _moved
+_moved = importlib.import_module("ddo_hooks._moved")
 
 _moved.install()  # the old module names, for one release
 

@@ -14,7 +14,7 @@ Examples:
     ...     warnings.simplefilter("always")
     ...     warn_renamed("ddo_hooks.old", "ddo_hooks.new", "why")
     >>> print(caught[0].message)
-    ddo_hooks.old was renamed ddo_hooks.new (why); use the new name, as the old one goes in ddo-hooks 0.2
+    ddo_hooks.old is now ddo_hooks.new (why); use the new name, as the old one goes in ddo-hooks 0.2
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ DDO_IS_ANOTHER_PACKAGE = "DDO is the diffusers-dynamic-offloader package"
 def warn_renamed(old: str, new: str, why: str = "", *, stacklevel: int = 3) -> None:
     """Warn, with a :class:`DeprecationWarning` at the caller's caller, that ``old`` is ``new`` now."""
     because = f" ({why})" if why else ""
-    message = f"{old} was renamed {new}{because}; use the new name, as the old one goes in ddo-hooks 0.2"
+    message = f"{old} is now {new}{because}; use the new name, as the old one goes in ddo-hooks 0.2"
     warnings.warn(message, DeprecationWarning, stacklevel=stacklevel)
 
 

@@ -26,7 +26,7 @@ PACKAGE = Path(ddo_hooks.__file__).resolve().parent
 @pytest.mark.parametrize(("old", "new"), MOVED_MODULES.items())
 def test_an_old_module_name_warns_once_and_is_the_new_module(old, new, monkeypatch):
     monkeypatch.delitem(sys.modules, old, raising=False)
-    said = rf"^{old} was renamed {new}; use the new name, as the old one goes in ddo-hooks 0.2$"
+    said = rf"^{old} is now {new}; use the new name, as the old one goes in ddo-hooks 0.2$"
     with pytest.warns(DeprecationWarning, match=said):
         module = importlib.import_module(old)
     assert module is importlib.import_module(new)
@@ -45,7 +45,7 @@ def test_names_imported_from_an_old_module_are_the_new_modules_objects(monkeypat
 def test_the_new_module_keeps_its_own_name_and_no_old_one_is_a_file(monkeypatch):
     for old, new in MOVED_MODULES.items():
         monkeypatch.delitem(sys.modules, old, raising=False)
-        with pytest.warns(DeprecationWarning, match=f"renamed {new}"):
+        with pytest.warns(DeprecationWarning, match=f"is now {new}"):
             module = importlib.import_module(old)
         assert (module.__name__, module.__spec__.name) == (new, new)
         assert module.__spec__.origin == str(PACKAGE.joinpath(*new.split(".")[1:]).with_suffix(".py"))
@@ -54,7 +54,7 @@ def test_the_new_module_keeps_its_own_name_and_no_old_one_is_a_file(monkeypatch)
 
 def test_the_base_error_has_one_name_and_the_old_one_warns():
     assert issubclass(InvalidArgumentError, DdoHooksError)
-    renamed = r"DDOError was renamed ddo_hooks.errors.DdoHooksError \(DDO is the diffusers-dynamic-offloader package\)"
+    renamed = r"DDOError is now ddo_hooks.errors.DdoHooksError \(DDO is the diffusers-dynamic-offloader package\)"
     with pytest.warns(DeprecationWarning, match=rf"^ddo_hooks.{renamed}"):
         assert ddo_hooks.DDOError is DdoHooksError
     import ddo_hooks.errors as errors
@@ -71,6 +71,6 @@ def test_boundary_context_left_is_dropped_names_under_its_old_name():
         pipeline=None, boundary="after_call", action="mine", call_index=1, device="cuda",
         tracker=MetricsTracker(), policy=HookPolicy.default(), dropped_names=("text_encoder",),
     )  # fmt: skip
-    said = "^BoundaryContext.left was renamed BoundaryContext.dropped_names; use the new name"
+    said = "^BoundaryContext.left is now BoundaryContext.dropped_names; use the new name"
     with pytest.warns(DeprecationWarning, match=said):
         assert ctx.left == ("text_encoder",)
