@@ -19,6 +19,7 @@ import json
 import time
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import pinned_workload as workload
 import torch
@@ -168,8 +169,9 @@ def call_kwargs(spec: dict[str, Any], index: int) -> dict[str, Any]:
 def preset_policy(preset: str) -> dict[str, Any]:
     """The preset as a mapping, with extras after ``+``: ``stable`` declares the weights files stable
     (``stable_files: true``); ``evict`` evicts the done components' file pages (``evict: true``); ``register`` and
-    ``stage`` pin from the files (``pinned_copies.from_files``); ``without_<action>`` takes that action out of every
-    boundary (which of a preset's actions costs the time)."""
+    ``stage`` pin from the files (``pinned_copies.from_files``); ``register_all``, an experiment, registers the text
+    encoders too (whether their pinning at every onload costs the time; :func:`attach_preset`); ``without_<action>``
+    takes that action out of every boundary (which of a preset's actions costs the time)."""
     from ddo_hooks import HookPolicy
 
     name, *extras = preset.split("+")
@@ -182,22 +184,30 @@ def preset_policy(preset: str) -> dict[str, Any]:
                 for action in boundary["actions"]:
                     if action["name"] == "release_done_components":
                         action["options"]["stable_files" if extra == "stable" else "evict"] = True
+        elif extra == "register_all":  # see attach_preset
+            policy["pinned_copies"]["from_files"] = "register"
         elif extra.startswith("without_"):
             for boundary in policy["boundaries"].values():
                 boundary["actions"] = [a for a in boundary["actions"] if a["name"] != extra.removeprefix("without_")]
         else:
             raise SystemExit(
-                f"unknown preset extra {extra!r} in {preset!r}: stable, evict, register, stage or without_<action>"
+                f"unknown preset extra {extra!r} in {preset!r}: stable, evict, register, register_all, stage or "
+                "without_<action>"
             )
     return policy
 
 
 def attach_preset(pipe: Any, preset: str, repack: bool) -> Any:
+    """Attach the preset with its extras; ``register_all`` empties ``from_files.ONCE_PER_CALL`` during attach, so
+    that the encoders are registered with the denoiser and the VAE (not an option of the library: an experiment)."""
     from ddo_hooks import HookPolicy, attach
+    from ddo_hooks.release import from_files
 
     policy = preset_policy(preset)
     policy["pinned_copies"]["repack"] = repack
-    return attach(pipe, HookPolicy.from_mapping(policy))
+    every = () if "register_all" in preset.split("+") else from_files.ONCE_PER_CALL
+    with mock.patch.object(from_files, "ONCE_PER_CALL", every):
+        return attach(pipe, HookPolicy.from_mapping(policy))
 
 
 def timed_call(pipe: Any, kwargs: dict[str, Any]) -> tuple[float, str]:

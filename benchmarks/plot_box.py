@@ -36,7 +36,7 @@ ARMS = [
     (("new-setup",), "false/ddo-vmm", "DDO VMM route"),
     (("lcmu-true",), "true/nothing", "nothing"),
     (("timing", "new-setup", "register"), "true/preset:default+register", "`default` + register"),
-    (("timing-3", "peers", "register"), "true/preset:lowest-peak+register", "`lowest-peak` + register"),
+    (("timing-5", "peers", "register"), "true/preset:lowest-peak+register", "`lowest-peak` + register"),
     (("ranks",), "true/preset:lowest-peak+register+evict", "`lowest-peak` + register + evict"),
     (("lcmu-true",), "true/preset:lowest-peak+stage", "`lowest-peak` + stage"),
     (("ranks",), "false/nothing*2", "nothing, 2 processes"),
@@ -54,7 +54,7 @@ FLUX_DEV_RANKS = [
     (("flux-dev-ranks",), "true/preset:default+register*2", "`default` + register, 2 processes"),
 ]
 """The run of two ranks at FLUX.1-dev's shapes: one process, then two at once in one cgroup."""
-TIMINGS = ("timing", "timing-lowest-peak", "timing-2", "timing-3", "timing-4")
+TIMINGS = ("timing", "timing-lowest-peak", "timing-2", "timing-3", "timing-4", "timing-5", "timing-6", "timing-7")
 """The runs of register presets interleaved with ``nothing`` (``low_cpu_mem_usage=False``), in order."""
 
 
@@ -132,7 +132,8 @@ def timing_table(found: list[dict[str, Any]]) -> list[str]:
     lines = []
     for row in found:
         name, *extras = row["arm"].split(":", 1)[1].split("+")
-        arm = f"`{name}` + " + ", ".join(e if e == "register" else f"without `{e[len('without_') :]}`" for e in extras)
+        named = {"register": "register", "register_all": "register, the encoders too"}
+        arm = f"`{name}` + " + ", ".join(named.get(e) or f"without `{e.removeprefix('without_')}`" for e in extras)
         (low, high), (n_low, n_high) = row["spread"], row["nothing_spread"]
         lines.append(
             f"| `{row['run']}` | {arm} | {row['n']} | {row['steady']:.2f} ({low:.2f}\u2013{high:.2f}) | "

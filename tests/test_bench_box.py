@@ -195,5 +195,5 @@ def test_a_preset_extra_takes_an_action_out_of_every_boundary_and_an_unknown_one
         "after_call": ["host_cache_release"],
     }
     assert policy["pinned_copies"]["from_files"] == "register"
-    with pytest.raises(SystemExit, match="'sideways' in 'default\\+sideways': stable, evict, register, stage or"):
+    with pytest.raises(SystemExit, match="'sideways' in 'default\\+sideways': stable, evict, register, register_all, "):
         floor.preset_policy("default+sideways")

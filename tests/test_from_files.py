@@ -22,10 +22,11 @@ import torch
 from diffusers import DiffusionPipeline
 from diffusers.hooks import apply_group_offloading
 from support.fakes import FakeHostAllocator, pin_like_streams
+from support.file_modules import load_file
 
 from ddo_hooks import HookPolicy, attach
 from ddo_hooks._compat import diffusers as diffusers_compat
-from ddo_hooks.release import file_pages
+from ddo_hooks.release import file_pages, from_files
 from ddo_hooks.release.allocator import use_backend
 from ddo_hooks.release.from_files import pin_from_files, pinned_from_files, unpin_from_files
 from ddo_hooks.testing.tiny_pipelines import build_pipeline, call_kwargs
@@ -227,3 +228,21 @@ def test_pinned_copies_from_low_cpu_mem_usage_false_are_refused_with_the_fix(sav
     status, reason, detail = refused(pipe, "unet")
     assert (status, reason) == ("refused", "not_file_backed")
     assert "(a pinned copy: low_cpu_mem_usage=False)" in detail
+
+
+def test_the_benchmarks_register_all_experiment_registers_the_encoders_that_are_views_of_their_files(saved, fake):
+    # bench_box's arm ``lowest-peak+register_all`` (bench_box-timing-7.json): whether pinning the text encoders at
+    # every onload costs the register presets their time. CLIP's position_ids is built at init, not read from its
+    # file, so CLIP is left as it was, on the H200 as here.
+    floor = load_file(Path(__file__).parents[1] / "benchmarks" / "floor_workload.py", "floor_workload", beside=True)
+    pipe = load(saved["flux"], fake)
+    with floor.attach_preset(pipe, "lowest-peak+register_all", repack=True) as attachment:
+        found = statuses(attachment.from_files_report)
+        assert found == {
+            "transformer": ("registered", None), "vae": ("registered", None),
+            "text_encoder_2": ("registered", None), "text_encoder": ("refused", "not_file_backed"),
+        }  # fmt: skip
+        (clip,) = [c for c in attachment.from_files_report.repack.components if c.component == "text_encoder"]
+        assert "text_encoder's embeddings.position_ids is not a view of its weights file" in clip.detail
+    assert from_files.ONCE_PER_CALL == ("text_encoder", "image_encoder", "prior")  # only during that attach
+    assert fake.registered == {}
