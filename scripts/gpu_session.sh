@@ -20,6 +20,8 @@
 #   tests        the gpu-marked tests in $GPU_TESTS (paths or node ids, space-separated)
 #   register     benchmarks/probe_register.py on the transformer's weights file (drawn first if missing)
 #   box          benchmarks/bench_box.py $BOX_ARGS within $BOX_TIMEOUT_S (540) s: the smallest cgroup box per arm
+#   onload       benchmarks/probe_onload.py on the Flux-shaped transformer (drawn first if missing), $ONLOAD_REPS (9)
+#                passes each: its groups onloaded from registered file pages against from pinned copies
 #   bench        every benchmarks/bench_*.py with its defaults
 #
 # Carried wheels live in .whl/ (ignored by git; see docs/development.md for the download line).
@@ -82,6 +84,10 @@ for step in "${steps[@]}"; do
               python3 benchmarks/pinned_workload.py setup --dir $weights --size full --result "$OUT/setup.json" > "$OUT/setup.log" 2>&1
               file=$(ls -S $weights/transformer/*.safetensors | head -n 1)
               python3 benchmarks/probe_register.py --file "$file" --mib ${REGISTER_MIB:-512} --timeout-s ${REGISTER_TIMEOUT_S:-40} 2>&1 | tee "$OUT/register.log"; rc[$step]=${PIPESTATUS[0]} ;;
+    onload) weights=/tmp/ddo-floor-weights/flux-full
+            python3 benchmarks/pinned_workload.py setup --dir $weights --size full --result "$OUT/setup.json" > "$OUT/setup.log" 2>&1
+            python3 benchmarks/probe_onload.py --folder $weights/transformer --reps ${ONLOAD_REPS:-9} --out "$OUT/onload" \
+              2>&1 | tee "$OUT/onload.log"; rc[$step]=${PIPESTATUS[0]} ;;
     box) timeout "${BOX_TIMEOUT_S:-540}" python3 benchmarks/bench_box.py --out "$OUT/box" ${BOX_ARGS:-} 2>&1 | tee "$OUT/box.log"
          rc[$step]=${PIPESTATUS[0]} ;;
     *) echo "unknown step $step"; rc[$step]=2 ;;
