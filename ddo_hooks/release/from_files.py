@@ -22,7 +22,10 @@ pinned so is left exactly as it was, with the reason: its weights are not views 
 (``not_file_backed``: built or loaded into memory, converted to another dtype, or pinned copies already), a
 file was deleted or replaced since it was loaded (``file_changed``), a page of a view was written
 (``modified``), a weight is shared with another component (``shared_storage``), or pinning failed
-(``pin_failed``). :func:`unpin_from_files` undoes it exactly: the weights are the views they were before.
+(``pin_failed``). Buffers a model builds at init and does not save (``persistent=False``, as Wan's rotary
+tables, Chroma's ``mod_proj``, CLIP's ``position_ids``) are in no file: they are left as they were, the rest of the
+component is pinned, and the report says how many. :func:`unpin_from_files` undoes it exactly: the weights are
+the views they were before.
 
 Examples:
     On a machine without CUDA nothing can be pinned:
@@ -35,6 +38,7 @@ Examples:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import mmap
 import os
 import time
@@ -245,14 +249,33 @@ def _drop_pages(source: torch.Tensor, where: _Located, opened: dict[str, int]) -
         os.posix_fadvise(opened[where.mapping.path], where.offset, nbytes, os.POSIX_FADV_DONTNEED)
 
 
+def _built_at_init(module: torch.nn.Module, component: Component) -> tuple[Component, list[Stored]]:
+    """Split off the storages of the buffers that no file holds.
+
+    Those are the buffers not in the state dict (``persistent=False``: built at init, as Wan's rotary tables are);
+    they stay as they are, and diffusers pins them at each onload.
+    """
+    saved = {id(t) for t in module.state_dict(keep_vars=True).values()}
+    kept: list[Stored] = []
+    built: list[Stored] = []
+    for entry in component.stored:
+        (built if entry.weights and not any(id(w) in saved for w in entry.weights) else kept).append(entry)
+    return dataclasses.replace(component, stored=kept), built
+
+
 def _one(name: str, module: torch.nn.Module, mode: FromFilesMode, others: set[int]) -> ComponentRepack:
     started = time.perf_counter()
     try:
         if pinned_from_files(module) is not None:
             raise skip("already_packed", f"{name}'s weights are pinned from its files already")
-        component = inspect_component(name, module, staging=True)
+        component, built = _built_at_init(module, inspect_component(name, module, staging=True))
         located = _locate(name, module, component, others)
         pinned, owned, detail = (_register if mode == "register" else _stage)(name, module, component, located)
+        if built:
+            detail += (
+                f"; {len(built)} buffer(s) built at init, not in its files, left as they were "
+                f"({sum(e.nbytes for e in built):,} bytes)"
+            )
     except Left as left:
         from ddo_hooks.release.repack import _left_as_it_was
 
