@@ -50,6 +50,7 @@ from typing import Any, Literal
 
 import torch
 
+from ddo_hooks._compat import diffusers as diffusers_compat
 from ddo_hooks.release import allocator as _allocator
 from ddo_hooks.release import file_pages
 from ddo_hooks.release.pinned_copies import REPACKED, Component, Left, Stored, inspect_component, refuse, skip
@@ -346,6 +347,6 @@ def unpin_from_files(pipeline: Any) -> None:
             continue
         for entry, view in pinned.restore:
             entry.point(view)
-            REPACKED.difference_update({copy.group for copy in entry.copies})
+        REPACKED.difference_update(diffusers_compat.offload_groups(module))  # those of unpinned buffers too
         if pinned.finalizer is not None:
             pinned.finalizer()
