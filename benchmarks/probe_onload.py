@@ -13,8 +13,9 @@ the same transformer, loaded twice from its files and offloaded at leaf level wi
 then, rep by rep, one arm after the other, onloads every group in order (diffusers' own ``onload_``, which checks
 ``is_pinned()`` for each tensor and copies it on the group's stream), waits for the transfers, and offloads it
 again (as ``record_stream=False`` does, without the compute). Each pass moves the whole transformer once, as one
-denoising step does; a call makes 20. Prints each arm's median pass (min-max), its GB/s, the ratio, and whether
-every weight reached the GPU with the same bytes from both.
+denoising step does; a call makes 20. Prints each arm's median pass (min-max), its GB/s, the ratio, the
+``is_pinned()`` checks of a pass alone (diffusers asks it of every source at every onload), and whether every
+weight reached the GPU with the same bytes from both.
 
     python3 benchmarks/probe_onload.py --folder /tmp/ddo-floor-weights/flux-full/transformer [--reps 9] [--out DIR]
 
@@ -66,6 +67,17 @@ def onload_pass(module: torch.nn.Module) -> float:
     return time.perf_counter() - started
 
 
+def pinned_checks(module: torch.nn.Module) -> float:
+    """Seconds to ask ``is_pinned()`` of every CPU source of ``module``'s groups, as each group's onload does."""
+    sources = [
+        t for g in diffusers_compat.offload_groups(module) for t in diffusers_compat.group_cpu_sources(g).values()
+    ]
+    started = time.perf_counter()
+    for tensor in sources:
+        tensor.is_pinned()
+    return time.perf_counter() - started
+
+
 def onloaded(module: torch.nn.Module) -> list[torch.Tensor]:
     """Every weight of ``module`` as the groups put it on the device (checksummed there, then offloaded)."""
     sums = []
@@ -95,24 +107,29 @@ def measure(copies: torch.nn.Module, registered: torch.nn.Module, reps: int) -> 
     for module in arms.values():  # warm-up: the device allocator's blocks, the streams
         onload_pass(module)
     seconds: dict[str, list[float]] = {name: [] for name in arms}
+    checks: dict[str, list[float]] = {name: [] for name in arms}
     for _ in range(reps):
         for name, module in arms.items():
             seconds[name].append(onload_pass(module))
+            checks[name].append(pinned_checks(module))
     same = all(torch.equal(a, b) for a, b in zip(onloaded(copies), onloaded(registered), strict=True))
     return {
         "reps": reps, "bytes": sum(t.numel() * t.element_size() for t in copies.parameters()),
         "groups": len(diffusers_compat.offload_groups(copies)), "same_bytes": same, "seconds": seconds,
+        "is_pinned_seconds": checks,
     }  # fmt: skip
 
 
 def table(result: dict[str, Any]) -> list[str]:
-    """The arms side by side: median pass (min-max, n), GB/s at the median, ratio to ``copies``."""
+    """The arms side by side: median pass (min-max, n), GB/s at the median, ratio to ``copies``, and the median
+    seconds of a pass's ``is_pinned()`` checks alone."""
     base = statistics.median(result["seconds"]["copies"])
-    lines = [f"{'arm':<12}{'pass s (min-max, n)':>28}{'GB/s':>8}{'x copies':>10}"]
+    lines = [f"{'arm':<12}{'pass s (min-max, n)':>28}{'GB/s':>8}{'x copies':>10}{'is_pinned s':>13}"]
     for name, seconds in result["seconds"].items():
-        median = statistics.median(seconds)
+        median, checks = statistics.median(seconds), statistics.median(result["is_pinned_seconds"][name])
         spread = f"{median:.4f} ({min(seconds):.4f}-{max(seconds):.4f}, {len(seconds)})"
-        lines.append(f"{name:<12}{spread:>28}{result['bytes'] / median / 1e9:>8.1f}{median / base:>10.3f}")
+        rate = result["bytes"] / median / 1e9
+        lines.append(f"{name:<12}{spread:>28}{rate:>8.1f}{median / base:>10.3f}{checks:>13.5f}")
     return lines
 
 

@@ -43,10 +43,11 @@ def test_each_pass_onloads_every_group_from_both_arms_and_the_same_bytes_arrive(
         result = probe.measure(copies, registered, reps=2)
     assert result["same_bytes"] is True
     assert {name: len(s) for name, s in result["seconds"].items()} == {"copies": 2, "registered": 2}
+    assert {name: len(s) for name, s in result["is_pinned_seconds"].items()} == {"copies": 2, "registered": 2}
     assert result["groups"] == len(diffusers_compat.offload_groups(copies)) > 1
     assert result["bytes"] == sum(t.numel() * t.element_size() for t in copies.parameters())
     lines = probe.table(result)
-    assert lines[0].split() == ["arm", "pass", "s", "(min-max,", "n)", "GB/s", "x", "copies"]
-    assert lines[1].startswith("copies")
-    assert lines[1].rstrip().endswith("1.000")
+    assert lines[0].split() == ["arm", "pass", "s", "(min-max,", "n)", "GB/s", "x", "copies", "is_pinned", "s"]
+    assert lines[1].split()[0] == "copies"
+    assert lines[1].split()[-2] == "1.000"  # the ratio to itself
     assert lines[2].startswith("registered")
