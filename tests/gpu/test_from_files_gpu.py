@@ -5,7 +5,8 @@ Tiny real pipelines are saved and loaded back in bf16 (their weights views of th
 ``stage``) a pipeline with ``lowest-peak`` and the mode attached makes ten plain calls, bitwise equal to the same
 pipeline with nothing attached; the denoiser's and the VAE's sources are pinned and the encoders' are not;
 ``drop()`` of the text encoder works; ``detach()`` gives every weight back the view it had before attach, and a
-call after it is still equal.
+call after it is still equal. Wan 2.2's two transformers, whose rotary tables are buffers in no file, are pinned
+but for those tables, with outputs equal to an unhooked pipeline's.
 """
 
 import pytest
@@ -86,3 +87,56 @@ def test_weights_pinned_from_their_files_give_equal_outputs_and_detach_gives_the
         assert found["equal"] == [True] * 10
         assert all(found["views_back"].values())
         assert found.get("equal_after_detach", True)
+
+
+WAN = """
+import json, tempfile, warnings, torch
+warnings.simplefilter("ignore")
+from diffusers import DiffusionPipeline
+from ddo_hooks import HookPolicy, attach
+from ddo_hooks.testing.structural import build_structural, structural_call_kwargs
+
+folder = tempfile.mkdtemp()
+build_structural("wan22").save_pretrained(folder)
+
+def load():
+    pipe = DiffusionPipeline.from_pretrained(folder)
+    pipe.set_progress_bar_config(disable=True)
+    pipe.enable_group_offload(torch.device("cuda:0"), offload_device=torch.device("cpu"), offload_type="leaf_level",
+                              use_stream=True, record_stream=False, low_cpu_mem_usage=True)
+    return pipe
+
+def outputs(pipe, calls=3):
+    return [torch.as_tensor(pipe(**structural_call_kwargs("wan22", seed=n)).frames).float().cpu() for n in range(calls)]
+
+plain = outputs(load())
+found = {}
+for mode in ("register", "stage"):
+    pipe = load()
+    policy = HookPolicy.preset("lowest-peak").model_dump(mode="json")
+    policy["pinned_copies"]["from_files"] = mode
+    attachment = attach(pipe, HookPolicy.from_mapping(policy))
+    report = attachment.from_files_report.repack
+    tables = {n: getattr(pipe, n).rope.freqs_cos for n in ("transformer", "transformer_2")}
+    got = outputs(pipe)
+    attachment.detach()
+    found[mode] = {
+        "components": {c.component: [c.status, c.reason, c.detail] for c in report.components},
+        "tables_pinned": {n: bool(t.is_pinned()) for n, t in tables.items()},
+        "equal": [bool(torch.equal(a, b)) for a, b in zip(plain, got)],
+    }
+print(json.dumps(found))
+"""
+
+
+def test_wan_transformers_with_rotary_tables_built_at_init_are_pinned_from_their_files(run_fresh, gpu_count):
+    """Wan 2.2's rotary tables are buffers in no file: they are left, and the rest of each transformer is pinned."""
+    result = run_fresh(WAN, timeout=300)
+    for mode, found in result.items():
+        status = "registered" if mode == "register" else "repacked"
+        for name in ("transformer", "transformer_2"):
+            got, reason, detail = found["components"][name]
+            assert (got, reason) == (status, None)
+            assert detail.endswith("; 2 buffer(s) built at init, not in its files, left as they were (3,072 bytes)")
+        assert found["tables_pinned"] == {"transformer": False, "transformer_2": False}
+        assert found["equal"] == [True] * 3
