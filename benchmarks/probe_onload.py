@@ -29,6 +29,7 @@ import json
 import statistics
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +51,16 @@ def load(folder: Path, lcmu: bool, device: torch.device, dtype: torch.dtype = to
     return module
 
 
+def _onloaded(groups: list[Any]) -> Iterator[Any]:
+    """Each group onloaded through diffusers' own ``onload_`` (its transfers waited for), then offloaded again."""
+    for group in groups:
+        group.onload_()
+        if group.stream is not None:
+            group.stream.synchronize()
+        yield group
+        group.offload_()
+
+
 def onload_pass(module: torch.nn.Module) -> float:
     """Onload every group of ``module`` in order, wait for its transfers, offload it: seconds for the whole pass."""
     groups = diffusers_compat.offload_groups(module)
@@ -57,11 +68,8 @@ def onload_pass(module: torch.nn.Module) -> float:
     if cuda:
         torch.cuda.synchronize()
     started = time.perf_counter()
-    for group in groups:
-        group.onload_()
-        if group.stream is not None:
-            group.stream.synchronize()
-        group.offload_()
+    for _ in _onloaded(groups):
+        pass
     if cuda:
         torch.cuda.synchronize()
     return time.perf_counter() - started
@@ -80,15 +88,12 @@ def pinned_checks(module: torch.nn.Module) -> float:
 
 def onloaded(module: torch.nn.Module) -> list[torch.Tensor]:
     """Every weight of ``module`` as the groups put it on the device (checksummed there, then offloaded)."""
-    sums = []
-    for group in diffusers_compat.offload_groups(module):
-        group.onload_()
-        if group.stream is not None:
-            group.stream.synchronize()
-        for submodule in group.modules:
-            sums.extend(t.detach().view(torch.int16).sum(dtype=torch.int64).cpu() for t in submodule.parameters())
-        group.offload_()
-    return sums
+    return [
+        t.detach().view(torch.int16).sum(dtype=torch.int64).cpu()
+        for group in _onloaded(diffusers_compat.offload_groups(module))
+        for submodule in group.modules
+        for t in submodule.parameters()
+    ]
 
 
 def register(module: torch.nn.Module) -> list[Any]:

@@ -481,13 +481,14 @@ def test_lowest_peaks_give_back_inside_a_call_costs_what_its_reports_say():
     _, found = _timings()
     shown = " ".join(PAGE.read_text(encoding="utf-8").split())
 
-    def given_back(name: str) -> list[dict[str, Any]]:
+    def given_back(name: str) -> list[list[dict[str, Any]]]:
+        """Each process's executed give-backs, call by call."""
         return [
-            d for t in _timing_arm(name, "true/preset:lowest-peak+register") for s in t["steps"]
-            if s["event"] == "reports" for d in s["done"] if d["status"] == "executed"
-        ]  # fmt: skip
+            [d for s in t["steps"] if s["event"] == "reports" for d in s["done"] if d["status"] == "executed"]
+            for t in _timing_arm(name, "true/preset:lowest-peak+register")
+        ]
 
-    done = given_back("timing-3")
+    done = [d for process in given_back("timing-3") for d in process]
     took = [d["seconds"] for d in done]
     third = next(row for row in found if row["run"] == "timing-3" and row["arm"].endswith("lowest-peak+register"))
     assert (
@@ -496,16 +497,14 @@ def test_lowest_peaks_give_back_inside_a_call_costs_what_its_reports_say():
         f"{len(took)} calls; {min(took):.2f}{DASH}{max(took):.2f} s), "
         f"{statistics.median(took) / third['nothing']:.2f}{TIMES} `nothing`'s steady call of that run"
     ) in shown
-    now = [d["seconds"] for d in given_back("timing-5")]
+    latest = given_back("timing-5")
+    now = [d["seconds"] for process in latest for d in process]
     assert statistics.median(now) < statistics.median(took)  # the chunked count
     assert (
         f"in `timing-5` the give-back took {statistics.median(now):.2f} s a call (median of {len(now)}; "
         f"{min(now):.2f}{DASH}{max(now):.2f} s)"
     ) in shown
-    steady = [  # each process's give-backs from the third call on: the faults since the call before's
-        d["faults"] for t in _timing_arm("timing-5", "true/preset:lowest-peak+register") for s in t["steps"]
-        if s["event"] == "reports" for d in s["done"][2:]
-    ]  # fmt: skip
+    steady = [d["faults"] for process in latest for d in process[2:]]  # from the third call on: since the one before
     assert len(steady) == 18
     assert all(68_000 < f["minor_faults"] < 69_000 and not f["major_faults"] for f in steady)
     assert "(from the third call on, about 68,500 minor faults a call, none major)" in shown
