@@ -125,6 +125,57 @@ def _ddo(spec: dict[str, Any], *, vmm: bool) -> Any:
     return pipe
 
 
+def boundary_clock(attachment: Any) -> dict[str, float]:
+    """Seconds spent running each boundary (its actions, the slot, the recording: all the hooks do at a quiet
+    point), summed until the caller clears the dict; empty when nothing is attached."""
+    spent: dict[str, float] = {}
+    if attachment is None:
+        return spent
+    runner = attachment._runner
+    run = runner.run
+
+    def timed(boundary: str, *args: Any, **kwargs: Any) -> Any:
+        started = time.perf_counter()
+        try:
+            return run(boundary, *args, **kwargs)
+        finally:
+            spent[boundary] = spent.get(boundary, 0.0) + time.perf_counter() - started
+
+    runner.run = timed
+    return spent
+
+
+def phase_clock(pipe: Any) -> dict[str, float]:
+    """When the call reached its first denoiser forward (``denoise``) and its VAE decoder (``decode``), in
+    ``time.perf_counter`` seconds, the device synchronized there (in every arm alike); the caller clears the dict
+    between calls. Empty for a pipeline without both modules."""
+    import torch
+
+    marks: dict[str, float] = {}
+    denoiser = getattr(pipe, "transformer", None) or getattr(pipe, "unet", None)
+    decoder = getattr(getattr(pipe, "vae", None), "decoder", None)
+    if not isinstance(denoiser, torch.nn.Module) or not isinstance(decoder, torch.nn.Module):
+        return marks
+    for name, module in (("denoise", denoiser), ("decode", decoder)):
+
+        def mark(_module: Any, _args: Any, _name: str = name) -> None:
+            if _name not in marks:
+                if torch.cuda.is_available():
+                    torch.cuda.synchronize()
+                marks[_name] = time.perf_counter()
+
+        module.register_forward_pre_hook(mark)
+    return marks
+
+
+def faults() -> tuple[int, int]:
+    """The process's minor and major page faults so far."""
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_minflt, usage.ru_majflt
+
+
 def run(spec: dict[str, Any], progress: Path) -> None:
     started = time.perf_counter()
     folder = own_cgroup()
@@ -149,11 +200,14 @@ def run(spec: dict[str, Any], progress: Path) -> None:
             body = pinned.repack
             found = {c.component: [c.status, c.reason, c.detail] for c in body.components}
             emit("from_files", components=found, pinned_bytes=body.pinned_bytes_after, seconds=body.elapsed_seconds)
+        spent, marks = boundary_clock(attachment), phase_clock(pipe)
         embeds: dict[str, Any] = {}
         for index in range(spec["calls"]):
             kwargs = floor.call_kwargs(spec, index)
             if embeds:
                 kwargs.update(prompt=None, **embeds)
+            marks.clear()
+            before, start = faults(), time.perf_counter()
             try:
                 seconds, digest = floor.timed_call(pipe, kwargs)
             except Exception as e:  # diffusers-mm cannot make a second call of a FluxPipeline
@@ -162,7 +216,11 @@ def run(spec: dict[str, Any], progress: Path) -> None:
             if spec["arm"] == "delete" and index == 0:
                 embeds = done_workload._delete_encoders(spec, pipe)
             memory = {"memory": floor.memory(), "cgroup": cgroup_memory(folder), "gpu": gpu_memory()}
-            emit("call", index=index, seconds=seconds, digest=digest, **memory)
+            boundaries, phases = dict(spent), {name: at - start for name, at in marks.items()}
+            spent.clear()
+            faulted = [now - then for now, then in zip(faults(), before, strict=True)]
+            timing = {"boundaries": boundaries, "phases": phases, "faults": faulted}
+            emit("call", index=index, seconds=seconds, digest=digest, **timing, **memory)
         if attachment is not None:
             emit("reports", routes=[r.route for r in attachment.reports], done=done_workload._done_reports(attachment))
             attachment.detach()

@@ -171,7 +171,8 @@ def preset_policy(preset: str) -> dict[str, Any]:
     (``stable_files: true``); ``evict`` evicts the done components' file pages (``evict: true``); ``register`` and
     ``stage`` pin from the files (``pinned_copies.from_files``); ``register_all``, an experiment, registers the text
     encoders too (whether their pinning at every onload costs the time; :func:`attach_preset`); ``without_<action>``
-    takes that action out of every boundary (which of a preset's actions costs the time)."""
+    takes that action out of every boundary (which of a preset's actions costs the time), and disables a boundary
+    it leaves with none."""
     from ddo_hooks import HookPolicy
 
     name, *extras = preset.split("+")
@@ -186,9 +187,10 @@ def preset_policy(preset: str) -> dict[str, Any]:
                         action["options"]["stable_files" if extra == "stable" else "evict"] = True
         elif extra == "register_all":  # see attach_preset
             policy["pinned_copies"]["from_files"] = "register"
-        elif extra.startswith("without_"):
+        elif extra.startswith("without_"):  # a boundary left with no action is disabled (a policy needs one)
             for boundary in policy["boundaries"].values():
                 boundary["actions"] = [a for a in boundary["actions"] if a["name"] != extra.removeprefix("without_")]
+                boundary["enabled"] = boundary["enabled"] and bool(boundary["actions"])
         else:
             raise SystemExit(
                 f"unknown preset extra {extra!r} in {preset!r}: stable, evict, register, register_all, stage or "

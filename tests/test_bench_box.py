@@ -106,6 +106,12 @@ def test_the_worker_runs_an_arm_and_leaves_a_line_per_step(tmp_path):
     assert [s["event"] for s in steps] == ["start", "ready", "from_files", "call", "call", "reports", "end"]
     calls = [s for s in steps if s["event"] == "call"]
     assert all(c["memory"]["rss"] > 0 and len(c["digest"]) == 16 for c in calls)
+    # the seconds each boundary ran in each call: the hooks' whole time at quiet points
+    assert [sorted(c["boundaries"]) for c in calls] == [["after_call", "before_transformer", "before_vae"]] * 2
+    assert all(0 < s < max(c["seconds"] for c in calls) for c in calls for s in c["boundaries"].values())
+    # when the call reached its denoiser and its decoder, and the page faults it took
+    assert all(0 < c["phases"]["denoise"] < c["phases"]["decode"] < c["seconds"] for c in calls)
+    assert all(len(c["faults"]) == 2 and min(c["faults"]) >= 0 for c in calls)
     done = steps[-2]["done"]  # each call's release_done_components, with what left the cgroup's charge (if read)
     assert len(done) == 2
     assert all("cgroup_released_bytes" in d for d in done)
