@@ -3,7 +3,7 @@
 diffusers' public hook surface is :class:`~diffusers.hooks.HookRegistry` (``check_if_exists_or_initialize``,
 ``register_hook``, ``get_hook``, ``remove_hook``, ``hooks``) and :class:`~diffusers.hooks.ModelHook`;
 ddo_hooks uses those directly. What it needs beyond them is here: the attribute the registry
-lives in, the registry's child cache, group offloading's hook names, CPU copies and per-onload pinning, two
+lives in, the registry's child cache, group offloading's hook names and CPU copies, two
 attributes of models and pipelines.
 
 Examples:
@@ -15,8 +15,6 @@ Examples:
 
 from __future__ import annotations
 
-import contextlib
-import functools
 import inspect
 from typing import Any
 
@@ -93,24 +91,6 @@ def set_group_cpu_source(group: Any, key: Any, tensor: torch.Tensor) -> None:
     group.cpu_param_dict[key] = tensor
 
 
-def onload_unpinned(group: Any) -> bool:
-    """Make ``group`` onload from its CPU sources as they are (``ModuleGroup._pinned_memory_tensors``).
-
-    With streams and ``low_cpu_mem_usage=True`` diffusers pins a fresh copy of each source at every onload;
-    afterwards the transfers read the sources themselves (pageable: the driver stages them). ``False``, and
-    nothing changed, for any other group; :func:`onload_pinned_again` undoes it.
-    """
-    if getattr(group, "stream", None) is None or not getattr(group, "low_cpu_mem_usage", False):
-        return False
-    group._pinned_memory_tensors = functools.partial(contextlib.nullcontext, group.cpu_param_dict)
-    return True
-
-
-def onload_pinned_again(group: Any) -> None:
-    """Undo :func:`onload_unpinned`: the group pins its sources at each onload again, as diffusers does."""
-    vars(group).pop("_pinned_memory_tensors", None)
-
-
 def group_disk_path(group: Any) -> str | None:
     """``group.offload_to_disk_path``: where the group keeps its tensors on disk, or ``None`` in memory."""
     return getattr(group, "offload_to_disk_path", None)
@@ -173,13 +153,6 @@ def _group_probe() -> bool:
     return in_memory and offload_groups(module) == [group]
 
 
-def _pinned_probe() -> bool:
-    from diffusers.hooks.group_offloading import ModuleGroup
-
-    method = inspect.getattr_static(ModuleGroup, "_pinned_memory_tensors", None)
-    return callable(method) and list(inspect.signature(method).parameters) == ["self"]
-
-
 def _model_probe() -> bool:
     from diffusers.models import ModelMixin
 
@@ -217,12 +190,6 @@ TOUCHES: tuple[Touch, ...] = (
         "ModuleGroup.cpu_param_dict and ModuleGroup.offload_to_disk_path (group offloading hook's .group)",
         "observing and repacking the CPU copies group offloading keeps",
         _group_probe,
-    ),
-    Touch(
-        "diffusers",
-        "ModuleGroup._pinned_memory_tensors, ModuleGroup.stream and ModuleGroup.low_cpu_mem_usage",
-        "onloading the once-per-call components of pinned_copies.from_files from their files' pages",
-        _pinned_probe,
     ),
     Touch(
         "diffusers",

@@ -81,8 +81,6 @@ class _Pinned:
 
 
 _PINNED: weakref.WeakKeyDictionary[torch.nn.Module, _Pinned] = weakref.WeakKeyDictionary()
-_PAGEABLE: weakref.WeakKeyDictionary[torch.nn.Module, list[Any]] = weakref.WeakKeyDictionary()
-"""The once-per-call components onloaded from their views, and their groups (:func:`_onload_pageable`)."""
 
 
 def pinned_from_files(module: Any) -> FromFilesMode | None:
@@ -299,26 +297,9 @@ def _one(name: str, module: torch.nn.Module, mode: FromFilesMode, others: set[in
     )
 
 
-def _chosen(pipeline: Any, *, once: bool = False) -> list[tuple[str, torch.nn.Module]]:
-    """The components to pin from their files, or (``once``) those that run once per call."""
+def _chosen(pipeline: Any) -> list[tuple[str, torch.nn.Module]]:
     modules = {n: m for n, m in pipeline.components.items() if isinstance(m, torch.nn.Module)}
-    return [(n, m) for n, m in modules.items() if n.startswith(ONCE_PER_CALL) == once]
-
-
-def _onload_pageable(pipeline: Any) -> list[str]:
-    """Let the once-per-call components onload straight from their file views; the names of those changed.
-
-    With ``low_cpu_mem_usage=True`` diffusers pins a fresh copy of each of their groups at each onload: a
-    ``cudaHostAlloc`` and a copy per weight for one transfer, rounded up to a power of two in the host cache
-    until a release frees it. Transferred from the views, the driver stages the bytes and nothing is pinned.
-    """
-    changed = []
-    for name, module in _chosen(pipeline, once=True):
-        groups = [g for g in diffusers_compat.offload_groups(module) if diffusers_compat.onload_unpinned(g)]
-        if groups:
-            _PAGEABLE[module] = groups
-            changed.append(name)
-    return changed
+    return [(n, m) for n, m in modules.items() if not n.startswith(ONCE_PER_CALL)]
 
 
 def pin_from_files(pipeline: Any, mode: FromFilesMode, *, phase: str = "attach") -> PinnedCopyRepackReport:
@@ -352,20 +333,16 @@ def pin_from_files(pipeline: Any, mode: FromFilesMode, *, phase: str = "attach")
     for name, module in _chosen(pipeline):
         others = {id(t) for m in held if m is not module for t in [*m.parameters(), *m.buffers()]}
         results.append(_one(name, module, mode, others))
-    pageable = _onload_pageable(pipeline)
-    note = f"; {', '.join(pageable)} onloaded from their files' pages, not pinned at each onload" if pageable else ""
-    return _report(phase, results, started, before=before, host_before=host_before, note=note)
+    return _report(phase, results, started, before=before, host_before=host_before)
 
 
 def unpin_from_files(pipeline: Any) -> None:
     """Point the weights :func:`pin_from_files` pinned back at the views they were, and unpin (exact inverse)."""
     for module in pipeline.components.values():
         try:
-            pinned, pageable = _PINNED.pop(module, None), _PAGEABLE.pop(module, ())
+            pinned = _PINNED.pop(module, None)
         except TypeError:
             continue
-        for group in pageable:
-            diffusers_compat.onload_pinned_again(group)
         if pinned is None:
             continue
         for entry, view in pinned.restore:

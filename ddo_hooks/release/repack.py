@@ -308,12 +308,8 @@ def _report(
     host_before: HostObservation | None = None,
     releases: list[HostCacheRelease] | None = None,
     refused: str | None = None,
-    note: str = "",
 ) -> PinnedCopyRepackReport:
-    """The report: executed when a component was repacked (with the readings around it), else a no-op saying why.
-
-    ``note`` goes after the detail (what else the caller changed).
-    """
+    """The report: executed when a component was repacked (with the readings around it), else a no-op saying why."""
     repacked = [r for r in results if r.status in ("repacked", "registered")]
     noop_reason: Literal["unsupported_build", "nothing_to_repack"] | None = None
     after: AllocatorSnapshot | None
@@ -325,11 +321,10 @@ def _report(
             detail = f"registered {names} in place: {slabs:,} bytes of their files' pages pinned, no copy"
         elif rounded:
             detail = f"repacked {names}: {rounded:,} bytes of rounded copies became {slabs:,} bytes of slabs"
-        detail += note
         after, host_after = read_snapshot(_allocator.backend().raw_host_stats), observe_host()
     else:
         noop_reason = "unsupported_build" if unsupported else "nothing_to_repack"
-        detail = (unsupported or "no component had pinned copies to repack") + note
+        detail = unsupported or "no component had pinned copies to repack"
         before = after = host_before = host_after = None
     return PinnedCopyRepackReport(
         setup=PinnedCopyRepackSetup(
