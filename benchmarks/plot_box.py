@@ -11,7 +11,8 @@ than" where none fitted).
 
 Run: ``python benchmarks/plot_box.py --out docs/img/box.png`` (needs matplotlib); ``--table`` prints the
 Markdown rows that ``docs/benchmarks.md`` holds, then the README's, then both of FLUX.1-dev's shapes, then its run of
-two ranks, then every interleaved timing of the register presets against ``nothing``.
+two ranks, then every interleaved timing of the register presets against ``nothing``, then where the steady
+calls of the runs that mark it spent their time.
 """
 
 from __future__ import annotations
@@ -54,8 +55,14 @@ FLUX_DEV_RANKS = [
     (("flux-dev-ranks",), "true/preset:default+register*2", "`default` + register, 2 processes"),
 ]
 """The run of two ranks at FLUX.1-dev's shapes: one process, then two at once in one cgroup."""
-TIMINGS = ("timing", "timing-lowest-peak", "timing-2", "timing-3", "timing-4", "timing-5", "timing-6", "timing-7")
+TIMINGS = ("timing", "timing-lowest-peak", "timing-2", "timing-3", "timing-4", "timing-5", "timing-6", "timing-7",
+           "timing-8", "timing-9", "timing-10")  # fmt: skip
 """The runs of register presets interleaved with ``nothing`` (``low_cpu_mem_usage=False``), in order."""
+EXPERIMENTS = {("timing-10", "true/preset:lowest-peak+register"): "true/preset:lowest-peak+register+pageable"}
+"""Arms run with code since reverted, under the name that says what it did: ``pageable``, the text encoders
+onloaded from their file views instead of pinned again at each onload (commit 0dc9e16, reverted in the next)."""
+PHASES = ("timing-8", "timing-9", "timing-10")
+"""The runs whose calls say where their time went (``box_workload``: boundaries, phase marks, page faults)."""
 
 
 def calls(trial: dict[str, Any]) -> list[dict[str, Any]]:
@@ -113,9 +120,10 @@ def timings(results: Path = RESULTS, names: tuple[str, ...] = TIMINGS) -> list[d
         arms = json.loads((results / f"bench_box-{name}.json").read_text())["arms"]
         nothing = [steady(t) for t in arms["false/nothing"]["unboxed"]]
         for arm, record in arms.items():
-            if "+register" not in arm:
+            own = [v for v in map(steady, record["unboxed"]) if v is not None]
+            if "+register" not in arm or not own:  # no steady call: its setup raised
                 continue
-            own = [steady(t) for t in record["unboxed"]]
+            arm = EXPERIMENTS.get((name, arm), arm)
             # interleaved rep by rep: the k-th of each ran side by side (a run cut short has fewer of an arm)
             pairs = list(zip(own, nothing, strict=False))
             found.append({
@@ -127,18 +135,80 @@ def timings(results: Path = RESULTS, names: tuple[str, ...] = TIMINGS) -> list[d
     return found
 
 
+def arm_label(arm: str) -> str:
+    """An arm as the docs' tables name it: ``true/preset:lowest-peak+register+without_malloc_trim`` is
+    "`lowest-peak` + register, without `malloc_trim`"."""
+    name, *extras = arm.split("/", 1)[1].removeprefix("preset:").split("+")
+    if not arm.split("/", 1)[1].startswith("preset:"):
+        return name
+    named = {"register": "register", "register_all": "register, the encoders too",
+             "pageable": "the encoders from their file views (reverted)"}  # fmt: skip
+    said = [named.get(e) or f"without `{e.removeprefix('without_')}`" for e in extras]
+    first = " + " if extras and not extras[0].startswith("without_") else ", "  # what it adds, then what it lacks
+    return f"`{name}`" + "".join((first if i == 0 else ", ") + e for i, e in enumerate(said))
+
+
 def timing_table(found: list[dict[str, Any]]) -> list[str]:
     """The Markdown rows of the docs' table of interleaved timings."""
     lines = []
     for row in found:
-        name, *extras = row["arm"].split(":", 1)[1].split("+")
-        named = {"register": "register", "register_all": "register, the encoders too"}
-        arm = f"`{name}` + " + ", ".join(named.get(e) or f"without `{e.removeprefix('without_')}`" for e in extras)
         (low, high), (n_low, n_high) = row["spread"], row["nothing_spread"]
         lines.append(
-            f"| `{row['run']}` | {arm} | {row['n']} | {row['steady']:.2f} ({low:.2f}\u2013{high:.2f}) | "
+            f"| `{row['run']}` | {arm_label(row['arm'])} | {row['n']} | "
+            f"{row['steady']:.2f} ({low:.2f}\u2013{high:.2f}) | "
             f"{row['nothing']:.2f} ({n_low:.2f}\u2013{n_high:.2f}, {row['nothing_n']}) | "
             f"{row['steady'] / row['nothing']:.2f}\u00d7 ({row['slower']} of {row['pairs']}) |"
+        )
+    return lines
+
+
+def phases(results: Path = RESULTS, names: tuple[str, ...] = PHASES) -> list[dict[str, Any]]:
+    """Where each arm's steady calls spent their time: per process the median over calls 2 to 5 of the call, the
+    encoding (call start to the first denoiser forward), the denoising (to the VAE's decoder), the boundaries'
+    seconds and the minor page faults; then per arm the median and min-max of those over its processes (``None``
+    where the run did not mark phases or count faults)."""
+    found = []
+    for name in names:
+        for arm, record in json.loads((results / f"bench_box-{name}.json").read_text())["arms"].items():
+            per = []
+            for trial in record["unboxed"]:
+                later = [c for c in calls(trial) if c["index"] > 0]
+                if not later:
+                    continue
+                marked = "phases" in later[0]
+                per.append({
+                    "call": [c["seconds"] for c in later],
+                    "encode": [c["phases"]["denoise"] for c in later] if marked else None,
+                    "denoise": [c["phases"]["decode"] - c["phases"]["denoise"] for c in later] if marked else None,
+                    "boundaries": [sum(c["boundaries"].values()) for c in later],
+                    "faults": [c["faults"][0] for c in later] if "faults" in later[0] else None,
+                })  # fmt: skip
+            if not per:
+                continue
+            row: dict[str, Any] = {"run": name, "arm": EXPERIMENTS.get((name, arm), arm), "n": len(per)}
+            for key in per[0]:
+                medians = [statistics.median(p[key]) for p in per if p[key] is not None]
+                row[key] = (statistics.median(medians), min(medians), max(medians)) if medians else None
+            found.append(row)
+    return found
+
+
+def phase_table(found: list[dict[str, Any]]) -> list[str]:
+    """The Markdown rows of the docs' table of where the steady calls' time went."""
+
+    def cell(value: tuple[float, float, float] | None, digits: int = 2) -> str:
+        if value is None:
+            return "-"
+        median, low, high = value
+        return f"{median:,.{digits}f} ({low:,.{digits}f}\u2013{high:,.{digits}f})"
+
+    lines = []
+    for row in found:
+        attached = ":" in row["arm"]  # a preset: its boundaries ran (none else has any)
+        lines.append(
+            f"| `{row['run']}` | {arm_label(row['arm'])} | {row['arm'].split('/')[0].title()} | {row['n']} | "
+            f"{cell(row['call'])} | {cell(row['encode'])} | {cell(row['denoise'])} | "
+            f"{cell(row['boundaries'], 3) if attached else '-'} | {cell(row['faults'], 0)} |"
         )
     return lines
 
@@ -222,7 +292,7 @@ def main() -> None:
     if args.table:
         dev, ranks = rows(arms=FLUX_DEV), rows(arms=FLUX_DEV_RANKS)
         print("\n".join([*table(found), "", *short_table(found), "", *table(dev), "", *short_table(dev)]))
-        print("\n".join(["", *table(ranks), "", *timing_table(timings())]))
+        print("\n".join(["", *table(ranks), "", *timing_table(timings()), "", *phase_table(phases())]))
     if args.out:
         draw(found, args.out)
 

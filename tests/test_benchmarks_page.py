@@ -422,16 +422,16 @@ def test_every_interleaved_timing_of_the_register_presets_is_that_of_its_results
     shown, flat = " ".join(text.split()), " ".join(readme.split())
     peak = [row for row in found if row["arm"] == "true/preset:lowest-peak+register"]
     register = [row for row in found if row["arm"] == "true/preset:default+register"]
-    assert (len(peak), len(register)) == (4, 3)
+    assert (len(peak), len(register)) == (5, 3)
     assert max(row["steady"] / row["nothing"] for row in peak) > 1.05  # the target is missed, and said so
     p = [_ratio(row) for row in peak]
-    assert f"`lowest-peak` + register was {', '.join(p[:3])} and {p[3]} `nothing`" in shown
+    assert f"`lowest-peak` + register was {', '.join(p[:-1])} and {p[-1]} `nothing`" in shown
     assert "the slower in {} of {} pairs: it misses the 1.05".format(*_slower(peak)) in shown
-    over = "Over its four runs it was the slower in {} pairs of {} ({}, {}, {} and {})".format(*_slower(peak), *p)
-    assert over in shown
-    assert "(the slower in {} of {} pairs over four runs)".format(*_slower(peak)) in flat
-    assert peak[-1]["run"] == "timing-5"  # today's code: the row of the box table (held above), and the README's
-    assert f"but its calls took {p[-1]} `nothing`'s" in flat
+    over = "Over its five runs it was the slower in {} pairs of {} ({}, {}, {}, {} and {})"
+    assert over.format(*_slower(peak), *p) in shown
+    assert "(the slower in {} of {} pairs over five runs;".format(*_slower(peak)) in flat
+    (boxed,) = [row for row in peak if row["run"] == "timing-5"]  # the most pairs of today's code: the box table's
+    assert f"but its calls took {_ratio(boxed)} `nothing`'s" in flat
     r = [_ratio(row) for row in register]
     assert f"`default` + register was {', '.join(r[:2])} and {r[2]}" in shown
     assert "the slower in {} of {}.".format(*_slower(register)) in shown
@@ -446,7 +446,16 @@ def test_every_interleaved_timing_of_the_register_presets_is_that_of_its_results
     for name in plot.TIMINGS:
         arms = json.loads((ROOT / "benchmarks" / "results" / f"bench_box-{name}.json").read_text())["arms"]
         digests = {tuple(s["digest"] for s in plot.calls(t)) for arm in arms.values() for t in arm["unboxed"]}
-        assert len(digests) == 1, name
+        assert len(digests - {()}) == 1, name  # () : a setup that raised, below
+    # timing-8's arm with no action anywhere made no call: its policy was refused at setup, as the page says
+    failed = "true/preset:lowest-peak+register" + "".join(
+        f"+without_{name}" for name in ("host_cache_release", "release_done_components", "malloc_trim")
+    )
+    for trial in _timing_arm("timing-8", failed):
+        (error,) = [s for s in trial["steps"] if s["event"] == "error"]
+        assert error["error"].startswith("PolicyError")
+        assert not plot.calls(trial)
+    assert "its setup raised (`PolicyError`: a policy needs an enabled boundary), so it has no row" in shown
 
 
 def test_what_lowest_peaks_gap_is_not_is_what_the_ablation_runs_measured():
@@ -474,6 +483,73 @@ def test_what_lowest_peaks_gap_is_not_is_what_the_ablation_runs_measured():
         assert "embeddings.position_ids is not a view" in attached["text_encoder"][2]
         registered = attached["text_encoder_2"][2].split(": ")[1].split(" bytes")[0]
         assert f"{registered} bytes registered; CLIP was left as it was" in shown
+
+
+def test_where_a_steady_call_spends_its_time_is_what_the_marked_runs_measured():
+    """Issue 27: the phases of timing-8 to timing-10, and what the page concludes from them, from the results."""
+    plot = load_file(ROOT / "benchmarks" / "plot_box.py", "plot_box", beside=True)
+    found, text = plot.phases(), PAGE.read_text(encoding="utf-8")
+    missing = [row for row in plot.phase_table(found) if row not in text]
+    assert not missing, "docs/benchmarks.md lacks these rows of where the calls' time went:\n" + "\n".join(missing)
+    shown = " ".join(text.split())
+    row = {(r["run"], r["arm"]): r for r in found}
+    arm = lambda run, name: row[(run, name)]  # noqa: E731
+
+    def said(value: tuple[float, float, float], digits: int = 2) -> str:
+        return f"{value[0]:.{digits}f} s a call ({value[1]:.{digits}f}\u2013{value[2]:.{digits}f})"
+
+    nothing9, peak9 = (
+        arm("timing-9", "false/nothing"),
+        arm("timing-9", "true/preset:lowest-peak+register+without_malloc_trim"),
+    )
+    # the gap: the encoders' phase and the boundaries, not the denoising
+    assert f"encoding took {said(peak9['encode'])} against `nothing`'s {nothing9['encode'][0]:.2f}" in shown
+    assert f"its boundaries {peak9['boundaries'][0]:.3f} s ({peak9['boundaries'][1]:.3f}" in shown
+    extra = peak9["encode"][0] - nothing9["encode"][0] + peak9["boundaries"][0]
+    gap = peak9["call"][0] - nothing9["call"][0]
+    assert extra > gap > 0
+    assert f"about {extra:.2f} s, more than its whole gap ({peak9['call'][0]:.2f} against" in shown
+    assert f"its denoising took {peak9['denoise'][0]:.2f} s against {nothing9['denoise'][0]:.2f}" in shown
+    assert f"faults them in again: {peak9['faults'][0]:,.0f} minor faults a call" in shown
+    # the pageable encoders of timing-10 were no faster
+    pageable, nothing10 = (
+        arm("timing-10", "true/preset:lowest-peak+register+pageable"),
+        arm("timing-10", "false/nothing"),
+    )
+    assert pageable["encode"][1] > peak9["encode"][1]
+    low, high = f"{pageable['encode'][1]:.2f}", f"{pageable['encode'][2]:.2f}"
+    assert (
+        f"their phase took {pageable['encode'][0]:.2f} s ({low}\u2013{high}) "
+        f"against `nothing`'s {nothing10['encode'][0]:.2f}" in shown
+    )
+    # the denoising moves from process to process; malloc_trim's faults
+    plain, trimless = (
+        arm("timing-9", "false/preset:lowest-peak"),
+        arm("timing-9", "false/preset:lowest-peak+without_malloc_trim"),
+    )
+    assert plain["denoise"][2] / plain["denoise"][1] > 1.45
+    assert f"{plain['denoise'][1]:.2f} to {plain['denoise'][2]:.2f} s in `timing-9`; `nothing` " in shown
+    assert f"`nothing` {nothing9['denoise'][1]:.2f} to {nothing9['denoise'][2]:.2f})" in shown
+    assert 6000 < plain["faults"][0] < 6400
+    assert trimless["faults"][0] < 20
+    assert f"about 6,200 minor faults ({trimless['faults'][0]:.0f} without it" in shown
+    medians = [plain["boundaries"][0], arm("timing-8", "false/preset:lowest-peak")["boundaries"][0]]
+    assert 0.04 <= min(medians) <= max(medians) <= 0.05  # "took 0.04-0.05 s a call"
+    # the transformer's onload from registered pages (probe_onload on the H200)
+    probe = json.loads((ROOT / "benchmarks" / "results" / "probe_onload-h200.json").read_text())
+    seconds = {name: (statistics.median(v), min(v), max(v)) for name, v in probe["seconds"].items()}
+    checks = {name: statistics.median(v) * 1000 for name, v in probe["is_pinned_seconds"].items()}
+    assert probe["same_bytes"]
+    assert (probe["registered"][0], probe["reps"]) == ("registered", 9)
+    r, c = seconds["registered"], seconds["copies"]
+    assert f"{probe['groups']} groups, {probe['bytes']:,} bytes a pass" in shown
+    assert (
+        f"{r[0]:.4f} s a pass ({r[1]:.4f}\u2013{r[2]:.4f}) from its registered file pages "
+        f"against {c[0]:.4f} ({c[1]:.4f}\u2013{c[2]:.4f})" in shown
+    )
+    rates = f"{probe['bytes'] / r[0] / 1e9:.1f} against {probe['bytes'] / c[0] / 1e9:.1f} GB/s, {r[0] / c[0]:.2f}\u00d7"
+    assert rates in shown
+    assert f"took {min(checks.values()):.2f} and {max(checks.values()):.2f} ms" in shown
 
 
 def test_lowest_peaks_give_back_inside_a_call_costs_what_its_reports_say():
@@ -676,7 +752,7 @@ def test_the_box_table_and_its_figures_are_those_of_the_checked_in_results(tmp_p
     assert headline in home
     assert "(img/box.png)" in home
     assert f"but its calls took {behind:.2f}{TIMES} `nothing`'s (the slower in" in flat
-    assert f"pairs over four runs). DDO's `auto` preset called fastest, in a box of {ddo['box']:.2f} GiB" in flat
+    assert f"call, take the time). DDO's `auto` preset called fastest, in a box of {ddo['box']:.2f} GiB" in flat
     assert f"{ddo['box']:.2f} GiB: it keeps weights resident on the GPU ({kept:.2f} GiB between calls)" in flat
     assert f"the pair peaked at {r_ratio:.2f}{TIMES} one process, with `nothing` at {n_ratio:.2f}{TIMES}" in flat
     weights = json.loads((ROOT / "benchmarks" / "results" / "bench_pinned_floor-flux.json").read_text())
