@@ -141,6 +141,35 @@ def test_attach_pins_from_the_files_records_it_and_detach_gives_the_views_back(s
     assert fake.registered == {}
 
 
+@pytest.mark.parametrize("stable_files", [False, True])
+def test_release_done_components_leaves_a_component_pinned_from_its_files(saved, fake, stable_files):
+    # Named in release_done_components, a registered transformer was reported as holding "own copies", and with
+    # stable_files: true its registered sources were swapped back for file views: every onload then pinned again.
+    pipe = load(saved["flux"], fake)
+    options = {"components": ["transformer", "text_encoder"], "stable_files": stable_files}
+    action = {"name": "release_done_components", "options": options}
+    policy = {
+        "version": 1,
+        "pinned_copies": {"from_files": "register"},
+        "boundaries": {"after_call": {"actions": [action]}},
+    }
+    with attach(pipe, HookPolicy.from_mapping(policy)) as attachment:
+        registered = dict(fake.registered)
+        pinned = [t.data_ptr() for t in sources(pipe.transformer)]
+        first = outputs(pipe, "flux", calls=1)
+        done = [r.release for r in attachment.reports if r.route == "done_components_release"]
+        found = {c.component: c for c in done[-1].components}
+        transformer, encoder = found["transformer"], found["text_encoder"]
+        assert (transformer.outcome, transformer.reason, transformer.released_bytes) == ("left", "pinned_from_files", 0)
+        assert transformer.detail.startswith("its weights were pinned from its files at attach (registered in place)")
+        assert encoder.outcome == "released"  # a view of its files: given back as before
+        assert [t.data_ptr() for t in sources(pipe.transformer)] == pinned  # still the registered pages
+        assert all(fake.is_pinned(t) for t in sources(pipe.transformer))
+        assert fake.registered == registered
+        assert all(torch.equal(a, b) for a, b in zip(first, outputs(pipe, "flux", calls=1), strict=True))
+    assert fake.registered == {}
+
+
 def test_a_dropped_component_unregisters_its_pages_when_it_is_collected(saved, fake):
     pipe = load(saved["sd"], fake)
     pin_from_files(pipe, "register")

@@ -184,7 +184,8 @@ def release_done_components(ctx: BoundaryContext) -> Any:
 
     The components are ``ctx.done`` (those that ran before ``before_transformer`` was due), or
     those the ``components`` option names. A component another attached pipeline holds is left
-    (``shared``), as is one whose weights are not file views or were written. Its report (route
+    (``shared``), as is one whose weights ``pinned_copies.from_files`` pinned (``pinned_from_files``), and one
+    whose weights are not file views or were written. Its report (route
     ``done_components_release``) also says what bringing pages back cost since this action's
     previous boundary: the process's page faults and the growth of ``RssFile``.
 
@@ -193,8 +194,9 @@ def release_done_components(ctx: BoundaryContext) -> Any:
     option ``evict: true`` evicts them from the page cache too; the next call reads them from the
     disk (major faults).
     """
-    from ddo_hooks.release.file_pages import left_shared, supported
+    from ddo_hooks.release.file_pages import left_pinned, left_shared, supported
     from ddo_hooks.release.file_views import give_back
+    from ddo_hooks.release.from_files import pinned_from_files
     from ddo_hooks.release.host_memory import observe_host
     from ddo_hooks.reports.done_components import (
         ComponentPages,
@@ -213,9 +215,11 @@ def release_done_components(ctx: BoundaryContext) -> Any:
     why = supported()
     unbound = ctx.state.setdefault("unbound", weakref.WeakKeyDictionary())
     for name, module in modules if why is None else ():
-        holder = ctx.held_elsewhere(module)
+        holder, pinned = ctx.held_elsewhere(module), pinned_from_files(module)
         if holder is not None:
             pages.append(left_shared(name, module, holder))
+        elif pinned is not None:
+            pages.append(left_pinned(name, module, pinned))
         else:
             pages.append(give_back(name, module, unbound, stable_files=options.stable_files, evict=options.evict))
     host_after = observe_host()

@@ -236,6 +236,13 @@ def _left(name: str, reason: str, detail: str, file_bytes: int, other_bytes: int
     )
 
 
+def left_pinned(name: str, module: torch.nn.Module, mode: str) -> ComponentPages:
+    """``module`` left as it is because ``pinned_copies.from_files`` pinned its weights (``register`` or ``stage``)."""
+    how = "registered in place" if mode == "register" else "staged into exact-size slabs"
+    detail = f"its weights were pinned from its files at attach ({how}), and its onloads read them until detach"
+    return _left(name, "pinned_from_files", detail, 0, sum(_storages(module).values()), time.perf_counter())
+
+
 def left_shared(name: str, module: torch.nn.Module, holder: str) -> ComponentPages:
     """``module`` left as it is because the attached pipeline ``holder`` holds it too."""
     detail = f"the attached {holder} holds it too, and its calls would pay for the page faults"

@@ -46,14 +46,18 @@ __all__ = [
     "PagesReason",
 ]
 
-PagesReason = Literal["not_file_backed", "own_copies", "modified", "file_changed", "shared", "unsupported"]
+PagesReason = Literal[
+    "not_file_backed", "own_copies", "pinned_from_files", "modified", "file_changed", "shared", "unsupported"
+]
 """Why a done component was left as it was.
 
 ``not_file_backed``: none of its CPU weights is a view of a weights file, and its copies
 cannot be pointed back at its files (built in memory, converted to another dtype when loaded, its
 files not found); ``own_copies``: it holds its own copies of weights its files hold (loaded into
 memory, or pinned by group offloading) and keeps them, since the policy does not declare its files
-stable (``stable_files: true``), so that it never comes to depend on them; ``modified``: a page of
+stable (``stable_files: true``), so that it never comes to depend on them; ``pinned_from_files``: its weights
+were pinned from its files (``pinned_copies.from_files``: registered in place or staged), and its onloads read
+them until detach; ``modified``: a page of
 its file views was written, or its copies differ from its files (a fused LoRA, an in-place edit),
 so dropping them would bring back the file's bytes; ``file_changed``: its copies differ from a
 weights file that was rewritten or replaced since attach (the copies are what it loaded);
