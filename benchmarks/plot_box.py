@@ -194,21 +194,21 @@ def phases(results: Path = RESULTS, names: tuple[str, ...] = PHASES) -> list[dic
 
 
 def phase_table(found: list[dict[str, Any]]) -> list[str]:
-    """The Markdown rows of the docs' table of where the steady calls' time went."""
+    """The Markdown rows of the docs' table of where the steady calls' time went: medians over the processes, and
+    the min-max of the encoding and the denoising."""
 
-    def cell(value: tuple[float, float, float] | None, digits: int = 2) -> str:
-        if value is None:
-            return "-"
-        median, low, high = value
-        return f"{median:,.{digits}f} ({low:,.{digits}f}\u2013{high:,.{digits}f})"
+    def spread(value: tuple[float, float, float] | None) -> str:
+        return "-" if value is None else f"{value[0]:.2f} ({value[1]:.2f}\u2013{value[2]:.2f})"
 
     lines = []
     for row in found:
         attached = ":" in row["arm"]  # a preset: its boundaries ran (none else has any)
+        mode = row["arm"].split("/")[0].title()
+        boundaries = f"{row['boundaries'][0]:.3f}" if attached else "-"
+        faults = "-" if row["faults"] is None else f"{row['faults'][0]:,.0f}"
         lines.append(
-            f"| `{row['run']}` | {arm_label(row['arm'])} | {row['arm'].split('/')[0].title()} | {row['n']} | "
-            f"{cell(row['call'])} | {cell(row['encode'])} | {cell(row['denoise'])} | "
-            f"{cell(row['boundaries'], 3) if attached else '-'} | {cell(row['faults'], 0)} |"
+            f"| `{row['run']}` | {arm_label(row['arm'])} ({mode}) | {row['n']} | {row['call'][0]:.2f} | "
+            f"{spread(row['encode'])} | {spread(row['denoise'])} | {boundaries} | {faults} |"
         )
     return lines
 

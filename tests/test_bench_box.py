@@ -201,5 +201,16 @@ def test_a_preset_extra_takes_an_action_out_of_every_boundary_and_an_unknown_one
         "after_call": ["host_cache_release"],
     }
     assert policy["pinned_copies"]["from_files"] == "register"
+    # a boundary left with no action is disabled, as a policy requires (timing-8's arm raised before this)
+    from ddo_hooks import HookPolicy
+
+    policy = floor.preset_policy("lowest-peak+without_host_cache_release+without_malloc_trim")
+    enabled = {name: (b["enabled"], [a["name"] for a in b["actions"]]) for name, b in policy["boundaries"].items()}
+    assert enabled == {
+        "before_transformer": (True, ["release_done_components"]),
+        "before_vae": (False, []),
+        "after_call": (False, []),
+    }
+    assert HookPolicy.from_mapping(policy).enabled
     with pytest.raises(SystemExit, match="'sideways' in 'default\\+sideways': stable, evict, register, register_all, "):
         floor.preset_policy("default+sideways")
