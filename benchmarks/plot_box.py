@@ -142,7 +142,7 @@ def arm_label(arm: str) -> str:
     if not arm.split("/", 1)[1].startswith("preset:"):
         return name
     named = {"register": "register", "register_all": "register, the encoders too",
-             "pageable": "the encoders from their file views (reverted)"}  # fmt: skip
+             "pageable": "the encoders from their file views, reverted"}  # fmt: skip
     said = [named.get(e) or f"without `{e.removeprefix('without_')}`" for e in extras]
     first = " + " if extras and not extras[0].startswith("without_") else ", "  # what it adds, then what it lacks
     return f"`{name}`" + "".join((first if i == 0 else ", ") + e for i, e in enumerate(said))

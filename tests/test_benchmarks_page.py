@@ -530,6 +530,10 @@ def test_where_a_steady_call_spends_its_time_is_what_the_marked_runs_measured():
     assert plain["denoise"][2] / plain["denoise"][1] > 1.45
     assert f"{plain['denoise'][1]:.2f} to {plain['denoise'][2]:.2f} s in `timing-9`; `nothing` " in shown
     assert f"`nothing` {nothing9['denoise'][1]:.2f} to {nothing9['denoise'][2]:.2f})" in shown
+    slow = plain["denoise"][0] - nothing9["denoise"][0]  # its slower call is its denoising
+    assert slow > plain["encode"][0] - nothing9["encode"][0] + plain["boundaries"][0]
+    said = f"call of {plain['call'][0]:.2f} s against `nothing`'s {nothing9['call'][0]:.2f} is its denoising"
+    assert f"{said} ({plain['denoise'][0]:.2f} s in its median process)" in shown
     assert 6000 < plain["faults"][0] < 6400
     assert trimless["faults"][0] < 20
     assert f"about 6,200 minor faults ({trimless['faults'][0]:.0f} without it" in shown
