@@ -138,9 +138,10 @@ def timings(results: Path = RESULTS, names: tuple[str, ...] = TIMINGS) -> list[d
 def arm_label(arm: str) -> str:
     """An arm as the docs' tables name it: ``true/preset:lowest-peak+register+without_malloc_trim`` is
     "`lowest-peak` + register, without `malloc_trim`"."""
-    name, *extras = arm.split("/", 1)[1].removeprefix("preset:").split("+")
-    if not arm.split("/", 1)[1].startswith("preset:"):
-        return name
+    what = arm.split("/", 1)[1]
+    if not what.startswith("preset:"):
+        return what
+    name, *extras = what.removeprefix("preset:").split("+")
     named = {"register": "register", "register_all": "register, the encoders too",
              "pageable": "the encoders from their file views, reverted"}  # fmt: skip
     said = [named.get(e) or f"without `{e.removeprefix('without_')}`" for e in extras]
