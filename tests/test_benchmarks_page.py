@@ -492,15 +492,14 @@ def test_where_a_steady_call_spends_its_time_is_what_the_marked_runs_measured():
     missing = [row for row in plot.phase_table(found) if row not in text]
     assert not missing, "docs/benchmarks.md lacks these rows of where the calls' time went:\n" + "\n".join(missing)
     shown = " ".join(text.split())
-    row = {(r["run"], r["arm"]): r for r in found}
-    arm = lambda run, name: row[(run, name)]  # noqa: E731
+    arm = {(r["run"], r["arm"]): r for r in found}
 
     def said(value: tuple[float, float, float], digits: int = 2) -> str:
         return f"{value[0]:.{digits}f} s a call ({value[1]:.{digits}f}\u2013{value[2]:.{digits}f})"
 
     nothing9, peak9 = (
-        arm("timing-9", "false/nothing"),
-        arm("timing-9", "true/preset:lowest-peak+register+without_malloc_trim"),
+        arm["timing-9", "false/nothing"],
+        arm["timing-9", "true/preset:lowest-peak+register+without_malloc_trim"],
     )
     # the gap: the encoders' phase and the boundaries, not the denoising
     assert f"encoding took {said(peak9['encode'])} against `nothing`'s {nothing9['encode'][0]:.2f}" in shown
@@ -513,8 +512,8 @@ def test_where_a_steady_call_spends_its_time_is_what_the_marked_runs_measured():
     assert f"faults them in again: {peak9['faults'][0]:,.0f} minor faults a call" in shown
     # the pageable encoders of timing-10 were no faster
     pageable, nothing10 = (
-        arm("timing-10", "true/preset:lowest-peak+register+pageable"),
-        arm("timing-10", "false/nothing"),
+        arm["timing-10", "true/preset:lowest-peak+register+pageable"],
+        arm["timing-10", "false/nothing"],
     )
     assert pageable["encode"][1] > peak9["encode"][1]
     low, high = f"{pageable['encode'][1]:.2f}", f"{pageable['encode'][2]:.2f}"
@@ -524,20 +523,20 @@ def test_where_a_steady_call_spends_its_time_is_what_the_marked_runs_measured():
     )
     # the denoising moves from process to process; malloc_trim's faults
     plain, trimless = (
-        arm("timing-9", "false/preset:lowest-peak"),
-        arm("timing-9", "false/preset:lowest-peak+without_malloc_trim"),
+        arm["timing-9", "false/preset:lowest-peak"],
+        arm["timing-9", "false/preset:lowest-peak+without_malloc_trim"],
     )
     assert plain["denoise"][2] / plain["denoise"][1] > 1.45
     assert f"{plain['denoise'][1]:.2f} to {plain['denoise'][2]:.2f} s in `timing-9`; `nothing` " in shown
     assert f"`nothing` {nothing9['denoise'][1]:.2f} to {nothing9['denoise'][2]:.2f})" in shown
     slow = plain["denoise"][0] - nothing9["denoise"][0]  # its slower call is its denoising
     assert slow > plain["encode"][0] - nothing9["encode"][0] + plain["boundaries"][0]
-    said = f"call of {plain['call'][0]:.2f} s against `nothing`'s {nothing9['call'][0]:.2f} is its denoising"
-    assert f"{said} ({plain['denoise'][0]:.2f} s in its median process)" in shown
+    denoising = f"call of {plain['call'][0]:.2f} s against `nothing`'s {nothing9['call'][0]:.2f} is its denoising"
+    assert f"{denoising} ({plain['denoise'][0]:.2f} s in its median process)" in shown
     assert 6000 < plain["faults"][0] < 6400
     assert trimless["faults"][0] < 20
     assert f"about 6,200 minor faults ({trimless['faults'][0]:.0f} without it" in shown
-    medians = [plain["boundaries"][0], arm("timing-8", "false/preset:lowest-peak")["boundaries"][0]]
+    medians = [plain["boundaries"][0], arm["timing-8", "false/preset:lowest-peak"]["boundaries"][0]]
     assert 0.04 <= min(medians) <= max(medians) <= 0.05  # "took 0.04-0.05 s a call"
     # the transformer's onload from registered pages (probe_onload on the H200)
     probe = json.loads((ROOT / "benchmarks" / "results" / "probe_onload-h200.json").read_text())
