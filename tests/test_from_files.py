@@ -22,11 +22,10 @@ import torch
 from diffusers import DiffusionPipeline
 from diffusers.hooks import apply_group_offloading
 from support.fakes import FakeHostAllocator, pin_like_streams
-from support.file_modules import load_file
 
 from ddo_hooks import HookPolicy, attach
 from ddo_hooks._compat import diffusers as diffusers_compat
-from ddo_hooks.release import file_pages, from_files
+from ddo_hooks.release import file_pages
 from ddo_hooks.release.allocator import use_backend
 from ddo_hooks.release.from_files import pin_from_files, pinned_from_files, unpin_from_files
 from ddo_hooks.release.pinned_copies import REPACKED
@@ -258,21 +257,6 @@ def test_pinned_copies_from_low_cpu_mem_usage_false_are_refused_with_the_fix(sav
     status, reason, detail = refused(pipe, "unet")
     assert (status, reason) == ("refused", "not_file_backed")
     assert "(a pinned copy: low_cpu_mem_usage=False)" in detail
-
-
-def test_the_benchmarks_register_all_experiment_registers_the_encoders_that_are_views_of_their_files(saved, fake):
-    # bench_box's arm ``lowest-peak+register_all`` (bench_box-timing-7.json): whether pinning the text encoders at
-    # every onload costs the register presets their time.
-    floor = load_file(Path(__file__).parents[1] / "benchmarks" / "floor_workload.py", "floor_workload", beside=True)
-    pipe = load(saved["flux"], fake)
-    with floor.attach_preset(pipe, "lowest-peak+register_all", repack=True) as attachment:
-        found = statuses(attachment.from_files_report)
-        assert found == dict.fromkeys(["vae", "text_encoder", "text_encoder_2", "transformer"], ("registered", None))
-        (clip,) = [c for c in attachment.from_files_report.repack.components if c.component == "text_encoder"]
-        # CLIP's position_ids is built at init, in no file (on the H200 in timing-7 CLIP was still refused for it)
-        assert clip.detail.endswith("; 1 buffer(s) built at init, not in its files, left as they were (616 bytes)")
-    assert from_files.ONCE_PER_CALL == ("text_encoder", "image_encoder", "prior")  # only during that attach
-    assert fake.registered == {}
 
 
 @pytest.fixture(scope="module")

@@ -43,6 +43,7 @@ from ddo_hooks.reports.tracker import MetricsTracker
 if TYPE_CHECKING:
     from diffusers import DiffusionPipeline
 
+    from ddo_hooks.release.from_files import FromFilesMode
     from ddo_hooks.reports.repack import PinnedCopyRepackReport
 
 __all__ = ["Attachment", "attach"]
@@ -68,6 +69,7 @@ def attach(
     policy: HookPolicy | str | os.PathLike[str] | None = None,
     *,
     tracker: MetricsTracker | None = None,
+    keep_encoders_pinned: bool | None = None,
 ) -> Attachment:
     """Attach phase-boundary hooks to ``pipeline`` as ``policy`` says.
 
@@ -77,6 +79,9 @@ def attach(
             ``None`` for the packaged default (all three boundaries release the host cache).
         tracker: Where reports are recorded (when ``None``, a new tracker that keeps the
             policy's ``keep_reports``).
+        keep_encoders_pinned: Overrides the policy's ``pinned_copies.keep_encoders_pinned`` (``None``: the
+            policy's): pin the text and image encoders and priors from their files too, and keep them pinned
+            between calls. Needs the policy's ``pinned_copies.from_files``.
 
     Returns:
         The :class:`Attachment` handle; also a context manager that detaches on exit.
@@ -97,11 +102,26 @@ def attach(
         raise InvalidArgumentError(
             f"this {type(pipeline).__name__} already has ddo_hooks attached; call detach() on that attachment first"
         )
-    loaded = _load_policy(policy)
+    loaded = _with_encoders(_load_policy(policy), keep_encoders_pinned)
     actions = bind_actions(pipeline, loaded)  # every action known, and each one's check passed
     attachment = Attachment(pipeline, loaded, tracker or MetricsTracker(max_records=loaded.keep_reports), actions)
     _ATTACHED[pipeline] = attachment
     return attachment
+
+
+def _with_encoders(policy: HookPolicy, keep: bool | None) -> HookPolicy:
+    """``policy`` with ``pinned_copies.keep_encoders_pinned`` set to ``keep`` (unchanged when ``None``)."""
+    if keep is None or keep == policy.pinned_copies.keep_encoders_pinned:
+        return policy
+    if not isinstance(keep, bool):
+        raise InvalidArgumentError(f"keep_encoders_pinned must be True, False or None, got {keep!r}")
+    if policy.pinned_copies.from_files is None:
+        raise InvalidArgumentError(
+            "keep_encoders_pinned=True pins the encoders from their files, and the policy's pinned_copies.from_files "
+            "is null: use a policy that sets it (register or stage)"
+        )
+    pinned = policy.pinned_copies.model_validate({**policy.pinned_copies.model_dump(), "keep_encoders_pinned": keep})
+    return policy.model_copy(update={"pinned_copies": pinned})
 
 
 def _other_holder(pipeline: Any, module: Any) -> str | None:
@@ -152,8 +172,9 @@ class Attachment:
             from ddo_hooks.release.file_views import note_files
 
             note_files(pipeline)
-        if policy.enabled and policy.pinned_copies.from_files is not None:
-            self.from_files_report = self._pin_from_files(pipeline, policy.pinned_copies.from_files)
+        pinned = policy.pinned_copies
+        if policy.enabled and pinned.from_files is not None:
+            self.from_files_report = self._pin_from_files(pipeline, pinned.from_files, pinned.keep_encoders_pinned)
         if policy.enabled and policy.pinned_copies.repack:
             self.repack_report = self._repack(pipeline)
 
@@ -358,12 +379,14 @@ class Attachment:
         return f"<Attachment {self._owner} {state} calls={self.call_index} reports={len(self.reports)}>"
 
     # -- setup ----------------------------------------------------------------------------
-    def _pin_from_files(self, pipeline: DiffusionPipeline, mode: Any) -> PinnedCopyRepackReport:
+    def _pin_from_files(
+        self, pipeline: DiffusionPipeline, mode: FromFilesMode, encoders: bool
+    ) -> PinnedCopyRepackReport:
         """Pin the weights from their files, once, before the first call (``pinned_copies.from_files``)."""
         from ddo_hooks.release.from_files import pin_from_files
 
         try:
-            report = pin_from_files(pipeline, mode, phase="attach")
+            report = pin_from_files(pipeline, mode, encoders=encoders, phase="attach")
         except BaseException:
             self.detach()
             raise

@@ -283,3 +283,15 @@ class PinnedCopiesPolicy(Model):
     into exact-size slabs, dropping each file page once copied. For a pipeline loaded with its files' dtype and
     offloaded with ``use_stream=True`` and ``low_cpu_mem_usage=True``; the others are left as they are, with the
     reason. Detach gives the weights back their views. ``null`` (the default): nothing."""
+    keep_encoders_pinned: StrictBool = False
+    """With ``from_files``: pin the components that run once per call (the text and image encoders, priors) from
+    their files too, and keep them pinned between calls, so that they encode from pinned memory at every call
+    (their pages stay in memory: with ``register`` they are the files' own pages, not a second copy, and
+    ``release_done_components`` leaves them). ``false`` (the default): they are left as loaded."""
+
+    @model_validator(mode="after")
+    def _encoders_from_files(self) -> PinnedCopiesPolicy:
+        if self.keep_encoders_pinned and self.from_files is None:
+            message = "keep_encoders_pinned pins the encoders from their files: set from_files (register or stage)"
+            raise located_error("encoders_without_from_files", message, ("keep_encoders_pinned",))
+        return self

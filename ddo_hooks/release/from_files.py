@@ -6,8 +6,9 @@ Group offloading with streams and ``low_cpu_mem_usage=False`` pins a copy of eve
 power of two, beside the files' pages it was read from; with ``low_cpu_mem_usage=True`` the weights stay views of
 their safetensors files and every onload pins them again (about twice the call time). Loaded with
 ``low_cpu_mem_usage=True`` and the files' dtype, :func:`pin_from_files` gives the components that run at every
-step (the denoisers and the VAE; not the text and image encoders, nor priors, which run once per call and keep
-no pinned memory between uses) onloads from pinned memory, with each weight once in host memory:
+step (the denoisers and the VAE) onloads from pinned memory, with each weight once in host memory; with
+``encoders=True`` the components that run once per call (text and image encoders, priors) too, and they stay
+pinned between calls:
 
 * ``register``: the files are mapped again, shared and read-only, and those pages are pinned in place with
   ``cudaHostRegister`` (read-only): no copy at all, the pages are the page cache's, and several processes that
@@ -17,15 +18,20 @@ no pinned memory between uses) onloads from pinned memory, with each weight once
   and the pages each copy was read from are dropped as it goes (``madvise``, then ``posix_fadvise``), so that
   the file pages never sit beside the copies.
 
-Either way diffusers finds the sources pinned and onloads them without a copy. A component that cannot be
-pinned so is left exactly as it was, with the reason: its weights are not views of their files
-(``not_file_backed``: built or loaded into memory, converted to another dtype, or pinned copies already), a
-file was deleted or replaced since it was loaded (``file_changed``), a page of a view was written
+What is pinned are the sources the offload copies from: a group offloading group's CPU copies
+(``use_stream=True``), else the component's weights that lie on the CPU. Those are the weights of a component not
+offloaded yet (an offload applied afterwards finds them pinned and pins nothing of its own: diffusers and DDO skip
+what is pinned already), or of one that DDO's linear runtime offloads (``enable_pipeline_offload``: it copies each
+weight from where it lies at each use, so offload with DDO's ``DDO_PIN_CPU_MEMORY=0`` first, or attach before it).
+Either way the offload finds the sources pinned and copies them without staging. A component that cannot be pinned
+so is left exactly as it was, with the reason: its weights are all on the device (``on_device``), not views of
+their files (``not_file_backed``: built or loaded into memory, converted to another dtype, or pinned copies
+already), a file was deleted or replaced since it was loaded (``file_changed``), a page of a view was written
 (``modified``), a weight is shared with another component (``shared_storage``), or pinning failed
 (``pin_failed``). Buffers a model builds at init and does not save (``persistent=False``, as Wan's rotary
 tables, Chroma's ``mod_proj``, CLIP's ``position_ids``) are in no file: they are left as they were, the rest of the
 component is pinned, and the report says how many. :func:`unpin_from_files` undoes it exactly: the weights are
-the views they were before.
+the views they were before (a weight an offload moved to the device since stays there).
 
 Examples:
     On a machine without CUDA nothing can be pinned:
@@ -53,18 +59,30 @@ import torch
 from ddo_hooks._compat import diffusers as diffusers_compat
 from ddo_hooks.release import allocator as _allocator
 from ddo_hooks.release import file_pages
-from ddo_hooks.release.pinned_copies import REPACKED, Component, Left, Stored, inspect_component, refuse, skip
+from ddo_hooks.release.pinned_copies import (
+    REPACKED,
+    Component,
+    Left,
+    Stored,
+    _tensor_problem,
+    inspect_component,
+    refuse,
+    skip,
+)
 from ddo_hooks.release.slabs import plan_slabs
 from ddo_hooks.reports.repack import ComponentRepack, PinnedCopyRepackReport
 
-__all__ = ["ONCE_PER_CALL", "FromFilesMode", "pin_from_files", "pinned_from_files", "unpin_from_files"]
+__all__ = ["DDO_HOOK", "ONCE_PER_CALL", "FromFilesMode", "pin_from_files", "pinned_from_files", "unpin_from_files"]
 
 FromFilesMode = Literal["register", "stage"]
 """How :func:`pin_from_files` pins: in place (``register``) or into exact-size slabs (``stage``)."""
 
 ONCE_PER_CALL = ("text_encoder", "image_encoder", "prior")
-"""Name prefixes of the components that run once per call and are left as they are (their pages are given back
-by ``release_done_components``)."""
+"""Name prefixes of the components that run once per call: left as they are (their pages are given back by
+``release_done_components``) unless :func:`pin_from_files` is asked for ``encoders``."""
+
+DDO_HOOK = "dynamic_offload"
+"""The name under which DDO (diffusers-dynamic-offloader) registers its runtime's hook in diffusers' registry."""
 
 
 @dataclass
@@ -118,7 +136,11 @@ def _locate(name: str, module: torch.nn.Module, component: Component, others: se
         mapping = at(entry.tensor.data_ptr(), max(entry.nbytes, 1))
         if mapping is None:
             what = _weight_name(module, entry)
-            pinned = " (a pinned copy: low_cpu_mem_usage=False)" if _allocator.backend().is_pinned(entry.tensor) else ""
+            pinned = ""
+            if _allocator.backend().is_pinned(entry.tensor):
+                pinned = " (a pinned copy: low_cpu_mem_usage=False)"
+                if diffusers_compat.has_hook(module, DDO_HOOK):
+                    pinned = " (a copy DDO pinned: offload it with DDO_PIN_CPU_MEMORY=0, or attach before DDO)"
             raise refuse(
                 "not_file_backed",
                 f"{name}'s {what} is not a view of its weights file{pinned}: built or loaded into memory, or converted "
@@ -264,12 +286,38 @@ def _built_at_init(module: torch.nn.Module, component: Component) -> tuple[Compo
     return dataclasses.replace(component, stored=kept), built
 
 
+def _sources(name: str, module: torch.nn.Module) -> Component:
+    """What to pin: group offloading's CPU sources where diffusers offloads ``module``, else its weights on the CPU.
+
+    The latter are those of a component not offloaded yet, or offloaded by a runtime that reads each weight where
+    it lies (DDO's linear runtime); weights kept on the device are left out.
+    """
+    if diffusers_compat.offload_groups(module):
+        return inspect_component(name, module, staging=True)
+    stored: dict[int, Stored] = {}
+    weights = [*module.parameters(), *module.buffers()]
+    for weight in weights:
+        data = weight.data
+        if data.device.type != "cpu" or data.numel() == 0:
+            continue
+        if (problem := _tensor_problem(data, staging=True)) is not None:
+            raise refuse("unsupported_tensor", f"a weight of {name} {problem}; it is left as it was")
+        entry = stored.setdefault(data.data_ptr(), Stored(data))
+        if (entry.tensor.dtype, entry.tensor.shape, entry.tensor.stride()) != (data.dtype, data.shape, data.stride()):
+            raise refuse("shared_storage", f"weights of {name} share one storage as different tensors")
+        entry.weights.append(weight)
+    if not stored:
+        where = {str(w.device) for w in weights} or {"nowhere"}
+        raise skip("on_device", f"{name}'s weights are on {', '.join(sorted(where))}, none on the CPU: nothing to pin")
+    return Component(name, [], list(stored.values()))
+
+
 def _one(name: str, module: torch.nn.Module, mode: FromFilesMode, others: set[int]) -> ComponentRepack:
     started = time.perf_counter()
     try:
         if pinned_from_files(module) is not None:
             raise skip("already_packed", f"{name}'s weights are pinned from its files already")
-        component, built = _built_at_init(module, inspect_component(name, module, staging=True))
+        component, built = _built_at_init(module, _sources(name, module))
         located = _locate(name, module, component, others)
         pinned, owned, detail = (_register if mode == "register" else _stage)(name, module, component, located)
         if built:
@@ -297,21 +345,27 @@ def _one(name: str, module: torch.nn.Module, mode: FromFilesMode, others: set[in
     )
 
 
-def _chosen(pipeline: Any) -> list[tuple[str, torch.nn.Module]]:
+def _chosen(pipeline: Any, encoders: bool) -> list[tuple[str, torch.nn.Module]]:
     modules = {n: m for n, m in pipeline.components.items() if isinstance(m, torch.nn.Module)}
-    return [(n, m) for n, m in modules.items() if not n.startswith(ONCE_PER_CALL)]
+    return [(n, m) for n, m in modules.items() if encoders or not n.startswith(ONCE_PER_CALL)]
 
 
-def pin_from_files(pipeline: Any, mode: FromFilesMode, *, phase: str = "attach") -> PinnedCopyRepackReport:
-    """Pin the weights of ``pipeline``'s components but its encoders and priors from their files, once.
+def pin_from_files(
+    pipeline: Any, mode: FromFilesMode, *, encoders: bool = False, phase: str = "attach"
+) -> PinnedCopyRepackReport:
+    """Pin the weights of ``pipeline``'s components (its encoders and priors too with ``encoders``) from their files.
 
-    Call it once the pipeline is offloaded (``enable_group_offload(..., use_stream=True,
-    low_cpu_mem_usage=True)``, loaded with the files' dtype) and before its first call;
+    Call it before the pipeline's first call, with the pipeline loaded with the files' dtype, and either offloaded
+    by diffusers with streams and ``low_cpu_mem_usage=True`` (``enable_group_offload(..., use_stream=True,
+    low_cpu_mem_usage=True)``), or offloaded by DDO's linear runtime without its own pinned copies, or not offloaded
+    yet (then offload it afterwards: it finds the weights pinned and pins nothing of its own);
     :func:`~ddo_hooks.attach` does it when the policy says ``pinned_copies.from_files``.
 
     Args:
         pipeline: A diffusers pipeline.
         mode: ``register`` (in place, no copy) or ``stage`` (exact-size slabs).
+        encoders: Pin the components that run once per call (:data:`ONCE_PER_CALL`) too; they then stay pinned
+            between calls.
         phase: The label the report carries.
 
     Returns:
@@ -330,10 +384,27 @@ def pin_from_files(pipeline: Any, mode: FromFilesMode, *, phase: str = "attach")
     host_before, before = observe_host(), read_snapshot(backend.raw_host_stats)
     held = [m for m in pipeline.components.values() if isinstance(m, torch.nn.Module)]
     results = []
-    for name, module in _chosen(pipeline):
+    for name, module in _chosen(pipeline, encoders):
         others = {id(t) for m in held if m is not module for t in [*m.parameters(), *m.buffers()]}
         results.append(_one(name, module, mode, others))
     return _report(phase, results, started, before=before, host_before=host_before)
+
+
+def _restore(module: torch.nn.Module, pinned: _Pinned) -> None:
+    """Point what still reads a pinned tensor back at the view it was.
+
+    That is each weight and group source :func:`pin_from_files` pointed at it, and the sources of groups an offload
+    applied afterwards made from it; a weight moved since (to the device, by such an offload) stays where it is.
+    """
+    views = {entry.tensor.data_ptr(): view for entry, view in pinned.restore}
+    for entry, view in pinned.restore:
+        entry.weights = [w for w in entry.weights if w.device.type == "cpu" and w.data_ptr() == entry.tensor.data_ptr()]
+        entry.point(view)
+    for group in diffusers_compat.offload_groups(module):
+        for key, source in list(diffusers_compat.group_cpu_sources(group).items()):
+            view = views.get(source.data_ptr()) if source.device.type == "cpu" else None
+            if view is not None and view.shape == source.shape:
+                diffusers_compat.set_group_cpu_source(group, key, view)
 
 
 def unpin_from_files(pipeline: Any) -> None:
@@ -345,8 +416,7 @@ def unpin_from_files(pipeline: Any) -> None:
             continue
         if pinned is None:
             continue
-        for entry, view in pinned.restore:
-            entry.point(view)
+        _restore(module, pinned)
         REPACKED.difference_update(diffusers_compat.offload_groups(module))  # those of unpinned buffers too
         if pinned.finalizer is not None:
             pinned.finalizer()

@@ -51,6 +51,7 @@ __all__ = [
 
 RepackReason = Literal[
     "not_group_offloaded",
+    "on_device",
     "no_pinned_copies",
     "not_pinned",
     "already_packed",
@@ -66,8 +67,9 @@ RepackReason = Literal[
 ]
 """Why a component was not repacked.
 
-Skipped (nothing to win): ``not_group_offloaded`` (no group offloading hooks),
-``no_pinned_copies`` (its groups keep no CPU copies: ``use_stream=False`` pins nothing),
+Skipped (nothing to win): ``not_group_offloaded`` (no group offloading hooks), ``on_device`` (pinning
+from the files: every weight of the component is on the device), ``no_pinned_copies`` (its groups keep no
+CPU copies: ``use_stream=False`` pins nothing),
 ``not_pinned`` (the copies are not pinned: with ``low_cpu_mem_usage=True`` diffusers pins at each
 onload instead), ``already_packed``, ``no_gain`` (the slabs would own no less).
 
@@ -82,7 +84,9 @@ to another dtype, or pinned already), ``file_changed`` (its file was deleted or 
 ``modified`` (a page of its views was written since: an edit, a fused LoRA).
 """
 
-REPACK_SKIPS = frozenset({"not_group_offloaded", "no_pinned_copies", "not_pinned", "already_packed", "no_gain"})
+REPACK_SKIPS = frozenset(
+    {"not_group_offloaded", "on_device", "no_pinned_copies", "not_pinned", "already_packed", "no_gain"}
+)
 """The reasons of a ``skipped`` component."""
 REPACK_REFUSALS = frozenset({
     "disk_offload", "unsupported_tensor", "onloaded", "shared_storage", "pin_failed", "not_file_backed",
