@@ -78,6 +78,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--step-gib", type=float, default=0.25, help="the bisection's resolution")
     p.add_argument("--tolerance", type=float, default=1.10, help="steady call in the box / unboxed, at most")
     p.add_argument("--no-bisect", action="store_true", help="unboxed trials only")
+    p.add_argument(
+        "--warm-reps",
+        action="store_true",
+        help="unboxed trials after each arm's first keep the page cache (their call times count, not their memory)",
+    )
     p.add_argument("--boxes", default="", help="MODE/ARM=GIB;...: trials at these boxes instead of bisecting")
     p.add_argument("--bracket", default="", help="MODE/ARM=LO,HI;...: where the bisection starts (HI is checked)")
     p.add_argument("--budget-s", type=float, default=0.0, help="start no trial after this many seconds (0: none)")
@@ -143,8 +148,14 @@ def _events(folder: Path) -> dict[str, int]:
         return {}
 
 
-def trial(spec: dict[str, Any], box_gib: float | None, out: Path, label: str, timeout_s: float) -> dict[str, Any]:
-    """One fresh process in a fresh cgroup, ``memory.max`` = ``box_gib`` (``None``: unlimited); what it did."""
+def trial(
+    spec: dict[str, Any], box_gib: float | None, out: Path, label: str, timeout_s: float, drop: bool = True
+) -> dict[str, Any]:
+    """One fresh process in a fresh cgroup, ``memory.max`` = ``box_gib`` (``None``: unlimited); what it did.
+
+    ``drop``: the page cache is dropped first, so that the process is charged for every file page it reads (else
+    those it finds cached are charged to the cgroup that read them first: its call times count, not its memory).
+    """
     folder = CGROUP / "ddo-box" / label
     _enable_memory(CGROUP)
     folder.parent.mkdir(exist_ok=True)
@@ -153,7 +164,8 @@ def trial(spec: dict[str, Any], box_gib: float | None, out: Path, label: str, ti
     (folder / "memory.max").write_text("max" if box_gib is None else str(int(box_gib * GIB)))
     (folder / "memory.swap.max").write_text("0")
     (folder / "memory.oom.group").write_text("1")
-    _drop_caches()
+    if drop:
+        _drop_caches()
     procs = spec.get("procs", 1)  # processes at once in the one cgroup, each its own pipeline (ranks on one host)
     progress = [out / f"{label}{'' if i == 0 else f'-p{i}'}.jsonl" for i in range(procs)]
     enter = f'echo $$ > {folder}/cgroup.procs && exec "$0" "$@"'
@@ -185,7 +197,8 @@ def trial(spec: dict[str, Any], box_gib: float | None, out: Path, label: str, ti
         except OSError:
             time.sleep(0.1)
     steps = [[json.loads(line) for line in p.read_text().splitlines()] if p.is_file() else [] for p in progress]
-    found = {"box_gib": box_gib, "exit": code, "seconds": seconds, "memory_peak": peak, "events": events}
+    found = {"box_gib": box_gib, "exit": code, "seconds": seconds, "memory_peak": peak, "events": events,
+             "cache_dropped": drop}  # fmt: skip
     return {**found, "steps": steps[0], **({"peers": steps[1:]} if procs > 1 else {})}
 
 
@@ -238,16 +251,29 @@ def at_rest(result: dict[str, Any]) -> dict[str, Any]:
 
 
 def parse_arm(text: str) -> tuple[bool, str, int]:
-    """``MODE/ARM`` or ``MODE/ARM*N`` (``N`` processes at once in one cgroup): ``(lcmu, arm, processes)``."""
+    """``MODE/ARM`` or ``MODE/ARM*N`` (``N`` processes at once in one cgroup): ``(lcmu, arm, processes)``; ``ARM``
+    may end in ``@RUNTIME`` (``floor_workload.RUNTIMES``; leaf level with streams when it does not)."""
     mode, _, arm = text.partition("/")
     arm, star, count = arm.partition("*")
+    runtime = arm.partition("@")[2]
     if mode not in ("true", "false") or not arm or (star and not count.isdigit()) or count == "0":
         raise SystemExit(f"--arms: {text!r} is not MODE/ARM or MODE/ARM*N (MODE: true or false; N: processes)")
+    if runtime:
+        from floor_workload import RUNTIMES
+
+        if runtime not in RUNTIMES:
+            raise SystemExit(f"--arms: {text!r}: no runtime {runtime!r} (one of {', '.join(RUNTIMES)})")
     return mode == "true", arm, int(count or 1)
 
 
 def label_of(lcmu: bool, arm: str, procs: int = 1) -> str:
     return f"{str(lcmu).lower()}/{arm}" + (f"*{procs}" if procs > 1 else "")
+
+
+def arm_spec(base: dict[str, Any], lcmu: bool, arm: str, procs: int, calls: int) -> dict[str, Any]:
+    """What the worker is told: the arm's name and its runtime apart (``ARM@RUNTIME``)."""
+    name, _, runtime = arm.partition("@")
+    return {**base, "lcmu": lcmu, "arm": name, "runtime": runtime or "leaf", "calls": calls, "procs": procs}
 
 
 _TRIALS = itertools.count(1)
@@ -269,10 +295,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     doc: dict[str, Any] = {"command": "python3 benchmarks/bench_box.py " + " ".join(sys.argv[1:]),
                            "settings": {k: str(v) for k, v in vars(args).items()}, "arms": {}}  # fmt: skip
     doc["setup"] = json.loads((out / "setup-flux.json").read_text())  # the weights' manifest: sizes, seconds to draw
-    specs = {
-        label_of(lcmu, arm, procs): {**base, "lcmu": lcmu, "arm": arm, "calls": args.calls, "procs": procs}
-        for lcmu, arm, procs in arms
-    }
+    specs = {label_of(lcmu, arm, procs): arm_spec(base, lcmu, arm, procs, args.calls) for lcmu, arm, procs in arms}
     for label in specs:
         doc["arms"][label] = {"unboxed": [], "trials": [], "box_gib": None, "box_note": None}
     if args.resume is not None:
@@ -287,7 +310,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 break
             if len(doc["arms"][label]["unboxed"]) > rep:  # resumed
                 continue
-            result = trial(spec, None, out, file_label(label, f"unboxed{rep}"), timeout_s=900)
+            drop = rep == 0 or not args.warm_reps  # the first trial's memory figures are the table's
+            result = trial(spec, None, out, file_label(label, f"unboxed{rep}"), timeout_s=900, drop=drop)
             doc["arms"][label]["unboxed"].append(result)
             print(f"{label}: unboxed {rep + 1}: {len(calls(result))} calls, steady {steady(result)}, "
                   f"memory.peak {result['memory_peak']}", flush=True)  # fmt: skip

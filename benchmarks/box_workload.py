@@ -5,18 +5,21 @@
 ``call``, ``end``), flushed at once: a process the kernel kills for memory leaves every step it finished. Each
 line holds which memory the process held then: RSS and its split (anon / file / shmem), the pinned bytes the
 allocator owns, and its cgroup's charge (``memory.current``, ``memory.peak`` and ``memory.stat``'s anon, file and
-shmem), read at rest, and what the process holds on the GPU (``torch.cuda``'s allocated, reserved and peak bytes:
+shmem), read at rest, and what the process holds on the GPU (``torch.cuda``'s allocated and reserved bytes, and their
+peaks since the process started:
 weights kept resident there make calls faster without costing host memory).
 
-Arms (``spec["arm"]``, offloaded at leaf level with streams, ``record_stream=False``, ``low_cpu_mem_usage`` from
-``spec["lcmu"]``): ``nothing``; ``delete`` (after the first call the prompt is encoded, the text encoders deleted
-and the caches emptied; later calls pass those embeddings); ``diffusers-mm`` (its ``managed`` offloading; a call
-that raises ends the arm); ``ddo-auto`` (DDO 0.1.0rc2's ``enable_pipeline_offload(pipe, preset="auto")``, no group
-offloading of ours); ``ddo-vmm`` (DDO's native VMM route for the transformer: its PyTorch allocator installed
-before CUDA starts, the transformer loaded by ``from_pretrained_with_dynamic_offload`` with
-``execution_mode="vmm_fast_runtime"``, the other components by ``enable_pipeline_offload``); ``preset:<name>``
-(``<name>+stable``: with ``stable_files: true``; ``+evict``: with ``evict: true``; ``+register`` / ``+stage``:
-``pinned_copies.from_files``);
+Arms (``spec["arm"]``, offloaded as ``spec["runtime"]`` says, by default at leaf level with streams,
+``record_stream=False``, ``low_cpu_mem_usage`` from ``spec["lcmu"]``: see ``floor_workload.RUNTIMES``):
+``nothing``; ``delete`` (after the first call the prompt is encoded, the text encoders deleted and the caches
+emptied; later calls pass those embeddings); ``diffusers-mm`` (its ``managed`` offloading; a call that raises ends
+the arm); ``ddo-auto`` (DDO 0.1.0rc2's ``enable_pipeline_offload(pipe, preset="auto")``, no group offloading of
+ours); ``ddo-nores`` (the same with nothing resident on the GPU: its budget policy off, no resident patterns, no
+resident budget; only tensors of at most 1 MiB stay there); ``ddo-vmm`` (DDO's native VMM route for the
+transformer: its PyTorch allocator installed before CUDA starts, the transformer loaded by
+``from_pretrained_with_dynamic_offload`` with ``execution_mode="vmm_fast_runtime"``, the other components by
+``enable_pipeline_offload``); ``preset:<name>`` with ``floor_workload.preset_policy``'s extras (``+stable``,
+``+evict``, ``+register``, ``+stage``, ``+encoders``, ``+without_<action>``);
 ``policy:<json>`` (any policy mapping). A setup that raises is recorded (``error``, stage ``setup``) and ends the arm.
 """
 
@@ -69,6 +72,7 @@ def gpu_memory() -> dict[str, int] | None:
         "allocated": torch.cuda.memory_allocated(),
         "reserved": torch.cuda.memory_reserved(),
         "max_allocated": torch.cuda.max_memory_allocated(),
+        "max_reserved": torch.cuda.max_memory_reserved(),
     }
 
 
@@ -77,8 +81,8 @@ def build(spec: dict[str, Any]) -> tuple[Any, Any]:
     arm = spec["arm"]
     if arm == "diffusers-mm":
         return done_workload._mm(spec), None
-    if arm in ("ddo-auto", "ddo-vmm"):
-        return _ddo(spec, vmm=arm == "ddo-vmm"), None
+    if arm in ("ddo-auto", "ddo-nores", "ddo-vmm"):
+        return _ddo(spec, vmm=arm == "ddo-vmm", resident=arm != "ddo-nores"), None
     pipe = floor.load(spec)
     if arm.startswith("preset:"):
         return pipe, floor.attach_preset(pipe, arm.split(":", 1)[1], True)
@@ -91,8 +95,14 @@ def build(spec: dict[str, Any]) -> tuple[Any, Any]:
     return pipe, None
 
 
-def _ddo(spec: dict[str, Any], *, vmm: bool) -> Any:
-    """The pipeline offloaded by DDO 0.1.0rc2 alone: its ``auto`` preset, or its VMM route for the transformer."""
+NO_RESIDENT = {"DDO_AUTO_BUDGET_POLICY": "off", "DDO_ALWAYS_RESIDENT_MODULE_PATTERNS": "",
+               "DDO_RESIDENT_MODULE_PATTERNS": "", "DDO_RESIDENT_MODULE_BUDGET_GB": "0"}  # fmt: skip
+"""DDO's settings (over its ``auto`` preset) that keep nothing resident on the GPU but tensors of at most 1 MiB."""
+
+
+def _ddo(spec: dict[str, Any], *, vmm: bool, resident: bool = True) -> Any:
+    """The pipeline offloaded by DDO 0.1.0rc2 alone: its ``auto`` preset (``resident=False``: with
+    :data:`NO_RESIDENT`), or its VMM route for the transformer."""
     import diffusers_dynamic_offloader as ddo
     import torch
     from diffusers import FluxPipeline, FluxTransformer2DModel
@@ -120,8 +130,10 @@ def _ddo(spec: dict[str, Any], *, vmm: bool) -> Any:
     pipe = FluxPipeline.from_pretrained(spec["weights_dir"], dtype=torch.bfloat16, **components)
     pipe.set_progress_bar_config(disable=True)
     others = [name for name, m in pipe.components.items() if isinstance(m, torch.nn.Module) and name not in components]
-    ddo.enable_pipeline_offload(pipe, components=others, preset="auto", execution_device="cuda:0",
-                                low_cpu_mem_usage=spec["lcmu"], use_environment=False)  # fmt: skip
+    cuda = torch.cuda.is_available()
+    environ = {**({} if resident else NO_RESIDENT), **({} if cuda else floor.NO_STREAM)}
+    ddo.enable_pipeline_offload(pipe, components=others, preset="auto", execution_device="cuda:0" if cuda else "cpu",
+                                low_cpu_mem_usage=spec["lcmu"], environ=environ)  # fmt: skip
     return pipe
 
 

@@ -19,7 +19,6 @@ import json
 import time
 from pathlib import Path
 from typing import Any
-from unittest import mock
 
 import pinned_workload as workload
 import torch
@@ -144,17 +143,44 @@ def digest(output: Any) -> str:
 # -- one arm -----------------------------------------------------------------------------------------
 
 
+RUNTIMES = ("leaf", "leaf-rs", "block", "block-rs", "ddo")
+"""How ``load`` offloads (``spec["runtime"]``): diffusers group offloading with streams at leaf level (``leaf``, the
+default) or block level, one block a group (``block``), each with ``record_stream=False`` or ``True`` (``-rs``);
+``ddo``: DDO 0.1.0rc2's ``enable_pipeline_offload(pipe, preset="auto")`` told not to pin copies of its own
+(``DDO_PIN_CPU_MEMORY=0``), for arms that pin from the files (DDO alone is ``box_workload``'s ``ddo-auto``)."""
+
+
+NO_STREAM = {"DDO_RUNNER_TEXT_ENCODER_OFFLOAD_STREAM": "0"}
+"""On a CPU (a smoke run), DDO's ``auto`` preset offloads the text encoder without a stream: there is none."""
+
+
 def load(spec: dict[str, Any]) -> Any:
     from diffusers import FluxPipeline, StableDiffusionPipeline
 
     cls = FluxPipeline if spec["family"] == "flux" else StableDiffusionPipeline
     pipe = cls.from_pretrained(spec["weights_dir"], dtype=torch.bfloat16)
     pipe.set_progress_bar_config(disable=True)
+    offload(pipe, spec.get("runtime", "leaf"), spec["lcmu"])
+    return pipe
+
+
+def offload(pipe: Any, runtime: str, lcmu: bool) -> None:
+    """Offload ``pipe`` as the arm's ``runtime`` says (:data:`RUNTIMES`)."""
     cuda = torch.cuda.is_available()
     device = torch.device("cuda:0" if cuda else "cpu")
-    pipe.enable_group_offload(device, offload_device=torch.device("cpu"), offload_type="leaf_level",
-                              use_stream=cuda, record_stream=False, low_cpu_mem_usage=spec["lcmu"])  # fmt: skip
-    return pipe
+    if runtime == "ddo":
+        import diffusers_dynamic_offloader as ddo
+
+        environ = {"DDO_PIN_CPU_MEMORY": "0", **({} if cuda else NO_STREAM)}
+        ddo.enable_pipeline_offload(pipe, preset="auto", execution_device=device, low_cpu_mem_usage=lcmu,
+                                    environ=environ)  # fmt: skip
+        return
+    if runtime not in RUNTIMES:
+        raise SystemExit(f"unknown runtime {runtime!r}: one of {', '.join(RUNTIMES)}")
+    level = "block_level" if runtime.startswith("block") else "leaf_level"
+    pipe.enable_group_offload(device, offload_device=torch.device("cpu"), offload_type=level,
+                              num_blocks_per_group=1 if level == "block_level" else None, use_stream=cuda,
+                              record_stream=cuda and runtime.endswith("-rs"), low_cpu_mem_usage=lcmu)  # fmt: skip
 
 
 def call_kwargs(spec: dict[str, Any], index: int) -> dict[str, Any]:
@@ -169,10 +195,10 @@ def call_kwargs(spec: dict[str, Any], index: int) -> dict[str, Any]:
 def preset_policy(preset: str) -> dict[str, Any]:
     """The preset as a mapping, with extras after ``+``: ``stable`` declares the weights files stable
     (``stable_files: true``); ``evict`` evicts the done components' file pages (``evict: true``); ``register`` and
-    ``stage`` pin from the files (``pinned_copies.from_files``); ``register_all``, an experiment, registers the text
-    encoders too (whether their pinning at every onload costs the time; :func:`attach_preset`); ``without_<action>``
-    takes that action out of every boundary (which of a preset's actions costs the time), and disables a boundary
-    it leaves with none."""
+    ``stage`` pin from the files (``pinned_copies.from_files``); ``encoders`` pins the text encoders from their files
+    too and keeps them so (``keep_encoders_pinned: true``); ``register_all``, the name of earlier runs for
+    ``register+encoders``; ``without_<action>`` takes that action out of every boundary (which of a preset's actions
+    costs the time), and disables a boundary it leaves with none."""
     from ddo_hooks import HookPolicy
 
     name, *extras = preset.split("+")
@@ -185,31 +211,29 @@ def preset_policy(preset: str) -> dict[str, Any]:
                 for action in boundary["actions"]:
                     if action["name"] == "release_done_components":
                         action["options"]["stable_files" if extra == "stable" else "evict"] = True
-        elif extra == "register_all":  # see attach_preset
-            policy["pinned_copies"]["from_files"] = "register"
+        elif extra in ("encoders", "register_all"):
+            policy["pinned_copies"]["keep_encoders_pinned"] = True
+            if extra == "register_all":
+                policy["pinned_copies"]["from_files"] = "register"
         elif extra.startswith("without_"):  # a boundary left with no action is disabled (a policy needs one)
             for boundary in policy["boundaries"].values():
                 boundary["actions"] = [a for a in boundary["actions"] if a["name"] != extra.removeprefix("without_")]
                 boundary["enabled"] = boundary["enabled"] and bool(boundary["actions"])
         else:
             raise SystemExit(
-                f"unknown preset extra {extra!r} in {preset!r}: stable, evict, register, register_all, stage or "
-                "without_<action>"
+                f"unknown preset extra {extra!r} in {preset!r}: stable, evict, register, stage, encoders, "
+                "register_all or without_<action>"
             )
     return policy
 
 
 def attach_preset(pipe: Any, preset: str, repack: bool) -> Any:
-    """Attach the preset with its extras; ``register_all`` empties ``from_files.ONCE_PER_CALL`` during attach, so
-    that the encoders are registered with the denoiser and the VAE (not an option of the library: an experiment)."""
+    """Attach the preset with its extras."""
     from ddo_hooks import HookPolicy, attach
-    from ddo_hooks.release import from_files
 
     policy = preset_policy(preset)
     policy["pinned_copies"]["repack"] = repack
-    every = () if "register_all" in preset.split("+") else from_files.ONCE_PER_CALL
-    with mock.patch.object(from_files, "ONCE_PER_CALL", every):
-        return attach(pipe, HookPolicy.from_mapping(policy))
+    return attach(pipe, HookPolicy.from_mapping(policy))
 
 
 def timed_call(pipe: Any, kwargs: dict[str, Any]) -> tuple[float, str]:

@@ -5,6 +5,9 @@
 #
 #   scripts/gpu_session.sh [STEP...]     (default: gpu-tests cpu-suite bench)
 #
+#   gpu-suite    the whole GPU suite (tests/gpu, structural pipelines included; $GPU_SUITE_PATHS: others) in one call: $GPU_WORKERS (8)
+#                processes at once (pytest-xdist, each test a fresh interpreter of its own on the one GPU), each test
+#                cut at $GPU_TEST_TIMEOUT_S (300) s, the whole at $GPU_SUITE_TIMEOUT_S (420) s; prints every test's time
 #   gpu-tests    the `gpu`-marked tests but the structural ones (tests/gpu)
 #   structural   every structural pipeline under group offloading with streams, three shards at
 #                once on the last GPU, in the background while the later steps run
@@ -48,6 +51,9 @@ structural_pids=()
 for step in "${steps[@]}"; do
   echo "=== $step ==="
   case "$step" in
+    gpu-suite) timeout "${GPU_SUITE_TIMEOUT_S:-420}" python3 -m pytest ${GPU_SUITE_PATHS:-tests/gpu} -m gpu -p no:cacheprovider -q -rA \
+                 -n "${GPU_WORKERS:-8}" --timeout "${GPU_TEST_TIMEOUT_S:-300}" --durations=0 2>&1 | tee "$OUT/gpu-suite.log"
+               rc[$step]=${PIPESTATUS[0]} ;;
     gpu-tests) python3 -m pytest tests/gpu -m gpu -p no:cacheprovider -s -q -rA --ignore tests/gpu/test_structural_gpu.py \
                  2>&1 | tee "$OUT/gpu-tests.log"; rc[$step]=${PIPESTATUS[0]} ;;
     structural) last=$(( $(nvidia-smi -L | wc -l) - 1 ))
@@ -97,4 +103,4 @@ for i in "${!structural_pids[@]}"; do wait "${structural_pids[$i]}"; rc["structu
 tar czf /tmp/session.tgz -C "$OUT" . && mv /tmp/session.tgz "$OUT/session.tgz"
 echo "=== summary ==="
 for k in "${!rc[@]}"; do echo "$k: exit ${rc[$k]}"; done
-grep -hE "passed|failed|error" "$OUT"/gpu-tests.log "$OUT"/repack-tests.log "$OUT"/structural-*.log "$OUT"/cpu-suite.log 2>/dev/null | tail -n 6
+grep -hE "passed|failed|error" "$OUT"/gpu-suite.log "$OUT"/gpu-tests.log "$OUT"/repack-tests.log "$OUT"/structural-*.log "$OUT"/cpu-suite.log 2>/dev/null | tail -n 6

@@ -166,7 +166,7 @@ def test_the_flux_dev_size_has_flux_1_devs_parameter_counts_without_a_byte_of_we
 def test_a_resumed_run_keeps_the_earlier_arms_and_runs_only_what_is_missing(box, tmp_path, monkeypatch):
     ran: list[tuple[str, float | None]] = []
 
-    def fake_trial(spec, box_gib, out, label, timeout_s):
+    def fake_trial(spec, box_gib, out, label, timeout_s, drop=True):
         ran.append((f"{str(spec['lcmu']).lower()}/{spec['arm']}", box_gib))
         return trial(box_gib, [4, 2, 2], ["a", "b", "c"])
 
@@ -191,6 +191,22 @@ def test_a_resumed_run_keeps_the_earlier_arms_and_runs_only_what_is_missing(box,
         box.run(box.parse_args([*first, "--out", str(tmp_path / "c"), "--resume", earlier, "--steps", "4"]))
 
 
+@pytest.mark.parametrize("warm", [False, True])
+def test_with_warm_reps_only_each_arms_first_trial_drops_the_page_cache(box, tmp_path, monkeypatch, warm):
+    dropped: list[tuple[str, bool]] = []
+
+    def fake_trial(spec, box_gib, out, label, timeout_s, drop=True):
+        dropped.append((spec["arm"], drop))
+        return trial(box_gib, [4, 2, 2], ["a", "b", "c"])
+
+    monkeypatch.setattr(box, "trial", fake_trial)
+    monkeypatch.setattr(box.floor_bench, "setup", lambda args, out: (out / "setup-flux.json").write_text("{}"))
+    argv = ["--size", "tiny", "--calls", "3", "--reps", "3", "--no-bisect", "--arms", "false/nothing,false/ddo-auto"]
+    box.run(box.parse_args([*argv, "--out", str(tmp_path)] + (["--warm-reps"] if warm else [])))
+    later = not warm
+    assert dropped == [("nothing", True), ("ddo-auto", True)] + [("nothing", later), ("ddo-auto", later)] * 2
+
+
 def test_a_preset_extra_takes_an_action_out_of_every_boundary_and_an_unknown_one_is_refused():
     floor = load_file(BENCH / "floor_workload.py", "floor_workload", beside=True)
     policy = floor.preset_policy("lowest-peak+register+without_malloc_trim")
@@ -212,5 +228,35 @@ def test_a_preset_extra_takes_an_action_out_of_every_boundary_and_an_unknown_one
         "after_call": (False, []),
     }
     assert HookPolicy.from_mapping(policy).enabled
-    with pytest.raises(SystemExit, match="'sideways' in 'default\\+sideways': stable, evict, register, register_all, "):
+    with pytest.raises(SystemExit, match="'sideways' in 'default\\+sideways': stable, evict, register, stage, "):
         floor.preset_policy("default+sideways")
+
+
+def test_an_arm_may_name_its_runtime_and_an_unknown_one_is_refused(box):
+    assert box.parse_arm("true/preset:default+register+encoders@block-rs") == (
+        True, "preset:default+register+encoders@block-rs", 1,
+    )  # fmt: skip
+    spec = box.arm_spec({"family": "flux"}, True, "preset:default+register+encoders@block-rs", 1, 4)
+    assert (spec["arm"], spec["runtime"], spec["calls"]) == ("preset:default+register+encoders", "block-rs", 4)
+    assert box.arm_spec({}, False, "nothing", 1, 4)["runtime"] == "leaf"
+    with pytest.raises(SystemExit, match=r"'false/nothing@sideways': no runtime 'sideways' \(one of leaf, leaf-rs, "):
+        box.parse_arm("false/nothing@sideways")
+
+
+@pytest.mark.parametrize(
+    ("arm", "runtime", "lcmu"),
+    [("nothing", "block-rs", False), ("preset:default+register+encoders", "block-rs", True)],
+)
+def test_the_worker_offloads_as_the_runtime_says(tmp_path, arm, runtime, lcmu):
+    # on a CPU there are no streams: the same calls, block level, with the policy's pinning a no-op
+    weights = tmp_path / "flux-tiny"
+    setup = [sys.executable, "pinned_workload.py", "setup", "--dir", str(weights), "--size", "tiny"]
+    subprocess.run([*setup, "--result", str(tmp_path / "s.json")], cwd=BENCH, check=True, capture_output=True)
+    spec = {"family": "flux", "steps": 2, "height": 64, "width": 64, "seed": 0, "weights_dir": str(weights),
+            "max_sequence_length": 16, "lcmu": lcmu, "arm": arm, "runtime": runtime, "calls": 2}  # fmt: skip
+    progress = tmp_path / "p.jsonl"
+    command = [sys.executable, "box_workload.py", "arm", "--spec", json.dumps(spec), "--progress", str(progress)]
+    proc = subprocess.run(command, cwd=BENCH, capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    steps = [json.loads(line) for line in progress.read_text().splitlines()]
+    assert [s["event"] for s in steps if s["event"] == "call"] == ["call", "call"]
