@@ -555,3 +555,56 @@ def test_a_view_of_a_file_deleted_or_replaced_since_the_load_is_still_given_back
         (component,) = report.release.components
         assert (component.outcome, component.reason) == ("released", None)
         assert "its weights file was deleted or replaced since it was loaded" in component.detail
+
+
+def bounded_child(work: Any) -> dict[str, Any]:
+    """:func:`in_child`, the child's address space capped 2 GiB above what it maps at the fork: a read without
+    bound fails there with a MemoryError instead of taking the machine's memory."""
+    import resource
+
+    def capped() -> Any:
+        with open("/proc/self/statm") as statm:
+            mapped = int(statm.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+        resource.setrlimit(resource.RLIMIT_AS, (mapped + (2 << 30), mapped + (2 << 30)))
+        torch.set_num_threads(1)  # torch's OpenMP pool does not survive a fork
+        return work()
+
+    return in_child(capped)
+
+
+@pytest.mark.parametrize("index", ["fifo", "dev_zero", "too_large"])
+def test_an_index_that_is_not_a_small_regular_file_is_never_read_and_is_named(own_copy, index):
+    # A FIFO of the index's name hung every call of plain lowest-peak (a text encoder holding copies) and attach()
+    # with stable_files; a link to /dev/zero was read until memory ran out.
+    from ddo_hooks.release.file_identity import MAX_INDEX_BYTES
+
+    pipes = {"plain": load(own_copy), "stable": load(own_copy)}  # loaded first: the load itself reads the index
+    for pipe in pipes.values():
+        hold_copies(pipe.text_encoder)
+    path = own_copy / "text_encoder" / "model.safetensors.index.json"
+    if index == "fifo":
+        os.mkfifo(path)  # opening it for reading waits for a writer
+        why = "is not a regular file (a FIFO)"
+    elif index == "dev_zero":
+        os.symlink("/dev/zero", path)  # reads without end
+        why = "is not a regular file (a character device)"
+    else:
+        with open(path, "wb") as file:
+            file.truncate(MAX_INDEX_BYTES + 1)  # sparse: no disk
+        why = f"holds {MAX_INDEX_BYTES + 1:,} bytes, more than an index may ({MAX_INDEX_BYTES:,})"
+    policies = {"plain": HookPolicy.preset("lowest-peak"), "stable": HookPolicy.from_mapping(STABLE)}
+
+    def calls() -> dict[str, tuple[str, str | None, str]]:
+        found = {}
+        for name, pipe in pipes.items():
+            with attach(pipe, policies[name]) as attachment:  # stable_files: attach notes the files
+                pipe(**call_kwargs("sd", steps=1))
+            (report,) = [r.release for r in attachment.reports if r.route == "done_components_release"]
+            (component,) = report.components
+            found[name] = (component.outcome, component.reason, component.detail)
+        return found
+
+    got = bounded_child(calls)
+    assert "error" not in got, got
+    expected = ("left", "not_file_backed", f"text_encoder's index {path} {why}: it is not read")
+    assert got["ok"] == {"plain": expected, "stable": expected}

@@ -49,6 +49,7 @@ from ddo_hooks._compat import diffusers as diffusers_compat
 from ddo_hooks.errors import WeightsFileChangedError
 from ddo_hooks.release import allocator as _allocator
 from ddo_hooks.release import file_pages
+from ddo_hooks.release.file_identity import Refused, read_index
 from ddo_hooks.release.pinned_copies import REPACKED
 from ddo_hooks.reports.done_components import ComponentPages, PagesReason
 
@@ -195,7 +196,9 @@ def _weights_files(name: str, module: torch.nn.Module, total: int) -> tuple[str,
 
     Those its index (``*.safetensors.index.json``) names; else the standard single file; else each
     regular ``*.safetensors`` file. A stray file (a cut download, a folder or a FIFO of that name)
-    is never read.
+    is never read, and an index is read only when it is a regular file of at most
+    :data:`~ddo_hooks.release.file_identity.MAX_INDEX_BYTES` (never blocking on a FIFO, never reading
+    a device without end): else the component is refused, naming the index and why.
     """
     folder = _folder(module)
     paths = [] if folder is None else _named_files(name, folder)
@@ -207,16 +210,13 @@ def _weights_files(name: str, module: torch.nn.Module, total: int) -> tuple[str,
 
 
 def _named_files(name: str, folder: str) -> list[str]:
-    import json
-
     indexes = sorted(glob.glob(os.path.join(glob.escape(folder), "*.safetensors.index.json")))
     if indexes:
         try:
-            with open(indexes[0], encoding="utf-8") as file:
-                shards = sorted(set(json.load(file)["weight_map"].values()))
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
-            raise Unbound("not_file_backed", f"{name}'s index {indexes[0]} cannot be read ({e})") from None
-        return [os.path.join(folder, shard) for shard in shards if isinstance(shard, str)]
+            shards = read_index(indexes[0])
+        except Refused as e:
+            raise Unbound("not_file_backed", f"{name}'s index {e}") from None
+        return [os.path.join(folder, shard) for shard in shards]
     standard = [os.path.join(folder, file) for file in _STANDARD if os.path.isfile(os.path.join(folder, file))]
     found = standard or sorted(glob.glob(os.path.join(glob.escape(folder), "*.safetensors")))
     return [path for path in found if _regular(path)]
