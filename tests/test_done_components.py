@@ -608,3 +608,72 @@ def test_an_index_that_is_not_a_small_regular_file_is_never_read_and_is_named(ow
     assert "error" not in got, got
     expected = ("left", "not_file_backed", f"text_encoder's index {path} {why}: it is not read")
     assert got["ok"] == {"plain": expected, "stable": expected}
+
+
+LATENCY = {"version": 1, "boundaries": {
+    "before_transformer": {"actions": ["stage_done_components"]}, "before_vae": {"enabled": False},
+    "after_call": {"idle": "2s", "actions": [{"name": "release_done_components", "options": {"stable_files": True}}]},
+}}  # fmt: skip
+"""lowest-latency's shape, with the files declared stable: copies freed once the pipeline has been idle."""
+
+
+def test_a_file_rewritten_after_a_deferred_give_back_fails_the_next_call_before_any_component_runs(own_copy):
+    # The check ran only at give-back, staging and copy-back: after the encoders of the call had read the new
+    # bytes. The second call made another image, and the error only landed in a deferred action_failed report.
+    from support.fakes import FakeScheduler
+
+    from ddo_hooks.hooks.idle import use_scheduler
+
+    pipe = load(own_copy)
+    hold_copies(pipe.text_encoder)
+    ran = []
+    pipe.text_encoder.register_forward_pre_hook(lambda module, args: ran.append(1))
+    clock = FakeScheduler()
+    with use_scheduler(clock):
+        attachment = attach(pipe, HookPolicy.from_mapping(LATENCY))
+        first = pipe(**call_kwargs("sd")).images
+        clock.advance(5)  # idle: the copies are pointed back at the files and freed
+        assert in_files(pipe.text_encoder)
+        rewrite_in_place(own_copy, "text_encoder")
+        ran.clear()
+        expected = r"^StableDiffusionPipeline did not run this call: text_encoder's weights read .*model\.safetensors"
+        for _ in range(2):  # and the same again until the pipeline is loaded again
+            with pytest.raises(WeightsFileChangedError, match=expected + r" \(rewritten.*load the pipeline again"):
+                pipe(**call_kwargs("sd"))
+            assert ran == []  # no component ran
+            assert attachment.phase is Phase.IDLE
+            clock.advance(5)
+        with pytest.raises(WeightsFileChangedError, match="load the pipeline again"):
+            attachment.detach()
+    assert first.shape == (1, 3, 32, 32)
+    refused = [r.body for r in attachment.reports if r.route == "phase_boundary_refusal"]
+    assert [(r.call_index, r.boundary, r.reason) for r in refused if r.boundary == "before_transformer"] == [
+        (2, "before_transformer", "not_reached"), (3, "before_transformer", "not_reached")]  # fmt: skip
+    assert all("the call raised WeightsFileChangedError" in r.detail for r in refused if r.call_index > 1)
+
+
+def test_a_file_truncated_under_rebound_weights_fails_the_next_call_instead_of_killing_the_process(own_copy):
+    pipe = load(own_copy)
+    hold_copies(pipe.text_encoder)
+    (path,) = (own_copy / "text_encoder").glob("*.safetensors")
+
+    def calls() -> list[str]:
+        attachment = attach(pipe, HookPolicy.from_mapping(STABLE))
+        pipe(**call_kwargs("sd", steps=1))  # its copies are freed: it reads the file from now on
+        os.truncate(path, path.stat().st_size // 2)  # its views past the new end would raise SIGBUS when read
+        failures = []
+        for _ in range(2):
+            try:
+                pipe(**call_kwargs("sd", steps=1))
+            except WeightsFileChangedError as e:
+                failures.append(str(e))
+        try:
+            attachment.detach()
+        except WeightsFileChangedError as e:
+            failures.append(str(e))
+        return failures
+
+    got = bounded_child(calls)  # a regression kills the child only
+    assert "error" not in got, got
+    assert len(got["ok"]) == 3
+    assert all(f"text_encoder's weights read {path} (rewritten" in e for e in got["ok"])

@@ -17,9 +17,10 @@ files do not hold (``position_ids``) gets a plain copy.
 
 The files must then stay as they are while the pipeline is attached: the views read them, and a
 file truncated under them kills the process (``SIGBUS``). Each file's identity (device, inode,
-size, modification time) is kept when the copies are freed, and checked before every later use
-(each ``release_done_components``, staging, detach): a file rewritten since raises
-:class:`~ddo_hooks.errors.WeightsFileChangedError` instead of copying its new bytes.
+size, modification time) is kept when the copies are freed, and checked before every later use:
+at the start of each pipeline call, before any component runs (:func:`check_rebound`, one ``fstat``
+per file), and at each ``release_done_components``, staging and detach. A file rewritten since
+raises :class:`~ddo_hooks.errors.WeightsFileChangedError` instead of using its new bytes.
 :func:`copy_back` makes copies again where they were (pinned ones into slabs), so that a detached
 pipeline depends on its files exactly as before attach. A component whose copies differ from its
 files (a fused LoRA, another dtype) or whose files cannot be found is left exactly as it was,
@@ -60,6 +61,7 @@ __all__ = [
     "REBOUND",
     "Rebound",
     "Unbound",
+    "check_rebound",
     "check_unchanged",
     "copy_back",
     "give_back",
@@ -137,6 +139,24 @@ def check_unchanged(name: str, module: torch.nn.Module) -> None:
             "its outputs would change; load the pipeline again, and leave its files as they are while it is "
             "attached (or leave stable_files out)"
         )
+
+
+def check_rebound(pipeline: Any) -> None:
+    """Raise when a file that a rebound component of ``pipeline`` reads changed since: one ``fstat`` per file.
+
+    The phase hooks call it at the start of each pipeline call, before any component runs, so that
+    no output is made from changed bytes.
+
+    Raises:
+        WeightsFileChangedError: Names the pipeline, the component, the file and the fix.
+    """
+    for name, module in getattr(pipeline, "components", {}).items():
+        if _rebound(module, pinned=None) is None:
+            continue
+        try:
+            check_unchanged(name, module)
+        except WeightsFileChangedError as e:
+            raise WeightsFileChangedError(f"{type(pipeline).__name__} did not run this call: {e}") from None
 
 
 class Unbound(Exception):
