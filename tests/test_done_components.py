@@ -576,7 +576,7 @@ def bounded_child(work: Any) -> dict[str, Any]:
 def test_an_index_that_is_not_a_small_regular_file_is_never_read_and_is_named(own_copy, index):
     # A FIFO of the index's name hung every call of plain lowest-peak (a text encoder holding copies) and attach()
     # with stable_files; a link to /dev/zero was read until memory ran out.
-    from ddo_hooks.release.file_identity import MAX_INDEX_BYTES
+    from ddo_hooks.release.weights_files import MAX_INDEX_BYTES
 
     pipes = {"plain": load(own_copy), "stable": load(own_copy)}  # loaded first: the load itself reads the index
     for pipe in pipes.values():
@@ -676,4 +676,59 @@ def test_a_file_truncated_under_rebound_weights_fails_the_next_call_instead_of_k
     got = bounded_child(calls)  # a regression kills the child only
     assert "error" not in got, got
     assert len(got["ok"]) == 3
-    assert all(f"text_encoder's weights read {path} (rewritten" in e for e in got["ok"])
+    assert all(f"text_encoder's weights read {path} (rewritten in place since: it holds " in e for e in got["ok"])
+
+
+def descriptors_of(path: Path) -> int:
+    """How many of the process's descriptors are open on ``path`` (the file it names now, or one renamed over)."""
+    target = os.path.realpath(path)
+    found = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            found += os.readlink(f"/proc/self/fd/{fd}").removesuffix(" (deleted)") == target
+        except OSError:
+            continue  # the listing's own descriptor, closed since
+    return found
+
+
+def test_a_new_file_renamed_over_a_rebound_one_is_no_change_since_the_views_read_the_old_one(own_copy):
+    # The identity was the path's: detach() raised "the weights now hold other bytes" though the outputs had not
+    # changed, the component stayed rebound, and every call of a later plain lowest-peak attachment raised too.
+    plain = outputs(load(own_copy), "sd", 3)
+    pipe = load(own_copy)
+    hold_copies(pipe.text_encoder)
+    (path,) = (own_copy / "text_encoder").glob("*.safetensors")
+    with attach(pipe, HookPolicy.from_mapping(STABLE)):
+        got = outputs(pipe, "sd", 1)  # its copies are freed: it reads the file's inode from now on
+        assert in_files(pipe.text_encoder)
+        replacement = path.with_name("new.tmp")
+        shutil.copyfile(path, replacement)
+        zero_weights(replacement)
+        os.replace(replacement, path)  # a new download renamed over the old file: other bytes, another inode
+        got.append(pipe(**call_kwargs("sd", seed=1)).images)
+    assert not in_files(pipe.text_encoder)  # detach gave it its copies back, of the bytes it read
+    with attach(pipe, HookPolicy.preset("lowest-peak")):
+        got.append(pipe(**call_kwargs("sd", seed=2)).images)
+    assert all(torch.equal(a, b) for a, b in zip(plain, got, strict=True))
+
+
+def test_the_rebound_files_are_held_open_until_detach_or_until_the_component_is_collected(own_copy):
+    (path,) = (own_copy / "text_encoder").glob("*.safetensors")
+    for ending in ("detach", "collect"):
+        pipe = load(own_copy)
+        hold_copies(pipe.text_encoder)
+        attachment = attach(pipe, HookPolicy.from_mapping(STABLE))
+        assert descriptors_of(path) == 0
+        pipe(**call_kwargs("sd", steps=1))
+        assert descriptors_of(path) == 1  # the inode its views read, once
+        pipe(**call_kwargs("sd", steps=1))
+        assert descriptors_of(path) == 1
+        if ending == "detach":
+            attachment.detach()
+        else:
+            encoder = weakref.ref(pipe.text_encoder)
+            del pipe
+            gc.collect()
+            assert encoder() is None  # the descriptor keeps nothing alive
+            attachment.detach()
+        assert descriptors_of(path) == 0

@@ -150,7 +150,7 @@ class Attachment:
             for bound in actions.values()
             for spec, _ in bound
         ):  # its copies are compared with the files later: a file changed since now is told from an edit
-            from ddo_hooks.release.file_views import note_files
+            from ddo_hooks.release.weights_files import note_files
 
             note_files(pipeline)
         if policy.enabled and policy.pinned_copies.from_files is not None:
