@@ -732,3 +732,40 @@ def test_the_rebound_files_are_held_open_until_detach_or_until_the_component_is_
             assert encoder() is None  # the descriptor keeps nothing alive
             attachment.detach()
         assert descriptors_of(path) == 0
+
+
+def rewrite_keeping_times(folder: Path, component: str) -> None:
+    """:func:`rewrite_in_place`, then the file's times set back, as ``cp -p`` or ``rsync -t --inplace`` do."""
+    (path,) = (folder / component).glob("*.safetensors")
+    before = path.stat()
+    rewrite_in_place(folder, component)
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    after = path.stat()
+    assert (after.st_size, after.st_mtime_ns) == (before.st_size, before.st_mtime_ns)
+
+
+def test_a_rewrite_that_sets_the_modification_time_back_is_told_by_its_change_time(own_copy):
+    # The identity was (device, inode, size, modification time): the rewrite went unnoticed and the next call
+    # read the new bytes.
+    pipe = load(own_copy)
+    hold_copies(pipe.text_encoder)
+    attachment = attach(pipe, HookPolicy.from_mapping(STABLE))
+    pipe(**call_kwargs("sd"))
+    assert in_files(pipe.text_encoder)
+    rewrite_keeping_times(own_copy, "text_encoder")
+    with pytest.raises(WeightsFileChangedError, match=r"\(rewritten in place since, or its attributes changed: its "
+                       r"change time moved\).*load the pipeline again"):  # fmt: skip
+        pipe(**call_kwargs("sd"))
+    with pytest.raises(WeightsFileChangedError, match="change time moved"):
+        attachment.detach()
+
+
+def test_copies_that_differ_from_a_file_rewritten_since_attach_with_its_times_set_back_say_file_changed(own_copy):
+    pipe = load(own_copy)
+    hold_copies(pipe.text_encoder)
+    with attach(pipe, HookPolicy.from_mapping(STABLE)) as attachment:  # attach notes the files' identities
+        rewrite_keeping_times(own_copy, "text_encoder")
+        pipe(**call_kwargs("sd"))
+    (component,) = attachment.reports[0].release.components
+    assert (component.outcome, component.reason) == ("left", "file_changed")  # not an edit of its copies
+    assert not in_files(pipe.text_encoder)

@@ -19,8 +19,9 @@ The files must then stay as they are while the pipeline is attached: the views r
 file truncated under them kills the process (``SIGBUS``). Each file the views read is held open
 (:class:`~ddo_hooks.release.weights_files.HeldFile`: the inode they map, whatever the path names
 later; closed once the component holds copies again or is collected), and its identity (device,
-inode, size, modification time) when the copies are freed is checked on that descriptor before
-every later use (a new file renamed over the path changes nothing the views read, and is no change):
+inode, size, modification and change times: a copy that sets the modification time back still moves
+the change time) when the copies are freed is checked on that descriptor before every later use (a
+new file renamed over the path changes nothing the views read, and is no change):
 at the start of each pipeline call, before any component runs (:func:`check_rebound`, one ``fstat``
 per file), and at each ``release_done_components``, staging and detach. A file rewritten since
 raises :class:`~ddo_hooks.errors.WeightsFileChangedError` instead of using its new bytes.

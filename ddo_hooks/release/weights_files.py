@@ -133,12 +133,14 @@ def read_index(path: str) -> list[str]:
     return sorted({shard for shard in shards if isinstance(shard, str)})
 
 
-FileIdentity = tuple[int, int, int, int]
-"""A file's device, inode, size and modification time (ns): what changes when it is rewritten or replaced."""
+FileIdentity = tuple[int, int, int, int, int]
+"""A file's device, inode, size, modification time and change time (ns): what changes when it is rewritten or
+replaced. The change time is the kernel's: a copy that sets the modification time back (``cp -p``, ``rsync -t
+--inplace``, ``os.utime``) still moves it."""
 
 
 def _identity(info: os.stat_result) -> FileIdentity:
-    return info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns
+    return info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns
 
 
 def identity(path: str) -> FileIdentity | None:
@@ -166,7 +168,9 @@ class HeldFile:
         self.path = path
         self._fd = fd
         self._closer = weakref.finalize(self, os.close, fd)
-        self.identity = _identity(os.fstat(fd))
+        info = os.fstat(fd)
+        self.identity = _identity(info)
+        self._links = info.st_nlink
 
     @property
     def key(self) -> tuple[int, int]:
@@ -182,15 +186,20 @@ class HeldFile:
         """``None`` while the inode holds what it held when opened; else the path and what changed.
 
         One ``fstat`` of the held descriptor: a file renamed over the path, or the path deleted,
-        leaves the inode the views read as it was, and is no change.
+        leaves the inode the views read as it was, and is no change. Its size, modification time and
+        change time are compared; the change time only while its link count is what it was, since
+        the kernel moves it when the last name goes (a rename over the path, a deletion).
         """
         if not self._closer.alive:
             return None
-        now = _identity(os.fstat(self._fd))
+        info = os.fstat(self._fd)
+        now = _identity(info)
         if now[2] != self.identity[2]:
             return f"{self.path} (rewritten in place since: it holds {now[2]:,} bytes, not {self.identity[2]:,})"
-        if now != self.identity:
+        if now[3] != self.identity[3]:
             return f"{self.path} (rewritten in place since: its modification time moved)"
+        if now[4] != self.identity[4] and info.st_nlink == self._links:
+            return f"{self.path} (rewritten in place since, or its attributes changed: its change time moved)"
         return None
 
     def check_views(self, tensors: dict[str, torch.Tensor]) -> None:
