@@ -281,7 +281,7 @@ def rebind_to_files(name: str, module: torch.nn.Module) -> int:
     """Point ``module``'s weights held as copies at the views of its weights files that equal them.
 
     Nothing changes until every copy was checked; the switch cannot fail halfway. The component is
-    then in :data:`REBOUND`, with the files it reads from and their identity.
+    then in :data:`REBOUND`, with the files its views read held open, and their identity.
 
     Args:
         name: The component's name, for the reasons.
@@ -291,9 +291,10 @@ def rebind_to_files(name: str, module: torch.nn.Module) -> int:
         The bytes of copies replaced (0 when its parameters are file views already).
 
     Raises:
-        Unbound: It stays as it was: a weight is not a CPU tensor, its files cannot be found, a
-            parameter is not in them with its dtype and shape (``not_file_backed``), or its copy
-            differs from the file (``modified``).
+        Unbound: It stays as it was: a weight is not a CPU tensor, its files cannot be found or read, a
+            parameter is not in them with its dtype and shape (``not_file_backed``), its copy differs
+            from the file or a file changed while it was read (``modified``), or a file changed since
+            attach or no longer holds its tensors' bytes (``file_changed``).
     """
     copies = _copies(name, module)
     if not any(w.parameter for w in copies):
@@ -319,7 +320,9 @@ def rebind_to_files(name: str, module: torch.nn.Module) -> int:
             _point(weight, held.clone(memory_format=torch.contiguous_format) if target is None else target)
         kept = {file.key: file for file in earlier.files}
         for path in read:  # the files its views read, once each (an earlier rebinding's are kept as they are)
-            kept.setdefault(opened[path].key, opened.pop(path))
+            file = opened.pop(path)
+            if kept.setdefault(file.key, file) is not file:
+                file.close()
         REBOUND[module] = Rebound(pinned, earlier.names | set(views), tuple(kept.values()))
     finally:
         for file in opened.values():  # those its views do not read
