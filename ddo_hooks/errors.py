@@ -86,8 +86,9 @@ class HostCacheReleaseError(DdoHooksError, RuntimeError):
 
 
 class WeightsFileChangedError(DdoHooksError, RuntimeError):
-    """A weights file that a pipeline's weights read, declared stable, was rewritten, replaced or deleted since.
+    """A weights file that a pipeline's weights read, declared stable, was rewritten in place since.
 
-    Raised where ddo_hooks would otherwise use the changed bytes (before giving back pages, staging
-    copies again, or copying them back at detach); the message names the file and the fix.
+    Raised where ddo_hooks would otherwise use the changed bytes (at the start of each pipeline call,
+    before any component runs; before giving back pages, staging copies again, or copying them back at
+    detach); the message names the component, the file and the fix.
     """

@@ -555,3 +555,217 @@ def test_a_view_of_a_file_deleted_or_replaced_since_the_load_is_still_given_back
         (component,) = report.release.components
         assert (component.outcome, component.reason) == ("released", None)
         assert "its weights file was deleted or replaced since it was loaded" in component.detail
+
+
+def bounded_child(work: Any) -> dict[str, Any]:
+    """:func:`in_child`, the child's address space capped 2 GiB above what it maps at the fork: a read without
+    bound fails there with a MemoryError instead of taking the machine's memory."""
+    import resource
+
+    def capped() -> Any:
+        with open("/proc/self/statm") as statm:
+            mapped = int(statm.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+        resource.setrlimit(resource.RLIMIT_AS, (mapped + (2 << 30), mapped + (2 << 30)))
+        torch.set_num_threads(1)  # torch's OpenMP pool does not survive a fork
+        return work()
+
+    return in_child(capped)
+
+
+@pytest.mark.parametrize("index", ["fifo", "dev_zero", "too_large"])
+def test_an_index_that_is_not_a_small_regular_file_is_never_read_and_is_named(own_copy, index):
+    # A FIFO of the index's name hung every call of plain lowest-peak (a text encoder holding copies) and attach()
+    # with stable_files; a link to /dev/zero was read until memory ran out.
+    from ddo_hooks.release.weights_files import MAX_INDEX_BYTES
+
+    pipes = {"plain": load(own_copy), "stable": load(own_copy)}  # loaded first: the load itself reads the index
+    for pipe in pipes.values():
+        hold_copies(pipe.text_encoder)
+    path = own_copy / "text_encoder" / "model.safetensors.index.json"
+    if index == "fifo":
+        os.mkfifo(path)  # opening it for reading waits for a writer
+        why = "is not a regular file (a FIFO)"
+    elif index == "dev_zero":
+        os.symlink("/dev/zero", path)  # reads without end
+        why = "is not a regular file (a character device)"
+    else:
+        with open(path, "wb") as file:
+            file.truncate(MAX_INDEX_BYTES + 1)  # sparse: no disk
+        why = f"holds {MAX_INDEX_BYTES + 1:,} bytes, more than an index may ({MAX_INDEX_BYTES:,})"
+    policies = {"plain": HookPolicy.preset("lowest-peak"), "stable": HookPolicy.from_mapping(STABLE)}
+
+    def calls() -> dict[str, tuple[str, str | None, str]]:
+        found = {}
+        for name, pipe in pipes.items():
+            with attach(pipe, policies[name]) as attachment:  # stable_files: attach notes the files
+                pipe(**call_kwargs("sd", steps=1))
+            (report,) = [r.release for r in attachment.reports if r.route == "done_components_release"]
+            (component,) = report.components
+            found[name] = (component.outcome, component.reason, component.detail)
+        return found
+
+    got = bounded_child(calls)
+    assert "error" not in got, got
+    expected = ("left", "not_file_backed", f"text_encoder's index {path} {why}: it is not read")
+    assert got["ok"] == {"plain": expected, "stable": expected}
+
+
+LATENCY = {"version": 1, "boundaries": {
+    "before_transformer": {"actions": ["stage_done_components"]}, "before_vae": {"enabled": False},
+    "after_call": {"idle": "2s", "actions": [{"name": "release_done_components", "options": {"stable_files": True}}]},
+}}  # fmt: skip
+"""lowest-latency's shape, with the files declared stable: copies freed once the pipeline has been idle."""
+
+
+def test_a_file_rewritten_after_a_deferred_give_back_fails_the_next_call_before_any_component_runs(own_copy):
+    # The check ran only at give-back, staging and copy-back: after the encoders of the call had read the new
+    # bytes. The second call made another image, and the error only landed in a deferred action_failed report.
+    from support.fakes import FakeScheduler
+
+    from ddo_hooks.hooks.idle import use_scheduler
+
+    pipe = load(own_copy)
+    hold_copies(pipe.text_encoder)
+    ran = []
+    pipe.text_encoder.register_forward_pre_hook(lambda module, args: ran.append(1))
+    clock = FakeScheduler()
+    with use_scheduler(clock):
+        attachment = attach(pipe, HookPolicy.from_mapping(LATENCY))
+        first = pipe(**call_kwargs("sd")).images
+        clock.advance(5)  # idle: the copies are pointed back at the files and freed
+        assert in_files(pipe.text_encoder)
+        rewrite_in_place(own_copy, "text_encoder")
+        ran.clear()
+        expected = r"^StableDiffusionPipeline did not run this call: text_encoder's weights read .*model\.safetensors"
+        for _ in range(2):  # and the same again until the pipeline is loaded again
+            with pytest.raises(WeightsFileChangedError, match=expected + r" \(rewritten.*load the pipeline again"):
+                pipe(**call_kwargs("sd"))
+            assert ran == []  # no component ran
+            assert attachment.phase is Phase.IDLE
+            clock.advance(5)
+        with pytest.raises(WeightsFileChangedError, match="load the pipeline again"):
+            attachment.detach()
+    assert first.shape == (1, 3, 32, 32)
+    refused = [r.body for r in attachment.reports if r.route == "phase_boundary_refusal"]
+    assert [(r.call_index, r.boundary, r.reason) for r in refused if r.boundary == "before_transformer"] == [
+        (2, "before_transformer", "not_reached"), (3, "before_transformer", "not_reached")]  # fmt: skip
+    assert all("the call raised WeightsFileChangedError" in r.detail for r in refused if r.call_index > 1)
+
+
+def test_a_file_truncated_under_rebound_weights_fails_the_next_call_instead_of_killing_the_process(own_copy):
+    pipe = load(own_copy)
+    hold_copies(pipe.text_encoder)
+    (path,) = (own_copy / "text_encoder").glob("*.safetensors")
+
+    def calls() -> list[str]:
+        attachment = attach(pipe, HookPolicy.from_mapping(STABLE))
+        pipe(**call_kwargs("sd", steps=1))  # its copies are freed: it reads the file from now on
+        os.truncate(path, path.stat().st_size // 2)  # its views past the new end would raise SIGBUS when read
+        failures = []
+        for _ in range(2):
+            try:
+                pipe(**call_kwargs("sd", steps=1))
+            except WeightsFileChangedError as e:
+                failures.append(str(e))
+        try:
+            attachment.detach()
+        except WeightsFileChangedError as e:
+            failures.append(str(e))
+        return failures
+
+    got = bounded_child(calls)  # a regression kills the child only
+    assert "error" not in got, got
+    assert len(got["ok"]) == 3
+    assert all(f"text_encoder's weights read {path} (rewritten in place since: it holds " in e for e in got["ok"])
+
+
+def descriptors_of(path: Path) -> int:
+    """How many of the process's descriptors are open on ``path`` (the file it names now, or one renamed over)."""
+    target = os.path.realpath(path)
+    found = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            found += os.readlink(f"/proc/self/fd/{fd}").removesuffix(" (deleted)") == target
+        except OSError:
+            continue  # the listing's own descriptor, closed since
+    return found
+
+
+def test_a_new_file_renamed_over_a_rebound_one_is_no_change_since_the_views_read_the_old_one(own_copy):
+    # The identity was the path's: detach() raised "the weights now hold other bytes" though the outputs had not
+    # changed, the component stayed rebound, and every call of a later plain lowest-peak attachment raised too.
+    plain = outputs(load(own_copy), "sd", 3)
+    pipe = load(own_copy)
+    hold_copies(pipe.text_encoder)
+    (path,) = (own_copy / "text_encoder").glob("*.safetensors")
+    with attach(pipe, HookPolicy.from_mapping(STABLE)):
+        got = outputs(pipe, "sd", 1)  # its copies are freed: it reads the file's inode from now on
+        assert in_files(pipe.text_encoder)
+        replacement = path.with_name("new.tmp")
+        shutil.copyfile(path, replacement)
+        zero_weights(replacement)
+        os.replace(replacement, path)  # a new download renamed over the old file: other bytes, another inode
+        got.append(pipe(**call_kwargs("sd", seed=1)).images)
+    assert not in_files(pipe.text_encoder)  # detach gave it its copies back, of the bytes it read
+    with attach(pipe, HookPolicy.preset("lowest-peak")):
+        got.append(pipe(**call_kwargs("sd", seed=2)).images)
+    assert all(torch.equal(a, b) for a, b in zip(plain, got, strict=True))
+
+
+def test_the_rebound_files_are_held_open_until_detach_or_until_the_component_is_collected(own_copy):
+    (path,) = (own_copy / "text_encoder").glob("*.safetensors")
+    for ending in ("detach", "collect"):
+        pipe = load(own_copy)
+        hold_copies(pipe.text_encoder)
+        attachment = attach(pipe, HookPolicy.from_mapping(STABLE))
+        assert descriptors_of(path) == 0
+        pipe(**call_kwargs("sd", steps=1))
+        assert descriptors_of(path) == 1  # the inode its views read, once
+        pipe(**call_kwargs("sd", steps=1))
+        assert descriptors_of(path) == 1
+        if ending == "detach":
+            attachment.detach()
+        else:
+            encoder = weakref.ref(pipe.text_encoder)
+            del pipe
+            gc.collect()
+            assert encoder() is None  # the descriptor keeps nothing alive
+            attachment.detach()
+        assert descriptors_of(path) == 0
+
+
+def rewrite_keeping_times(folder: Path, component: str) -> None:
+    """:func:`rewrite_in_place`, then the file's times set back, as ``cp -p`` or ``rsync -t --inplace`` do."""
+    (path,) = (folder / component).glob("*.safetensors")
+    before = path.stat()
+    rewrite_in_place(folder, component)
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    after = path.stat()
+    assert (after.st_size, after.st_mtime_ns) == (before.st_size, before.st_mtime_ns)
+
+
+def test_a_rewrite_that_sets_the_modification_time_back_is_told_by_its_change_time(own_copy):
+    # The identity was (device, inode, size, modification time): the rewrite went unnoticed and the next call
+    # read the new bytes.
+    pipe = load(own_copy)
+    hold_copies(pipe.text_encoder)
+    attachment = attach(pipe, HookPolicy.from_mapping(STABLE))
+    pipe(**call_kwargs("sd"))
+    assert in_files(pipe.text_encoder)
+    rewrite_keeping_times(own_copy, "text_encoder")
+    with pytest.raises(WeightsFileChangedError, match=r"\(rewritten in place since, or its attributes changed: its "
+                       r"change time moved\).*load the pipeline again"):  # fmt: skip
+        pipe(**call_kwargs("sd"))
+    with pytest.raises(WeightsFileChangedError, match="change time moved"):
+        attachment.detach()
+
+
+def test_copies_that_differ_from_a_file_rewritten_since_attach_with_its_times_set_back_say_file_changed(own_copy):
+    pipe = load(own_copy)
+    hold_copies(pipe.text_encoder)
+    with attach(pipe, HookPolicy.from_mapping(STABLE)) as attachment:  # attach notes the files' identities
+        rewrite_keeping_times(own_copy, "text_encoder")
+        pipe(**call_kwargs("sd"))
+    (component,) = attachment.reports[0].release.components
+    assert (component.outcome, component.reason) == ("left", "file_changed")  # not an edit of its copies
+    assert not in_files(pipe.text_encoder)

@@ -22,6 +22,7 @@ import torch
 from diffusers import DiffusionPipeline
 from diffusers.hooks import apply_group_offloading
 from support.fakes import FakeHostAllocator, pin_like_streams
+from support.processes import in_child
 
 from ddo_hooks import HookPolicy, attach
 from ddo_hooks._compat import diffusers as diffusers_compat
@@ -207,6 +208,31 @@ def test_a_file_changed_on_disk_since_the_load_is_refused(saved, fake, tmp_path,
     assert (status, reason) == ("refused", "file_changed")
     assert f"{path} was deleted or replaced since it was loaded" in detail
     assert fake.registered == {}
+
+
+@pytest.mark.parametrize("size", ["empty", "half"])
+@pytest.mark.parametrize("mode", ["register", "stage"])
+def test_a_file_truncated_since_the_load_is_refused_at_attach_with_the_fix(saved, fake, tmp_path, mode, size):
+    # register raised a raw ValueError out of attach() (cannot mmap an empty file; frombuffer's offset), and stage
+    # died of SIGBUS inside it, reading the views past the file's new end.
+    folder = Path(shutil.copytree(saved["sd"], tmp_path / "sd"))
+    pipe = load(folder, fake)  # from here on nothing may read the unet's weights: their file is cut short
+    (path,) = (folder / "unet").glob("*.safetensors")
+    os.truncate(path, 0 if size == "empty" else path.stat().st_size // 2)
+    policy = HookPolicy.from_mapping({"version": 1, "pinned_copies": {"from_files": mode}})
+
+    def attached() -> dict[str, tuple[str, str | None, str]]:
+        with attach(pipe, policy) as attachment:
+            components = attachment.from_files_report.repack.components
+        return {c.component: (c.status, c.reason, c.detail) for c in components}
+
+    got = in_child(attached)  # a SIGBUS kills the child only; a traceback's repr would read the views too
+    assert "error" not in got, got
+    status, reason, detail = got["ok"]["unet"]
+    assert (status, reason) == ("refused", "file_changed")
+    assert detail.startswith(f"unet's weights file {path} was truncated since it was loaded: it holds ")
+    assert detail.endswith("; load the pipeline again")
+    assert got["ok"]["vae"][:2] == ("registered" if mode == "register" else "repacked", None)  # its file is whole
 
 
 def test_weights_not_in_files_are_refused(fake):

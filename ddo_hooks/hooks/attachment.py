@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from ddo_hooks.boundaries import BOUNDARIES, RELEASE_DONE_COMPONENTS
 from ddo_hooks.errors import BoundaryRefusedError, InvalidArgumentError, ReportSinkError
 from ddo_hooks.hooks.actions import BoundActions, bind_actions
+from ddo_hooks.hooks.builtin_actions import check_stable_files
 from ddo_hooks.hooks.components import Components
 from ddo_hooks.hooks.phases import CallPhases, Phase
 from ddo_hooks.hooks.recorder import Recorder
@@ -157,7 +158,7 @@ class Attachment:
         self.machine: CallPhases = self._runner.machine
         from ddo_hooks.hooks.signals import PipelineSignals  # imports diffusers' hook registry
 
-        self._signals = PipelineSignals(pipeline, self.machine)
+        self._signals = PipelineSignals(pipeline, self.machine, before_call=check_stable_files)
         self._signals.install()
         self.repack_report: PinnedCopyRepackReport | None = None
         """What the policy's ``pinned_copies.repack`` did at attach (``None`` when it is off); recorded with the
@@ -169,7 +170,7 @@ class Attachment:
             for bound in actions.values()
             for spec, _ in bound
         ):  # its copies are compared with the files later: a file changed since now is told from an edit
-            from ddo_hooks.release.file_views import note_files
+            from ddo_hooks.release.weights_files import note_files
 
             note_files(pipeline)
         pinned = policy.pinned_copies

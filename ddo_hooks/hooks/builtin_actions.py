@@ -51,6 +51,7 @@ __all__ = [
     "BUILT_IN",
     "BuiltIn",
     "check_named_components",
+    "check_stable_files",
     "host_cache_release",
     "malloc_trim",
     "release_done_components",
@@ -180,7 +181,8 @@ def release_done_components(ctx: BoundaryContext) -> Any:
     files stay as they are while the pipeline is attached: then its copies are pointed back at its
     weights files where they are equal byte for byte (:mod:`ddo_hooks.release.file_views`), and from
     then on it is staged at each use, as with ``low_cpu_mem_usage=True``; a file changed since
-    raises :class:`~ddo_hooks.errors.WeightsFileChangedError`, and detach copies the weights back.
+    raises :class:`~ddo_hooks.errors.WeightsFileChangedError` at the start of the next pipeline call
+    (:func:`check_stable_files`), and detach copies the weights back.
 
     The components are ``ctx.done`` (those that ran before ``before_transformer`` was due), or
     those the ``components`` option names. A component another attached pipeline holds is left
@@ -266,6 +268,21 @@ def stage_done_components(ctx: BoundaryContext) -> Any:
     if report is None:
         return ctx.action_report("noop", detail="no component's pinned copies were given back to stage again")
     return report
+
+
+def check_stable_files(pipelines: list[Any]) -> None:
+    """At the start of each call, before any component runs: raise where a rebound component's file changed.
+
+    A component whose copies ``release_done_components`` (``stable_files: true``) freed reads its
+    weights files from then on; one of them rewritten since would change the call's outputs, so the
+    call raises :class:`~ddo_hooks.errors.WeightsFileChangedError` instead (one ``fstat`` per file).
+    Nothing is rebound before :mod:`ddo_hooks.release.file_views` is imported, so a policy that never
+    frees copies pays one dictionary lookup.
+    """
+    views = sys.modules.get("ddo_hooks.release.file_views")
+    if views is not None:
+        for pipe in pipelines:
+            views.check_rebound(pipe)
 
 
 def check_named_components(pipeline: Any, policy: HookPolicy, action: ResolvedAction) -> None:

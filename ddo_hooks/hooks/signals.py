@@ -212,11 +212,16 @@ class PipelineSignals:
     Args:
         pipeline: The diffusers pipeline (held weakly).
         machine: The phase machine the signals drive.
+        before_call: Called with :meth:`pipelines` as each top-level call starts, before the pipeline's
+            own ``__call__``; what it raises ends the call as the pipeline's own error would.
     """
 
-    def __init__(self, pipeline: Any, machine: CallPhases) -> None:
+    def __init__(
+        self, pipeline: Any, machine: CallPhases, *, before_call: Callable[[list[Any]], object] | None = None
+    ) -> None:
         self._pipeline = weakref.ref(pipeline)
         self.machine = machine
+        self._before_call = before_call
         self.owner = type(pipeline).__name__
         self.active = False
         self._hooks: list[Joined] = []
@@ -327,6 +332,8 @@ class PipelineSignals:
         """Run one ``__call__`` of the pipeline as a call of the machine."""
         call = self.machine.call_start()
         try:
+            if self._before_call is not None and call.depth == 1:
+                self._before_call(self.pipelines())
             result = original(pipe, *args, **kwargs)
         except BaseException as error:
             try:

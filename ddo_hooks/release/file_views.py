@@ -16,10 +16,15 @@ the file's view: the copies are freed (pinned ones into the host cache, which
 files do not hold (``position_ids``) gets a plain copy.
 
 The files must then stay as they are while the pipeline is attached: the views read them, and a
-file truncated under them kills the process (``SIGBUS``). Each file's identity (device, inode,
-size, modification time) is kept when the copies are freed, and checked before every later use
-(each ``release_done_components``, staging, detach): a file rewritten since raises
-:class:`~ddo_hooks.errors.WeightsFileChangedError` instead of copying its new bytes.
+file truncated under them kills the process (``SIGBUS``). Each file the views read is held open
+(:class:`~ddo_hooks.release.weights_files.HeldFile`: the inode they map, whatever the path names
+later; closed once the component holds copies again or is collected), and its identity (device,
+inode, size, modification and change times: a copy that sets the modification time back still moves
+the change time) when the copies are freed is checked on that descriptor before every later use (a
+new file renamed over the path changes nothing the views read, and is no change):
+at the start of each pipeline call, before any component runs (:func:`check_rebound`, one ``fstat``
+per file), and at each ``release_done_components``, staging and detach. A file rewritten since
+raises :class:`~ddo_hooks.errors.WeightsFileChangedError` instead of using its new bytes.
 :func:`copy_back` makes copies again where they were (pinned ones into slabs), so that a detached
 pipeline depends on its files exactly as before attach. A component whose copies differ from its
 files (a fused LoRA, another dtype) or whose files cannot be found is left exactly as it was,
@@ -35,9 +40,6 @@ Examples:
 
 from __future__ import annotations
 
-import glob
-import os
-import stat
 import weakref
 from collections.abc import MutableMapping
 from dataclasses import dataclass, field
@@ -50,6 +52,7 @@ from ddo_hooks.errors import WeightsFileChangedError
 from ddo_hooks.release import allocator as _allocator
 from ddo_hooks.release import file_pages
 from ddo_hooks.release.pinned_copies import REPACKED
+from ddo_hooks.release.weights_files import NOTED, FileIdentity, HeldFile, Refused, folder_of, identity, named_files
 from ddo_hooks.reports.done_components import ComponentPages, PagesReason
 
 if TYPE_CHECKING:
@@ -59,16 +62,13 @@ __all__ = [
     "REBOUND",
     "Rebound",
     "Unbound",
+    "check_rebound",
     "check_unchanged",
     "copy_back",
     "give_back",
-    "note_files",
     "rebind_to_files",
     "stage_again",
 ]
-
-FileIdentity = tuple[int, int, int, int]
-"""A file's device, inode, size and modification time (ns): what changes when it is rewritten or replaced."""
 
 
 @dataclass(frozen=True)
@@ -79,46 +79,23 @@ class Rebound:
     """Its copies were pinned (group offloading with streams): staging pins them again."""
     names: frozenset[str]
     """The parameters and buffers now read from file views."""
-    files: tuple[tuple[str, FileIdentity], ...]
-    """Each weights file read, with its identity when the copies were freed."""
+    files: tuple[HeldFile, ...]
+    """Each weights file its views read, held open (the inode they map), with its identity when the copies were
+    freed: one descriptor per file, closed when the component stops being rebound or is collected."""
 
     def changed(self) -> str | None:
-        """The first file rewritten, replaced or deleted since, with what changed; ``None`` when none."""
-        for path, identity in self.files:
-            now = _identity(path)
-            if now != identity:
-                return f"{path} ({'deleted' if now is None else 'rewritten or replaced'} since)"
-        return None
+        """The first file whose inode the views read was rewritten since, with what changed; ``None`` when none."""
+        return next((change for file in self.files if (change := file.changed()) is not None), None)
+
+    def close(self) -> None:
+        """Close the files it holds open."""
+        for file in self.files:
+            file.close()
 
 
 REBOUND: weakref.WeakKeyDictionary[torch.nn.Module, Rebound] = weakref.WeakKeyDictionary()
 """The components whose copies :func:`rebind_to_files` replaced by file views (weakly: a dropped one is
 not kept); ``stage_done_components`` stages the pinned ones again, and detach copies every one back."""
-
-
-NOTED: weakref.WeakKeyDictionary[torch.nn.Module, dict[str, FileIdentity | None]] = weakref.WeakKeyDictionary()
-"""Each attached component's weights files with their identity at attach (weakly), so that a copy that differs
-from a file rewritten or replaced since is told from an edit of the copy (``file_changed``, not ``modified``)."""
-
-
-def note_files(pipeline: Any) -> None:
-    """Remember the identity of each model component's weights files now (at attach): one ``stat`` per file."""
-    for module in getattr(pipeline, "components", {}).values():
-        if isinstance(module, torch.nn.Module) and module not in NOTED:
-            folder = _folder(module)
-            try:
-                paths = [] if folder is None else _named_files("", folder)
-            except Unbound:
-                paths = []
-            NOTED[module] = {path: _identity(path) for path in paths}
-
-
-def _identity(path: str) -> FileIdentity | None:
-    try:
-        info = os.stat(path)
-    except OSError:
-        return None
-    return info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns
 
 
 def check_unchanged(name: str, module: torch.nn.Module) -> None:
@@ -136,6 +113,24 @@ def check_unchanged(name: str, module: torch.nn.Module) -> None:
             "its outputs would change; load the pipeline again, and leave its files as they are while it is "
             "attached (or leave stable_files out)"
         )
+
+
+def check_rebound(pipeline: Any) -> None:
+    """Raise when a file that a rebound component of ``pipeline`` reads changed since: one ``fstat`` per file.
+
+    The phase hooks call it at the start of each pipeline call, before any component runs, so that
+    no output is made from changed bytes.
+
+    Raises:
+        WeightsFileChangedError: Names the pipeline, the component, the file and the fix.
+    """
+    for name, module in getattr(pipeline, "components", {}).items():
+        if _rebound(module, pinned=None) is None:
+            continue
+        try:
+            check_unchanged(name, module)
+        except WeightsFileChangedError as e:
+            raise WeightsFileChangedError(f"{type(pipeline).__name__} did not run this call: {e}") from None
 
 
 class Unbound(Exception):
@@ -179,26 +174,17 @@ def _weights(name: str, module: torch.nn.Module) -> list[_Weight]:
     return found
 
 
-def _folder(module: torch.nn.Module) -> str | None:
-    """The folder ``from_pretrained`` loaded ``module`` from (transformers' ``name_or_path``, diffusers' config)."""
-    config = getattr(module, "config", None)
-    path = getattr(module, "name_or_path", None) or getattr(config, "_name_or_path", None)
-    return path if isinstance(path, str) and os.path.isdir(path) else None
-
-
-_STANDARD = ("diffusion_pytorch_model.safetensors", "model.safetensors")
-"""The single weights files diffusers and transformers save."""
-
-
 def _weights_files(name: str, module: torch.nn.Module, total: int) -> tuple[str, list[str]]:
     """The folder ``module`` was loaded from and the files its weights come from; raises :class:`Unbound` without.
 
-    Those its index (``*.safetensors.index.json``) names; else the standard single file; else each
-    regular ``*.safetensors`` file. A stray file (a cut download, a folder or a FIFO of that name)
-    is never read.
+    See :func:`~ddo_hooks.release.weights_files.named_files`: an index that is not a regular file of at
+    most :data:`~ddo_hooks.release.weights_files.MAX_INDEX_BYTES` refuses the component, naming it and why.
     """
-    folder = _folder(module)
-    paths = [] if folder is None else _named_files(name, folder)
+    folder = folder_of(module)
+    try:
+        paths = [] if folder is None else named_files(folder)
+    except Refused as e:
+        raise Unbound("not_file_backed", f"{name}'s index {e}") from None
     if not paths or folder is None:
         where = "no folder" if folder is None else f"no *.safetensors file in {folder}"
         detail = f"{name}'s weights ({total} bytes) are not views of weights files, and its name_or_path names {where}"
@@ -206,40 +192,31 @@ def _weights_files(name: str, module: torch.nn.Module, total: int) -> tuple[str,
     return folder, paths
 
 
-def _named_files(name: str, folder: str) -> list[str]:
-    import json
+def _load(path: str) -> tuple[dict[str, torch.Tensor], HeldFile]:
+    """A weights file's tensors, as views of a private mapping, and the file held open (the inode they map).
 
-    indexes = sorted(glob.glob(os.path.join(glob.escape(folder), "*.safetensors.index.json")))
-    if indexes:
-        try:
-            with open(indexes[0], encoding="utf-8") as file:
-                shards = sorted(set(json.load(file)["weight_map"].values()))
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
-            raise Unbound("not_file_backed", f"{name}'s index {indexes[0]} cannot be read ({e})") from None
-        return [os.path.join(folder, shard) for shard in shards if isinstance(shard, str)]
-    standard = [os.path.join(folder, file) for file in _STANDARD if os.path.isfile(os.path.join(folder, file))]
-    found = standard or sorted(glob.glob(os.path.join(glob.escape(folder), "*.safetensors")))
-    return [path for path in found if _regular(path)]
-
-
-def _regular(path: str) -> bool:
-    """Whether ``path`` is a regular file now (looked at each time: a file can be replaced by a FIFO)."""
-    try:
-        return stat.S_ISREG(os.stat(path).st_mode)
-    except OSError:
-        return False
-
-
-def _load(path: str) -> dict[str, torch.Tensor]:
-    """A weights file's tensors, as views of a private mapping; a file that cannot be read is named in an Unbound."""
+    Raises:
+        Unbound: The file is not a regular file or cannot be read as safetensors (``not_file_backed``);
+            it was replaced while it was read (``modified``), or no longer holds every tensor's bytes
+            (``file_changed``: a view past its end would kill the process when read).
+    """
     import safetensors.torch
 
-    if not _regular(path):
-        raise Unbound("not_file_backed", f"{path} is not a regular file; it is not read")
     try:
-        return safetensors.torch.load_file(path)
+        held = HeldFile(path)
+    except Refused as e:
+        raise Unbound("not_file_backed", str(e)) from None
+    try:
+        tensors = safetensors.torch.load_file(path)
     except Exception as e:  # SafetensorError, OSError: a cut download, a file being written
+        held.close()
         raise Unbound("not_file_backed", f"{path} cannot be read as a safetensors file ({e})".splitlines()[0]) from None
+    try:
+        held.check_views(tensors)
+    except Refused as e:
+        held.close()
+        raise Unbound(cast("PagesReason", e.reason), str(e)) from None
+    return tensors, held
 
 
 def _same_bytes(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -247,17 +224,21 @@ def _same_bytes(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 
 def _views(
-    name: str, folder: str, paths: list[str], copies: list[_Weight], noted: dict[str, FileIdentity | None]
+    name: str,
+    folder: str,
+    files: dict[str, dict[str, torch.Tensor]],
+    copies: list[_Weight],
+    noted: dict[str, FileIdentity | None],
 ) -> tuple[dict[str, torch.Tensor], list[str]]:
     """For each copy the files hold, the file's view equal to it byte for byte, and the files read.
 
-    ``noted``: the files' identities at attach, which tell a file changed since from a copy edited.
+    ``files``: each file's tensors (:func:`_load`). ``noted``: the files' identities at attach, which
+    tell a file changed since from a copy edited.
 
     Raises:
         Unbound: A parameter is not in the files as such, or its copy differs (from a file rewritten or
             replaced since attach: ``file_changed``).
     """
-    files = {path: _load(path) for path in paths}  # views of private mappings: nothing read yet
     views, read = {}, set()
     for weight in copies:
         held = weight.holder
@@ -270,7 +251,7 @@ def _views(
             raise Unbound("not_file_backed", detail + " as such (converted to another dtype when loaded, or renamed)")
         equal = next(((p, c) for p, c in candidates if _same_bytes(c, held)), None)
         if equal is None:
-            changed = [p for p, _ in candidates if p in noted and noted[p] != _identity(p)]
+            changed = [p for p, _ in candidates if p in noted and noted[p] != identity(p)]
             if changed:
                 detail = f"{name}'s {changed[0]} was rewritten or replaced since attach, and its copy of {weight.name}"
                 raise Unbound("file_changed", detail + " differs from it: it keeps its copies")
@@ -300,7 +281,7 @@ def rebind_to_files(name: str, module: torch.nn.Module) -> int:
     """Point ``module``'s weights held as copies at the views of its weights files that equal them.
 
     Nothing changes until every copy was checked; the switch cannot fail halfway. The component is
-    then in :data:`REBOUND`, with the files it reads from and their identity.
+    then in :data:`REBOUND`, with the files its views read held open, and their identity.
 
     Args:
         name: The component's name, for the reasons.
@@ -310,30 +291,42 @@ def rebind_to_files(name: str, module: torch.nn.Module) -> int:
         The bytes of copies replaced (0 when its parameters are file views already).
 
     Raises:
-        Unbound: It stays as it was: a weight is not a CPU tensor, its files cannot be found, a
-            parameter is not in them with its dtype and shape (``not_file_backed``), or its copy
-            differs from the file (``modified``).
+        Unbound: It stays as it was: a weight is not a CPU tensor, its files cannot be found or read, a
+            parameter is not in them with its dtype and shape (``not_file_backed``), its copy differs
+            from the file or a file changed while it was read (``modified``), or a file changed since
+            attach or no longer holds its tensors' bytes (``file_changed``).
     """
     copies = _copies(name, module)
     if not any(w.parameter for w in copies):
         return 0  # its parameters are file views; a buffer the files do not hold stays as it is
     folder, paths = _weights_files(name, module, sum(w.nbytes for w in copies))
-    before = {path: _identity(path) for path in paths}
-    views, read = _views(name, folder, paths, copies, NOTED.get(module, {}))
-    files = tuple((path, before[path]) for path in read)
-    if any(identity is None or identity != _identity(path) for path, identity in files):
-        detail = f"a weights file of {name} in {folder} changed while its copies were compared: it keeps them"
-        raise Unbound("modified", detail)
-    earlier = REBOUND.get(module) or Rebound(False, frozenset(), ())
-    pinned = earlier.pinned or any(_allocator.backend().is_pinned(w.holder) for w in copies)
-    replaced: dict[int, int] = {}
-    for weight in copies:
-        held = weight.holder
-        replaced[held.untyped_storage().data_ptr()] = held.untyped_storage().nbytes()
-        target = views.get(weight.name)
-        _point(weight, held.clone(memory_format=torch.contiguous_format) if target is None else target)
-    known = cast("tuple[tuple[str, FileIdentity], ...]", files)  # no identity is None: checked above
-    REBOUND[module] = Rebound(pinned, earlier.names | set(views), tuple(dict(earlier.files + known).items()))
+    opened: dict[str, HeldFile] = {}
+    try:
+        files = {}
+        for path in paths:  # views of private mappings: nothing read yet
+            files[path], opened[path] = _load(path)
+        views, read = _views(name, folder, files, copies, NOTED.get(module, {}))
+        changed = next((change for path in read if (change := opened[path].changed()) is not None), None)
+        if changed is not None:
+            detail = f"a weights file of {name} changed while its copies were compared ({changed}): it keeps them"
+            raise Unbound("modified", detail)
+        earlier = REBOUND.get(module) or Rebound(False, frozenset(), ())
+        pinned = earlier.pinned or any(_allocator.backend().is_pinned(w.holder) for w in copies)
+        replaced: dict[int, int] = {}
+        for weight in copies:
+            held = weight.holder
+            replaced[held.untyped_storage().data_ptr()] = held.untyped_storage().nbytes()
+            target = views.get(weight.name)
+            _point(weight, held.clone(memory_format=torch.contiguous_format) if target is None else target)
+        kept = {file.key: file for file in earlier.files}
+        for path in read:  # the files its views read, once each (an earlier rebinding's are kept as they are)
+            file = opened.pop(path)
+            if kept.setdefault(file.key, file) is not file:
+                file.close()
+        REBOUND[module] = Rebound(pinned, earlier.names | set(views), tuple(kept.values()))
+    finally:
+        for file in opened.values():  # those its views do not read
+            file.close()
     return sum(replaced.values())
 
 
@@ -401,7 +394,7 @@ def stage_again(pipeline: Any, *, phase: str) -> PinnedCopyRepackReport | None:
     report = stage_pinned_copies(pipeline, names, phase=phase)
     for result in report.repack.components:
         if result.status == "repacked":
-            REBOUND.pop(held[result.component], None)
+            _forget(held[result.component])
     return report
 
 
@@ -436,10 +429,17 @@ def copy_back(pipeline: Any, *, phase: str) -> PinnedCopyRepackReport | None:
         for weight in _weights(name, module):
             if weight.name in rebound.names:
                 _point(weight, weight.holder.clone(memory_format=torch.contiguous_format))
-        del REBOUND[module]
+        _forget(module)
     if failure is not None:
         raise failure
     return report
+
+
+def _forget(module: torch.nn.Module) -> None:
+    """``module`` no longer reads its files: out of :data:`REBOUND`, and the files it held closed."""
+    rebound = REBOUND.pop(module, None)
+    if rebound is not None:
+        rebound.close()
 
 
 def _rebound(module: Any, *, pinned: bool | None) -> Rebound | None:

@@ -26,8 +26,9 @@ weight from where it lies at each use, so offload with DDO's ``DDO_PIN_CPU_MEMOR
 Either way the offload finds the sources pinned and copies them without staging. A component that cannot be pinned
 so is left exactly as it was, with the reason: its weights are all on the device (``on_device``), not views of
 their files (``not_file_backed``: built or loaded into memory, converted to another dtype, or pinned copies
-already), a file was deleted or replaced since it was loaded (``file_changed``), a page of a view was written
-(``modified``), a weight is shared with another component (``shared_storage``), or pinning failed
+already), a file was deleted, replaced or truncated since it was loaded (``file_changed``: each file is checked on
+its opened descriptor, a regular file that holds every view's bytes, before it is mapped or read), a page of a view
+was written (``modified``), a weight is shared with another component (``shared_storage``), or pinning failed
 (``pin_failed``). Buffers a model builds at init and does not save (``persistent=False``, as Wan's rotary
 tables, Chroma's ``mod_proj``, CLIP's ``position_ids``) are in no file: they are left as they were, the rest of the
 component is pinned, and the report says how many. :func:`unpin_from_files` undoes it exactly: the weights are
@@ -47,6 +48,7 @@ import contextlib
 import dataclasses
 import mmap
 import os
+import stat
 import time
 import warnings
 import weakref
@@ -116,6 +118,7 @@ class _Located:
 
     mapping: file_pages.Mapping
     offset: int
+    nbytes: int
 
 
 def _weight_name(module: torch.nn.Module, entry: Stored) -> str:
@@ -152,7 +155,7 @@ def _locate(name: str, module: torch.nn.Module, component: Component, others: se
                 f"{name}'s weights file {mapping.path} was deleted or replaced since it was loaded: what the path "
                 "holds now is not what the weights read; load the pipeline again",
             )
-        found.append(_Located(mapping, mapping.offset + entry.tensor.data_ptr() - mapping.start))
+        found.append(_Located(mapping, mapping.offset + entry.tensor.data_ptr() - mapping.start, entry.nbytes))
     runs = file_pages._page_runs([(e.tensor.data_ptr(), e.tensor.data_ptr() + e.nbytes) for e in component.stored])
     _, written = file_pages._census(runs)
     if written:
@@ -169,16 +172,36 @@ def _inode(path: str) -> int | None:
 
 
 @contextlib.contextmanager
-def _files(located: list[_Located]) -> Iterator[dict[str, int]]:
-    """Each file opened for reading (its inode checked against the mapping's), by path."""
+def _files(name: str, located: list[_Located]) -> Iterator[dict[str, int]]:
+    """Each file opened for reading, by path, once checked on the opened descriptor (``fstat``).
+
+    It must be the regular file the weights map (the mapping's inode) and still hold every view's
+    bytes: a file truncated since the load would make ``mmap`` fail, or kill the process
+    (``SIGBUS``) where a view past its end is read.
+
+    Raises:
+        Left: ``file_changed``, naming the file and the fix.
+    """
     opened: dict[str, int] = {}
+    needed: dict[str, int] = {}
+    for where in located:
+        needed[where.mapping.path] = max(needed.get(where.mapping.path, 0), where.offset + where.nbytes)
     try:
-        for where in located:
-            path = where.mapping.path
-            if path not in opened:
-                opened[path] = os.open(path, os.O_RDONLY)
-                if os.fstat(opened[path]).st_ino != where.mapping.inode:
-                    raise refuse("file_changed", f"{path} was replaced while it was opened; load the pipeline again")
+        for path, need in needed.items():
+            try:
+                opened[path] = fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))  # a FIFO never waits
+                info = os.fstat(fd)
+            except OSError as e:
+                raise refuse("file_changed", f"{name}'s weights file {path} cannot be opened now ({e.strerror or e}): "
+                                             "load the pipeline again") from None  # fmt: skip
+            inode = next(w.mapping.inode for w in located if w.mapping.path == path)
+            if info.st_ino != inode or not stat.S_ISREG(info.st_mode):
+                raise refuse("file_changed", f"{name}'s weights file {path} was replaced while it was opened; "
+                                             "load the pipeline again")  # fmt: skip
+            if info.st_size < need:
+                raise refuse("file_changed", f"{name}'s weights file {path} was truncated since it was loaded: it "
+                                             f"holds {info.st_size:,} bytes, its weights need {need:,}; load the "
+                                             "pipeline again")  # fmt: skip
         yield opened
     finally:
         for fd in opened.values():
@@ -200,9 +223,13 @@ def _register(
     """Map the files again, shared and read-only, and register the weights' pages in place."""
     backend = _allocator.backend()
     maps: dict[str, mmap.mmap] = {}
-    with _files(located) as opened:
+    with _files(name, located) as opened:
         for path, fd in opened.items():
-            maps[path] = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)  # shared: the page cache's own pages
+            try:
+                maps[path] = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)  # shared: the page cache's own pages
+            except (ValueError, OSError) as e:  # an empty file, or one truncated right now
+                raise refuse("file_changed", f"{name}'s weights file {path} cannot be mapped now ({e}): load the "
+                                             "pipeline again") from None  # fmt: skip
     views: list[torch.Tensor] = []
     spans: dict[str, list[tuple[int, int]]] = {path: [] for path in maps}
     with warnings.catch_warnings():
@@ -212,7 +239,13 @@ def _register(
                 raise refuse(
                     "unsupported_tensor", f"{name}'s {where.mapping.path} holds a weight at an unaligned offset"
                 )
-            raw = torch.frombuffer(maps[where.mapping.path], dtype=torch.uint8, count=entry.nbytes, offset=where.offset)
+            try:
+                raw = torch.frombuffer(
+                    maps[where.mapping.path], dtype=torch.uint8, count=entry.nbytes, offset=where.offset
+                )
+            except ValueError as e:  # the file is shorter than the mapping needs: truncated since it was opened
+                raise refuse("file_changed", f"{name}'s weights file {where.mapping.path} no longer holds its "
+                                             f"weights ({e}): load the pipeline again") from None  # fmt: skip
             view = raw.view(entry.tensor.dtype).view(entry.tensor.shape)
             views.append(view)
             spans[where.mapping.path].append((view.data_ptr(), view.data_ptr() + entry.nbytes))
@@ -247,7 +280,7 @@ def _stage(
     from ddo_hooks.release.repack import pin_slabs
 
     plan = plan_slabs([entry.nbytes for entry in component.stored])
-    with _files(located) as opened:
+    with _files(name, located) as opened:
         try:
             targets = pin_slabs(
                 plan,

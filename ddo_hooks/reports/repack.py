@@ -80,8 +80,8 @@ Refused (left exactly as it was): ``disk_offload`` (``offload_to_disk_path``), `
 reference, which a repack could not free; or a weight another component holds too), ``pin_failed`` (pinning
 a slab, or registering pages in place, failed). Pinning from the files (``pinned_copies.from_files``) also
 refuses: ``not_file_backed`` (a weight is not a view of its weights file: built or loaded into memory, converted
-to another dtype, or pinned already), ``file_changed`` (its file was deleted or replaced since it was loaded),
-``modified`` (a page of its views was written since: an edit, a fused LoRA).
+to another dtype, or pinned already), ``file_changed`` (its file was deleted, replaced or truncated since it was
+loaded), ``modified`` (a page of its views was written since: an edit, a fused LoRA).
 """
 
 REPACK_SKIPS = frozenset(
