@@ -6,8 +6,9 @@ shape), :mod:`~ddo_hooks.reports.host_cache`, :mod:`~ddo_hooks.reports.boundary`
 :mod:`~ddo_hooks.reports.done_components` (one per route family), :mod:`ddo_hooks.reports.ddo` (DDO's
 own report shape), :mod:`~ddo_hooks.reports.parse` (any report, of either shape),
 :mod:`~ddo_hooks.reports.envelope` (where a recorded report came from),
-:mod:`~ddo_hooks.reports.tracker` (:class:`~ddo_hooks.reports.tracker.MetricsTracker`)
-and :mod:`~ddo_hooks.reports.files` (reading a saved run). Imports only the foundation modules.
+:mod:`~ddo_hooks.reports.tracker` (:class:`~ddo_hooks.reports.tracker.MetricsTracker`),
+:mod:`~ddo_hooks.reports.json_lines` (the lines of JSON Lines text) and
+:mod:`~ddo_hooks.reports.files` (reading a saved run). Imports only the foundation modules.
 """
 
 __all__ = ["REPORT_FILE_FORMS"]

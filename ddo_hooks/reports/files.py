@@ -42,8 +42,9 @@ from ddo_hooks.reports import REPORT_FILE_FORMS
 from ddo_hooks.reports.base import explain_error, model_at
 from ddo_hooks.reports.ddo.routes import DDO_REPORT_ADAPTER, DDO_ROUTE_TYPES
 from ddo_hooks.reports.envelope import RecordEnvelope
+from ddo_hooks.reports.json_lines import first_line, text_lines
 from ddo_hooks.reports.parse import REPORT_ADAPTER, ROUTE_TYPES, parse_report, report_shape
-from ddo_hooks.reports.tracker import RECORD_KEYS, Entry, MetricsTracker, first_line, iter_entries, text_lines
+from ddo_hooks.reports.tracker import RECORD_KEYS, Entry, MetricsTracker, iter_entries
 
 __all__ = [
     "MAX_REPORT_FILE_BYTES",
