@@ -7,8 +7,9 @@ shape), :mod:`~ddo_hooks.reports.host_cache`, :mod:`~ddo_hooks.reports.boundary`
 own report shape), :mod:`~ddo_hooks.reports.parse` (any report, of either shape),
 :mod:`~ddo_hooks.reports.envelope` (where a recorded report came from),
 :mod:`~ddo_hooks.reports.tracker` (:class:`~ddo_hooks.reports.tracker.MetricsTracker`),
-:mod:`~ddo_hooks.reports.json_lines` (the lines of JSON Lines text) and
-:mod:`~ddo_hooks.reports.files` (reading a saved run). Imports only the foundation modules.
+:mod:`~ddo_hooks.reports.json_lines` (the lines of JSON Lines text),
+:mod:`~ddo_hooks.reports.files` (reading a saved run) and :mod:`~ddo_hooks.reports.file_problems`
+(where an invalid one is wrong). Imports only the foundation modules.
 """
 
 __all__ = ["REPORT_FILE_FORMS"]
