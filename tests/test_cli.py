@@ -441,7 +441,7 @@ def test_an_invalid_record_in_tracker_json_is_located_at_its_line(tmp_path: Path
         ("[1, 2]", ":1:1: a JSON list is not a report file"),
         ('{"schema_version": 1, "route": "nope", "setup": {}}', ":1:23: route: 'nope' is not a route of a DDO report"),
         ("{\n", ":2:1: not JSON: a key in double quotes is expected here (Expecting property name"),
-        ("[" * 100_000 + "]" * 100_000, ": cannot be read as JSON (maximum recursion depth exceeded"),
+        ("[" * 100_000 + "]" * 100_000, ":1:100000: the JSON nests 100,000 levels deep, deeper than Python's JSON"),
     ],
 )
 def test_report_file_problems_are_located(tmp_path: Path, capsys: pytest.CaptureFixture[str], content, expected):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -10,8 +11,8 @@ import pytest
 from ddo_hooks import MetricsTracker, parse_report, release_pytorch_host_cache
 from ddo_hooks.cli import main
 from ddo_hooks.errors import InvalidArgumentError, ReportError
-from ddo_hooks.reports.files import load_report_file
-from ddo_hooks.reports.tracker import MAX_COMPONENT_LENGTH
+from ddo_hooks.reports.files import iter_report_lines, load_report_file
+from ddo_hooks.reports.tracker import MAX_COMPONENT_LENGTH, read_reports
 
 
 def report() -> dict:
@@ -156,3 +157,49 @@ def test_validate_policy_takes_a_presets_name_as_the_policy_option_does(capsys: 
     assert "before_transformer: release_done_components, host_cache_release, malloc_trim" in out
     assert main(["validate-policy", "lowest-peek"]) == 1
     assert "did you mean 'lowest-peak'? check the path, or give a preset" in capsys.readouterr().err
+
+
+# -- JSON past Python's limits ---------------------------------------------------------------------
+
+BIG = "9" * 5000  # Python converts at most 4,300 digits to an int
+DEEP = "[" * 5000 + "]" * 5000  # deeper than json.loads goes
+PAST_LIMITS = [
+    pytest.param(BIG, 19, r"an integer of 5,000 digits, more than Python reads \(4,300 at most; ", id="digits"),
+    pytest.param(DEEP, 5018, r"the JSON nests 5,00\d levels deep, deeper than Python's JSON reader ", id="nesting"),
+]
+
+
+def with_value(value: str) -> str:
+    """A record whose report's ``schema_version`` is ``value``, as written."""
+    return line().replace('"schema_version": 1', f'"schema_version": {value}', 1)
+
+
+@pytest.mark.parametrize(("value", "offset", "said"), PAST_LIMITS)  # offset: from the key to the place named
+def test_the_trackers_readers_say_which_line_is_past_pythons_limits(value: str, offset: int, said: str):
+    record = with_value(value)
+    column = record.index('"schema_version"') + offset
+    text = "\n".join([line(), record, line()]) + "\n"
+    for read in (MetricsTracker.from_jsonl, read_reports):
+        with pytest.raises(ReportError, match=rf"^line 2, column {column}: {said}") as info:
+            read(text)
+        assert isinstance(info.value.__cause__, (ValueError, RecursionError))
+    document = json.dumps({"records": [json.loads(line())] * 2}, indent=2)
+    document = document.replace('"schema_version": 1', f'"schema_version": {value}', 1)
+    row = next(n for n, text in enumerate(document.splitlines(), 1) if '"schema_version"' in text)
+    with pytest.raises(ReportError, match=rf"^line {row}, column \d+: {said}"):
+        MetricsTracker.from_json(document)
+
+
+@pytest.mark.parametrize(("value", "offset", "said"), PAST_LIMITS)
+@pytest.mark.parametrize("bare", [False, True], ids=["records", "bare-reports"])
+def test_the_file_readers_say_which_line_is_past_pythons_limits(tmp_path: Path, value, offset, said, bare: bool):
+    first, record = (line(), with_value(value))
+    if bare:
+        first, record = (json.dumps(json.loads(first)["report"]), record.split('"report": ', 1)[1][:-1])
+    column = record.index('"schema_version"') + offset
+    message = error_of(tmp_path, f"{first}\n{record}\n")
+    assert re.match(rf"r\.jsonl:2:{column}: {said}", message), message
+    if bare:
+        with pytest.raises(ReportError, match=rf"^line 2, column {column}: {said}"):
+            list(iter_report_lines(f"{first}\n{record}\n"))
+    assert message.endswith("check that this is the report file you meant") or "check the brackets" in message

@@ -31,6 +31,7 @@ from ddo_hooks.errors import InvalidArgumentError
 from ddo_hooks.reports.base import explain_error, model_at
 from ddo_hooks.reports.ddo.routes import DDO_REPORT_ADAPTER, DDO_ROUTE_TYPES
 from ddo_hooks.reports.envelope import RecordEnvelope
+from ddo_hooks.reports.json_lines import beyond_json_limits
 from ddo_hooks.reports.parse import REPORT_ADAPTER, ROUTE_TYPES, parse_report, report_shape
 from ddo_hooks.reports.tracker import RECORD_KEYS, MetricsTracker
 
@@ -156,6 +157,9 @@ def diagnose_report_file(source: str, text: str, form: str) -> str:
                 return (
                     f"{source}:{number}:{e.colno}: not JSON: {json_error_sentence(e)}; each line holds one JSON object"
                 )
+            except (ValueError, RecursionError) as e:  # past one of Python's limits
+                _, column, sentence = beyond_json_limits(line, e)
+                return f"{source}:{number}:{column}: {sentence}"
             positions = json_positions(line)
             if form == "JSON Lines":
                 problems = _record_problems(item, positions, ())

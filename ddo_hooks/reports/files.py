@@ -28,7 +28,7 @@ from ddo_hooks._diagnostics import json_error_sentence, read_text_file, show_val
 from ddo_hooks.errors import ReportError
 from ddo_hooks.reports import REPORT_FILE_FORMS
 from ddo_hooks.reports.file_problems import diagnose_report_file, json_positions
-from ddo_hooks.reports.json_lines import first_line, text_lines
+from ddo_hooks.reports.json_lines import beyond_json_limits, first_line, text_lines
 from ddo_hooks.reports.parse import parse_report
 from ddo_hooks.reports.tracker import Entry, MetricsTracker, iter_entries
 
@@ -130,7 +130,8 @@ def iter_report_lines(text: str) -> Iterator[Entry]:
     r"""Each line of JSON Lines of bare reports (either shape, each read by its own keys), validated when reached.
 
     Raises:
-        ReportError: A line is not a valid report; the message names the line and the shape it was read as.
+        ReportError: A line is not a valid report; the message names the line and the shape it was read as
+            (or, for JSON past Python's limits, the column and the limit).
 
     Examples:
         >>> line = ('{"schema_version": 1, "route": "pytorch_host_cache_release", '
@@ -146,8 +147,20 @@ def iter_report_lines(text: str) -> Iterator[Entry]:
         try:
             report = parse_report(line)
         except ReportError as e:
+            _raise_past_limits(number, line)
             raise ReportError(f"line {number}: {e}") from e
         yield Entry(None, report)  # type: ignore[arg-type]
+
+
+def _raise_past_limits(number: int, line: str) -> None:
+    """Raise the error that names line ``number`` when Python's JSON reader refuses it for one of its limits."""
+    try:
+        json.loads(line)
+    except json.JSONDecodeError:
+        return
+    except (ValueError, RecursionError) as e:
+        _, column, sentence = beyond_json_limits(line, e)
+        raise ReportError(f"line {number}, column {column}: {sentence}") from e
 
 
 def load_report_file(path: str | os.PathLike[str], *, cut_last_line: bool = False) -> ReportFile:
@@ -164,7 +177,8 @@ def load_report_file(path: str | os.PathLike[str], *, cut_last_line: bool = Fals
     Raises:
         ReportError: The file is missing, a directory or another non-regular file (a FIFO, a
             device), larger than :data:`MAX_REPORT_FILE_BYTES`, binary, not UTF-8, empty, not
-            JSON, or holds an invalid record; the message says ``file:line:col: key.path: problem``.
+            JSON, JSON past Python's limits (an integer of more than 4,300 digits, values nested too
+            deeply), or holds an invalid record; the message says ``file:line:col: key.path: problem``.
     """
     opened = open_report_file(path, cut_last_line=cut_last_line)
     return ReportFile(opened.path, opened.form, list(opened.entries), opened.warnings)
@@ -244,4 +258,5 @@ def _read_errors(source: str, text: str, form: str | None) -> Iterator[None]:
     except (RecursionError, ValueError) as e:  # nested too deeply, or a number too long to read
         if isinstance(e, ReportError):
             raise
-        raise ReportError(f"{source}: cannot be read as JSON ({e}); expected {REPORT_FILE_FORMS}") from e
+        line, column, sentence = beyond_json_limits(text, e)
+        raise ReportError(f"{source}:{line}:{column}: {sentence}") from e

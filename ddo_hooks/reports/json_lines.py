@@ -1,4 +1,8 @@
-r"""Reading JSON Lines: the lines of a text, one at a time.
+r"""Reading JSON Lines: the lines of a text, one at a time, and JSON past Python's limits.
+
+:func:`beyond_json_limits` says, in this project's words and at its line and column, why a text
+that Python's :mod:`json` refuses for its own limits cannot be read: an integer of more digits
+than Python converts, or values nested deeper than its reader goes.
 
 Examples:
     >>> list(text_lines('{"a": 1}\n{"b": 2}\n'))
@@ -7,9 +11,65 @@ Examples:
 
 from __future__ import annotations
 
+import re
+import sys
 from collections.abc import Iterator
 
-__all__ = ["first_line", "text_lines"]
+__all__ = ["beyond_json_limits", "first_line", "text_lines"]
+
+
+_TOKENS = re.compile(r'"(?:[^"\\\n]|\\.)*"?|[\[\]{}]|-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?')
+"""A JSON string (to pass over; it never holds a raw line break), a bracket, or a number."""
+
+
+def beyond_json_limits(text: str, error: ValueError | RecursionError) -> tuple[int, int, str]:
+    r"""Where and why :func:`json.loads` refused ``text`` for one of Python's limits: ``(line, column, sentence)``.
+
+    ``error`` is what :func:`json.loads` raised other than a :class:`json.JSONDecodeError`: a
+    :class:`ValueError` for an integer of more digits than Python converts
+    (:func:`sys.get_int_max_str_digits`), a :class:`RecursionError` for values nested too deeply.
+    The place is that integer, or where the nesting is deepest (1-based; ``(1, 1)`` when not found).
+
+    Examples:
+        >>> import json
+        >>> text = '{"a": 1,\n "b": ' + "9" * 5000 + "}"
+        >>> try:
+        ...     json.loads(text)
+        ... except ValueError as e:
+        ...     line, column, sentence = beyond_json_limits(text, e)
+        >>> line, column, sentence[:50]
+        (2, 7, 'an integer of 5,000 digits, more than Python reads')
+    """
+    limit = sys.get_int_max_str_digits()
+    depth, deepest, at = 0, 0, 0
+    for match in _TOKENS.finditer(text):
+        token = match.group()
+        if token in ("[", "{"):
+            depth += 1
+            if depth > deepest:
+                deepest, at = depth, match.start()
+        elif token in ("]", "}"):
+            depth -= 1
+        elif isinstance(error, ValueError) and limit and token[0] != '"' and token.lstrip("-").isdigit():
+            digits = len(token.lstrip("-"))
+            if digits > limit:
+                sentence = (
+                    f"an integer of {digits:,} digits, more than Python reads ({limit:,} at most; "
+                    "sys.set_int_max_str_digits sets it); check that this is the report file you meant"
+                )
+                return (*_line_and_column(text, match.start()), sentence)
+    if isinstance(error, RecursionError):
+        sentence = (
+            f"the JSON nests {deepest:,} levels deep, deeper than Python's JSON reader goes (a report nests a few "
+            "levels); check the brackets, and that this is the report file you meant"
+        )
+        return (*_line_and_column(text, at), sentence)
+    return 1, 1, f"cannot be read as JSON ({error}); check that this is the report file you meant"
+
+
+def _line_and_column(text: str, offset: int) -> tuple[int, int]:
+    line_start = text.rfind("\n", 0, offset) + 1
+    return text.count("\n", 0, offset) + 1, offset - line_start + 1
 
 
 def text_lines(text: str) -> Iterator[str]:

@@ -34,7 +34,7 @@ from ddo_hooks._diagnostics import json_error_sentence, show_repr, show_value, w
 from ddo_hooks.errors import InvalidArgumentError, ReportError
 from ddo_hooks.reports.base import FROM_CHECKED_JSON
 from ddo_hooks.reports.envelope import RecordEnvelope, ReportRecord
-from ddo_hooks.reports.json_lines import first_line, text_lines
+from ddo_hooks.reports.json_lines import beyond_json_limits, first_line, text_lines
 from ddo_hooks.reports.parse import ANY_REPORT_TYPES, parse_report
 
 __all__ = [
@@ -221,13 +221,17 @@ class MetricsTracker:
         """Load what :meth:`to_json` wrote, validating every report.
 
         Raises:
-            ReportError: Not JSON, not the expected shape, or an invalid report (the record's
-                index and the field path are named).
+            ReportError: Not JSON, JSON past Python's limits (an integer of more than 4,300 digits,
+                values nested too deeply; the line and column are named), not the expected shape, or
+                an invalid report (the record's index and the field path are named).
         """
         try:
             data = json.loads(text)
         except json.JSONDecodeError as e:
             raise ReportError(f"not JSON: line {e.lineno}, column {e.colno}: {json_error_sentence(e)}") from e
+        except (ValueError, RecursionError) as e:  # past one of Python's limits
+            row, column, sentence = beyond_json_limits(text, e)
+            raise ReportError(f"line {row}, column {column}: {sentence}") from e
         if not isinstance(data, dict) or not isinstance(data.get("records"), list):
             raise ReportError('expected a JSON object {"records": [...]}')
         return cls.from_records(_record_from_json(item, f"records[{i}]") for i, item in enumerate(data["records"]))
@@ -297,8 +301,9 @@ def read_reports(text: str) -> list[RecordedReport]:
     """Parse JSON Lines of ``{"component", "report"}`` records, validating each.
 
     Raises:
-        ReportError: A line is not JSON or not a valid record; the message names the line
-            (and the column for JSON syntax errors).
+        ReportError: A line is not JSON, is JSON past Python's limits (an integer of more than
+            4,300 digits, values nested too deeply) or is not a valid record; the message names
+            the line (and the column, for JSON that cannot be read).
     """
     return [(entry.component, entry.report) for entry in read_entries(text)]
 
@@ -320,7 +325,8 @@ def iter_entries(text: str) -> Iterator[Entry]:
     than 200), so every line is accepted or refused as before (``tests/test_fuzz.py`` compares the two).
 
     Raises:
-        ReportError: A line is not JSON or not a valid record; the message names the line.
+        ReportError: A line is not JSON, is JSON past Python's limits or is not a valid record;
+            the message names the line.
 
     Examples:
         >>> from ddo_hooks import release_pytorch_host_cache
@@ -338,6 +344,9 @@ def iter_entries(text: str) -> Iterator[Entry]:
                 item = json.loads(line)
             except json.JSONDecodeError as e:
                 raise ReportError(f"line {number}, column {e.colno}: not JSON: {json_error_sentence(e)}") from e
+            except (ValueError, RecursionError) as e:  # past one of Python's limits
+                _, column, sentence = beyond_json_limits(line, e)
+                raise ReportError(f"line {number}, column {column}: {sentence}") from e
             entry = _record_from_json(item, f"line {number}")
         yield entry
 
