@@ -137,16 +137,72 @@ def test_report_fields_are_explained_in_our_words_and_a_near_miss_is_named(tmp_p
         parse_report(data)
 
 
+CUT = r"the line is cut off \(not complete JSON: its writer stopped mid-line, e\.g\. in a crash or on a full disk\); "
+CUT += r"its record is left out"
+
+
 def test_the_tracker_reads_the_records_before_a_last_line_cut_by_a_crash_with_a_warning(tmp_path: Path):
     text = "\n".join([line(), line(), line()[:50]])  # no newline after: its writer stopped mid-line
-    with pytest.warns(UserWarning, match=r"^<jsonl>:3: the last line is cut off .* its record is left out$"):
+    with pytest.warns(UserWarning, match=rf"^<jsonl>:3: {CUT}$"):
         tracker = MetricsTracker.from_jsonl(text)
     assert len(tracker.entries()) == 2
-    with pytest.raises(ReportError, match=r"^line 2, column"):  # a line cut in the middle stays an error
-        MetricsTracker.from_jsonl("\n".join([line(), line()[:50], line()]) + "\n")
     pretty = tmp_path / "bare.json"  # one report over many lines, no newline at the end: not JSON Lines, not cut
     pretty.write_text(json.dumps(report(), indent=2), encoding="utf-8")
-    assert load_report_file(pretty, cut_last_line=True).warnings == ()
+    assert load_report_file(pretty, cut_lines=True).warnings == ()
+
+
+@pytest.mark.parametrize("at", [0, 1, 2], ids=["first", "middle", "last"])
+def test_a_line_cut_anywhere_is_left_out_with_a_warning_naming_it(tmp_path: Path, at: int):
+    """A full disk cut one writer's line; the sink's next line, of any writer, starts a line of its own."""
+    lines = [line(), line(), line()]
+    lines[at] = lines[at][:50]
+    text = "\n".join(lines) + "\n"
+    with pytest.warns(UserWarning, match=rf"^<jsonl>:{at + 1}: {CUT}$"):
+        assert len(MetricsTracker.from_jsonl(text).entries()) == 2
+    for bare in (False, True):
+        path = tmp_path / "r.jsonl"
+        path.write_text(text if not bare else "\n".join(json.dumps(report())[: 50 if n == at else None] for n in
+                                                        range(3)) + "\n", encoding="utf-8")  # fmt: skip
+        loaded = load_report_file(path, cut_lines=True)
+        assert loaded.form == ("JSON Lines of bare reports" if bare else "JSON Lines")
+        assert len(loaded.entries) == 2
+        assert len(loaded.warnings) == 1
+        assert re.fullmatch(rf"{re.escape(str(path))}:{at + 1}: {CUT}", loaded.warnings[0])
+        with pytest.raises(ReportError, match=rf"r\.jsonl:{at + 1}:\d+: not JSON: "):  # not allowed: an error
+            load_report_file(path)
+
+
+@pytest.mark.parametrize(
+    ("bad", "said"),
+    [
+        ('{"component": "x" "report": {}}', r"^line 2, column 19: not JSON: a ',' is expected"),  # not cut: mangled
+        ("]", r"^line 2, column 1: not JSON: a value is expected here"),
+        ('{"component": "host_cache_after_call", "report": {}}', r"^line 2\.report: not a valid DDO report"),
+        ('{"component": "x", "report": {}} {"', r"^line 2, column 34: not JSON: more text follows"),
+    ],
+    ids=["mangled", "not-an-object", "valid-json-invalid-record", "text-after-a-record"],
+)
+def test_a_bad_line_that_is_not_a_cut_one_stays_an_error(tmp_path: Path, bad: str, said: str):
+    text = "\n".join([line(), bad, line()]) + "\n"
+    with pytest.raises(ReportError, match=said):
+        MetricsTracker.from_jsonl(text)
+    path = tmp_path / "r.jsonl"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(ReportError, match=r"r\.jsonl:2:\d+: "):
+        load_report_file(path, cut_lines=True)
+
+
+def test_read_reports_takes_no_cut_line(tmp_path: Path):
+    with pytest.raises(ReportError, match=r"^line 2, column \d+: not JSON: "):  # from_jsonl is the lenient reader
+        read_reports("\n".join([line(), line()[:50], line()]))
+
+
+def test_the_old_keyword_cut_last_line_warns_and_does_what_cut_lines_does(tmp_path: Path):
+    path = tmp_path / "r.jsonl"
+    path.write_text("\n".join([line(), line()[:50], line()]), encoding="utf-8")
+    with pytest.warns(DeprecationWarning, match=r"^load_report_file\(cut_last_line=\.\.\.\) is now .*cut_lines"):
+        loaded = load_report_file(path, cut_last_line=True)
+    assert len(loaded.entries) == 2
 
 
 def test_validate_policy_takes_a_presets_name_as_the_policy_option_does(capsys: pytest.CaptureFixture[str]):

@@ -31,7 +31,7 @@ from ddo_hooks.errors import InvalidArgumentError
 from ddo_hooks.reports.base import explain_error, model_at
 from ddo_hooks.reports.ddo.routes import DDO_REPORT_ADAPTER, DDO_ROUTE_TYPES
 from ddo_hooks.reports.envelope import RecordEnvelope
-from ddo_hooks.reports.json_lines import beyond_json_limits
+from ddo_hooks.reports.json_lines import beyond_json_limits, is_cut_line
 from ddo_hooks.reports.parse import REPORT_ADAPTER, ROUTE_TYPES, parse_report, report_shape
 from ddo_hooks.reports.tracker import RECORD_KEYS, MetricsTracker
 
@@ -135,13 +135,15 @@ def _listed(keys: dict[str, Any], most: int = 5) -> str:
     return f"{shown} and {len(keys) - most} more" if len(keys) > most else shown
 
 
-def diagnose_report_file(source: str, text: str, form: str) -> str:
+def diagnose_report_file(source: str, text: str, form: str, *, cut_lines: bool = False) -> str:
     """Say where a report file that failed validation is wrong, for people.
 
     Args:
         source: The file name, as messages show it.
         text: Its text.
         form: ``"JSON Lines"``, ``"JSON Lines of bare reports"``, ``"tracker JSON"`` or ``"report JSON"``.
+        cut_lines: Pass over the lines of JSON Lines cut off mid-record, as the reader that was
+            allowed to leave them out did (:func:`~ddo_hooks.reports.json_lines.is_cut_line`).
 
     Returns:
         ``file:line:col: key.path: problem`` lines for the first invalid record (one line per
@@ -154,6 +156,8 @@ def diagnose_report_file(source: str, text: str, form: str) -> str:
             try:
                 item = json.loads(line)
             except json.JSONDecodeError as e:
+                if cut_lines and is_cut_line(line):
+                    continue
                 return (
                     f"{source}:{number}:{e.colno}: not JSON: {json_error_sentence(e)}; each line holds one JSON object"
                 )

@@ -20,15 +20,16 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
-from ddo_hooks._diagnostics import json_error_sentence, read_text_file, show_value, without_cut_last_line
+from ddo_hooks._diagnostics import json_error_sentence, read_text_file, show_value
+from ddo_hooks._moved import warn_renamed
 from ddo_hooks.errors import ReportError
 from ddo_hooks.reports import REPORT_FILE_FORMS
 from ddo_hooks.reports.file_problems import diagnose_report_file, json_positions
-from ddo_hooks.reports.json_lines import beyond_json_limits, first_line, text_lines
+from ddo_hooks.reports.json_lines import beyond_json_limits, cut_line_warning, first_line, is_cut_line, text_lines
 from ddo_hooks.reports.parse import parse_report
 from ddo_hooks.reports.tracker import Entry, MetricsTracker, iter_entries
 
@@ -60,7 +61,7 @@ class ReportFile:
         form: ``"JSON Lines"``, ``"JSON Lines of bare reports"``, ``"tracker JSON"`` or ``"report JSON"``.
         entries: Each record's component (``None`` for a bare report), report and envelope
             (``None`` for files written before envelopes existed, and for a bare report).
-        warnings: What was left out and why (a last line cut off, when that was allowed).
+        warnings: What was left out and why: each line cut off mid-record, when that was allowed.
     """
 
     path: str
@@ -93,8 +94,8 @@ def _detect(source: str, text: str) -> tuple[str, Any]:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as e:
-        try:
-            first = json.loads(first_line(text) or "")  # the text is not blank: it has a first line
+        try:  # told from the first whole line (a line cut off is left out or refused as the records are read)
+            first = json.loads(first_line(text, past_cut_lines=True) or "")
         except json.JSONDecodeError:
             where = f"{source}:{e.lineno}:{e.colno}"
             raise ReportError(f"{where}: not JSON: {json_error_sentence(e)}; expected {REPORT_FILE_FORMS}") from e
@@ -126,8 +127,13 @@ def _bare_report(item: Any) -> bool:
     return isinstance(item, dict) and not {"component", "report"} & set(item) and "route" in item
 
 
-def iter_report_lines(text: str) -> Iterator[Entry]:
+def iter_report_lines(text: str, *, on_cut_line: Callable[[int], None] | None = None) -> Iterator[Entry]:
     r"""Each line of JSON Lines of bare reports (either shape, each read by its own keys), validated when reached.
+
+    Args:
+        text: JSON Lines of bare reports.
+        on_cut_line: As for :func:`~ddo_hooks.reports.tracker.iter_entries`: called with the number
+            of each line cut off mid-record, which is then left out (``None``: such a line is an error).
 
     Raises:
         ReportError: A line is not a valid report; the message names the line and the shape it was read as
@@ -147,6 +153,9 @@ def iter_report_lines(text: str) -> Iterator[Entry]:
         try:
             report = parse_report(line)
         except ReportError as e:
+            if on_cut_line is not None and is_cut_line(line):
+                on_cut_line(number)
+                continue
             _raise_past_limits(number, line)
             raise ReportError(f"line {number}: {e}") from e
         yield Entry(None, report)  # type: ignore[arg-type]
@@ -163,13 +172,18 @@ def _raise_past_limits(number: int, line: str) -> None:
         raise ReportError(f"line {number}, column {column}: {sentence}") from e
 
 
-def load_report_file(path: str | os.PathLike[str], *, cut_last_line: bool = False) -> ReportFile:
+def load_report_file(
+    path: str | os.PathLike[str], *, cut_lines: bool = False, cut_last_line: bool | None = None
+) -> ReportFile:
     """Read and validate a report file: JSON Lines, a tracker JSON document or one bare report.
 
     Args:
         path: The file.
-        cut_last_line: Read the other records of JSON Lines whose last line was cut off (a crash
-            while writing), and say so in ``warnings``; otherwise that line is an error.
+        cut_lines: Leave out each line of JSON Lines cut off mid-record, wherever it is (its writer
+            crashed, or the disk filled: :func:`~ddo_hooks.reports.json_lines.is_cut_line`), read the
+            other records, and name each such line in ``warnings``; otherwise such a line is an error.
+            A line that is complete JSON but not a valid record is an error either way.
+        cut_last_line: The old name of ``cut_lines`` (it warns), from when only a last line was left out.
 
     Returns:
         The :class:`ReportFile`.
@@ -180,8 +194,17 @@ def load_report_file(path: str | os.PathLike[str], *, cut_last_line: bool = Fals
             JSON, JSON past Python's limits (an integer of more than 4,300 digits, values nested too
             deeply), or holds an invalid record; the message says ``file:line:col: key.path: problem``.
     """
-    opened = open_report_file(path, cut_last_line=cut_last_line)
-    return ReportFile(opened.path, opened.form, list(opened.entries), opened.warnings)
+    if cut_last_line is not None:
+        cut_lines = _old_cut_last_line("load_report_file", cut_last_line)
+    opened = open_report_file(path, cut_lines=cut_lines)
+    entries = list(opened.entries)
+    return ReportFile(opened.path, opened.form, entries, tuple(opened.warnings))
+
+
+def _old_cut_last_line(function: str, value: bool) -> bool:
+    why = "a line cut off is left out wherever it is, not only the last"
+    warn_renamed(f"{function}(cut_last_line=...)", f"{function}(cut_lines=...)", why)
+    return value
 
 
 @dataclass(frozen=True)
@@ -196,33 +219,37 @@ class OpenReportFile:
         form: ``"JSON Lines"``, ``"JSON Lines of bare reports"``, ``"tracker JSON"`` or ``"report JSON"``.
         entries: The records, each validated when it is reached (read them once); an invalid one
             raises the :class:`~ddo_hooks.errors.ReportError` that :func:`load_report_file` raises.
-        warnings: What was left out and why (a last line cut off, when that was allowed).
+        warnings: What was left out and why: each line cut off mid-record, when that was allowed,
+            added when ``entries`` passes it (for JSON Lines), so the list is whole once ``entries`` is.
     """
 
     path: str
     form: str
     entries: Iterator[Entry]
-    warnings: tuple[str, ...] = ()
+    warnings: list[str] = field(default_factory=list)
 
 
-def open_report_file(path: str | os.PathLike[str], *, cut_last_line: bool = False) -> OpenReportFile:
+def open_report_file(
+    path: str | os.PathLike[str], *, cut_lines: bool = False, cut_last_line: bool | None = None
+) -> OpenReportFile:
     """Read a report file's text and check its form now; validate its records as they are read.
 
     Arguments and errors as for :func:`load_report_file`: the errors of the text and its form
     are raised here, those of a JSON Lines record when ``entries`` reaches it (those of the other
     forms, small documents, here).
     """
+    if cut_last_line is not None:
+        cut_lines = _old_cut_last_line("open_report_file", cut_last_line)
     source = os.fspath(path)
     text = _read_text(source)
-    cut = without_cut_last_line(source, text) if cut_last_line else None
-    if cut is not None:
-        text = cut[0]
-    warnings = () if cut is None else (cut[1],)
+    warnings: list[str] = []
     with _read_errors(source, text, None):
         form, data = _detect(source, text)
     if form in ("JSON Lines", "JSON Lines of bare reports"):
-        lines = iter_entries(text) if form == "JSON Lines" else iter_report_lines(text)
-        return OpenReportFile(source, form, _some(source, _located(source, text, lines, form)), warnings)
+        cut = (lambda number: warnings.append(cut_line_warning(source, number))) if cut_lines else None
+        read = iter_entries if form == "JSON Lines" else iter_report_lines
+        located = _located(source, text, read(text, on_cut_line=cut), form, cut_lines)
+        return OpenReportFile(source, form, _some(source, located), warnings)
     with _read_errors(source, text, form):
         if form == "tracker JSON":
             entries = MetricsTracker.from_json(text).entries()
@@ -231,8 +258,8 @@ def open_report_file(path: str | os.PathLike[str], *, cut_last_line: bool = Fals
     return OpenReportFile(source, form, _some(source, entries), warnings)
 
 
-def _located(source: str, text: str, entries: Iterator[Entry], form: str) -> Iterator[Entry]:
-    with _read_errors(source, text, form):
+def _located(source: str, text: str, entries: Iterator[Entry], form: str, cut_lines: bool) -> Iterator[Entry]:
+    with _read_errors(source, text, form, cut_lines):
         yield from entries
 
 
@@ -246,7 +273,7 @@ def _some(source: str, entries: Iterable[Entry]) -> Iterator[Entry]:
 
 
 @contextlib.contextmanager
-def _read_errors(source: str, text: str, form: str | None) -> Iterator[None]:
+def _read_errors(source: str, text: str, form: str | None, cut_lines: bool = False) -> Iterator[None]:
     """Say where an invalid record of a file of ``form`` is (``file:line:col``), or what JSON cannot be read."""
     try:
         try:
@@ -254,7 +281,7 @@ def _read_errors(source: str, text: str, form: str | None) -> Iterator[None]:
         except ReportError as e:
             if form is None:
                 raise
-            raise ReportError(diagnose_report_file(source, text, form) or f"{source}: {e}") from e
+            raise ReportError(diagnose_report_file(source, text, form, cut_lines=cut_lines) or f"{source}: {e}") from e
     except (RecursionError, ValueError) as e:  # nested too deeply, or a number too long to read
         if isinstance(e, ReportError):
             raise

@@ -24,17 +24,17 @@ import re
 import threading
 import warnings
 import weakref
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from pydantic import BaseModel, ValidationError
 
-from ddo_hooks._diagnostics import json_error_sentence, show_repr, show_value, without_cut_last_line
+from ddo_hooks._diagnostics import json_error_sentence, show_repr, show_value
 from ddo_hooks.errors import InvalidArgumentError, ReportError
 from ddo_hooks.reports.base import FROM_CHECKED_JSON
 from ddo_hooks.reports.envelope import RecordEnvelope, ReportRecord
-from ddo_hooks.reports.json_lines import beyond_json_limits, first_line, text_lines
+from ddo_hooks.reports.json_lines import beyond_json_limits, cut_line_warning, first_line, is_cut_line, text_lines
 from ddo_hooks.reports.parse import ANY_REPORT_TYPES, parse_report
 
 __all__ = [
@@ -238,16 +238,33 @@ class MetricsTracker:
 
     @classmethod
     def from_jsonl(cls, text: str) -> MetricsTracker:
-        """Load what :meth:`to_jsonl` wrote, validating every line (blank lines are skipped).
+        r"""Load what :meth:`to_jsonl` wrote, validating every line (blank lines are skipped).
 
-        A last line cut off mid-record (its writer crashed) is left out with a warning naming it;
-        a bad line anywhere else raises :class:`~ddo_hooks.errors.ReportError`.
+        A line cut off mid-record, wherever it is (its writer crashed, or the disk filled: see
+        :func:`~ddo_hooks.reports.json_lines.is_cut_line`), is left out with a warning naming it;
+        any other bad line raises :class:`~ddo_hooks.errors.ReportError`.
+
+        Raises:
+            ReportError: A line is not JSON (and not a cut one), is JSON past Python's limits or is
+                not a valid record; the message names the line.
+
+        Examples:
+            >>> import warnings
+            >>> from ddo_hooks import release_pytorch_host_cache
+            >>> tracker = MetricsTracker()
+            >>> tracker.record_ddo_metrics(release_pytorch_host_cache(phase="after_call"), component="c")
+            >>> line = tracker.to_jsonl()
+            >>> with warnings.catch_warnings(record=True) as caught:
+            ...     warnings.simplefilter("always")
+            ...     read = MetricsTracker.from_jsonl(line + line[:30] + "\n" + line)
+            >>> len(read.entries()), str(caught[0].message)[:36]
+            (2, '<jsonl>:2: the line is cut off (not ')
         """
-        cut = without_cut_last_line("<jsonl>", text)
-        if cut is not None:
-            text = cut[0]
-            warnings.warn(cut[1], stacklevel=2)
-        return cls.from_records(iter_entries(text))
+        cut: list[int] = []
+        tracker = cls.from_records(iter_entries(text, on_cut_line=cut.append))
+        for number in cut:
+            warnings.warn(cut_line_warning("<jsonl>", number), stacklevel=2)
+        return tracker
 
 
 def _valid_component(component: object) -> bool:
@@ -300,6 +317,9 @@ def _record_from_json(item: Any, where: str) -> Entry:
 def read_reports(text: str) -> list[RecordedReport]:
     """Parse JSON Lines of ``{"component", "report"}`` records, validating each.
 
+    A line cut off mid-record is an error here, as any line that is not JSON;
+    :meth:`MetricsTracker.from_jsonl` leaves it out with a warning.
+
     Raises:
         ReportError: A line is not JSON, is JSON past Python's limits (an integer of more than
             4,300 digits, values nested too deeply) or is not a valid record; the message names
@@ -313,7 +333,7 @@ def read_entries(text: str) -> list[Entry]:
     return list(iter_entries(text))
 
 
-def iter_entries(text: str) -> Iterator[Entry]:
+def iter_entries(text: str, *, on_cut_line: Callable[[int], None] | None = None) -> Iterator[Entry]:
     r"""Each record of JSON Lines, validated when it is reached (see :func:`read_reports`).
 
     A caller may keep what it needs of each record and let the rest go. A line is validated as a
@@ -323,6 +343,12 @@ def iter_entries(text: str) -> Iterator[Entry]:
     it or raises the error that names its line. The fast parser accepts no text that ``json.loads``
     refuses and refuses more (a lone surrogate, an integer of more than 4,300 digits, nesting deeper
     than 200), so every line is accepted or refused as before (``tests/test_fuzz.py`` compares the two).
+
+    Args:
+        text: JSON Lines of records.
+        on_cut_line: Called with the number of each line cut off mid-record
+            (:func:`~ddo_hooks.reports.json_lines.is_cut_line`), which is then left out; ``None``
+            (the default): such a line is an error, as any other line that is not JSON.
 
     Raises:
         ReportError: A line is not JSON, is JSON past Python's limits or is not a valid record;
@@ -343,6 +369,9 @@ def iter_entries(text: str) -> Iterator[Entry]:
             try:
                 item = json.loads(line)
             except json.JSONDecodeError as e:
+                if on_cut_line is not None and is_cut_line(line):
+                    on_cut_line(number)
+                    continue
                 raise ReportError(f"line {number}, column {e.colno}: not JSON: {json_error_sentence(e)}") from e
             except (ValueError, RecursionError) as e:  # past one of Python's limits
                 _, column, sentence = beyond_json_limits(line, e)
