@@ -247,3 +247,19 @@ def test_the_help_points_to_no_file_that_only_a_checkout_has(capsys, command):
     text = capsys.readouterr().out
     assert text.startswith("usage: ddo-hooks")
     assert not [word for word in ("README", "docs/", "examples/", ".md") if word in text]
+
+
+def test_demo_report_is_never_written_through_a_link_planted_beside_it(tmp_path, capsys):
+    victim = tmp_path / "elsewhere" / "victim.txt"
+    victim.parent.mkdir()
+    victim.write_text("someone else's file\n")
+    report = tmp_path / "run.jsonl"
+    planted = tmp_path / f".run.jsonl.{os.getpid()}.tmp"  # the temporary name it used to write to
+    planted.symlink_to(victim)
+    argv = ["demo", "--family", "sd", "--device", "cpu", "--steps", "1", "--calls", "1", "--report", str(report)]
+    assert main(argv) == 0
+    capsys.readouterr()
+    assert victim.read_text() == "someone else's file\n"
+    assert not report.is_symlink()
+    assert len(MetricsTracker.from_jsonl(report.read_text(encoding="utf-8")).records()) > 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == [planted.name, "elsewhere", "run.jsonl"]

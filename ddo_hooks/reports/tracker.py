@@ -32,6 +32,7 @@ from pydantic import BaseModel, ValidationError
 
 from ddo_hooks._diagnostics import json_error_sentence, show_repr, show_value
 from ddo_hooks.errors import InvalidArgumentError, ReportError
+from ddo_hooks.reports.atomic_file import replace_with_text
 from ddo_hooks.reports.base import FROM_CHECKED_JSON
 from ddo_hooks.reports.envelope import RecordEnvelope, ReportRecord
 from ddo_hooks.reports.json_lines import beyond_json_limits, cut_line_warning, first_line, is_cut_line, text_lines
@@ -196,17 +197,16 @@ class MetricsTracker:
     def write_jsonl(self, path: str | os.PathLike[str]) -> Path:
         """Write :meth:`to_jsonl` to ``path`` and return the path.
 
-        The file is replaced atomically: a failed write never leaves a truncated file where a
-        valid one was.
+        The file is replaced atomically (:func:`~ddo_hooks.reports.atomic_file.replace_with_text`):
+        a failed write never leaves a truncated file where a valid one was. The temporary file
+        beside it has a random name and is created exclusively, so a symbolic link planted in the
+        folder never redirects the write into another file; a ``path`` that is a symbolic link is
+        itself replaced, and the file it pointed to is left as it was.
+
+        Raises:
+            OSError: The file could not be written (the target is left as it was).
         """
-        target = Path(path)
-        temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-        try:
-            temporary.write_text(self.to_jsonl(), encoding="utf-8")
-            os.replace(temporary, target)
-        finally:
-            temporary.unlink(missing_ok=True)
-        return target
+        return replace_with_text(path, self.to_jsonl())
 
     @classmethod
     def from_records(cls, records: Iterable[RecordedReport | Entry]) -> MetricsTracker:
