@@ -174,7 +174,9 @@ class ReportSink:
 
     def _append(self, data: bytes) -> None:
         with self._lock, self._opened() as (fd, readable):
-            mid_line = _ends_mid_line(fd) if readable else self._cut  # a line cut short there, by any writer
+            mid_line = _ends_mid_line(fd) if readable else None  # a line cut short there, by any writer
+            if mid_line is None:  # cannot be told: only this sink's own cut line is known
+                mid_line = self._cut
             if mid_line:  # this one starts on a line of its own
                 data = b"\n" + data
             try:
@@ -213,10 +215,13 @@ class ReportSink:
         )
 
 
-def _ends_mid_line(fd: int) -> bool:
-    """Whether the file's last byte is not a newline: a line cut short there, by any writer sharing the file."""
+def _ends_mid_line(fd: int) -> bool | None:
+    """Whether the file's last byte is not a newline: a line cut short there, by any writer sharing the file.
+
+    ``None`` when it cannot be told (a read that fails, or no ``os.pread`` on this system).
+    """
     try:
         size = os.fstat(fd).st_size
         return size > 0 and os.pread(fd, 1, size - 1) not in (b"\n", b"")
-    except OSError:  # cannot be read after all: the write says what is wrong
-        return False
+    except (OSError, AttributeError):
+        return None
