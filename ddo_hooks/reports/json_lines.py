@@ -101,7 +101,7 @@ def beyond_json_limits(text: str, error: ValueError | RecursionError) -> tuple[i
         >>> line, column, sentence[:50]
         (2, 7, 'an integer of 5,000 digits, more than Python reads')
     """
-    limit = sys.get_int_max_str_digits()
+    limit = getattr(sys, "get_int_max_str_digits", lambda: 0)()  # 0: no limit (Python 3.10 before 3.10.7)
     depth, deepest, at = 0, 0, 0
     for match in _TOKENS.finditer(text):
         token = match.group()
