@@ -5,9 +5,12 @@ A report file is JSON Lines of ``{component, report}`` records (as ``ddo-hooks d
 (one report per line, of either shape: DDO 0.1.0rc2 writes no JSON Lines itself, so a DDO host
 writes each ``metrics.as_dict()`` as a line), a tracker JSON document
 (:meth:`~ddo_hooks.reports.tracker.MetricsTracker.to_json`) or one bare report (of either shape).
-The form is told from the first line: a record has ``component`` and ``report``, a bare report
-``route``. When it does not validate, :func:`~ddo_hooks.reports.file_problems.diagnose_report_file`
-names the place as ``file:line:col: key.path: problem``.
+The form is told from the first line (past any line cut off mid-record before it): a record has
+``component`` and ``report``, a bare report ``route``. A line of JSON Lines cut off mid-record,
+wherever it is, is an error, or, with ``cut_lines=True``, left out with a warning that names it
+(:mod:`~ddo_hooks.reports.json_lines`). When it does not validate,
+:func:`~ddo_hooks.reports.file_problems.diagnose_report_file` names the place as
+``file:line:col: key.path: problem``.
 
 Examples:
     >>> text = '{"component": "x", "report": {"schema_version": 2}}'
