@@ -308,37 +308,3 @@ def json_error_sentence(error: json.JSONDecodeError) -> str:
     """
     sentence = _JSON_SENTENCES.get(error.msg)
     return f"{sentence} ({error.msg})" if sentence else cut(error.msg, 120)
-
-
-def without_cut_last_line(source: str, text: str) -> tuple[str, str] | None:
-    r"""``(the text without its last line, a warning)`` when JSON Lines end in a line cut off mid-record.
-
-    A writer that stopped mid-line (a crash) leaves a last line that is not complete JSON and no
-    newline after it; a bad line anywhere else is not this, and stays an error.
-
-    Examples:
-        >>> text, warning = without_cut_last_line("r.jsonl", '{"a": 1}\n{"b": ')
-        >>> text, warning[:35]
-        ('{"a": 1}\n', 'r.jsonl:2: the last line is cut off')
-        >>> without_cut_last_line("r.jsonl", '{"a": 1}\n') is None
-        True
-    """
-    if text.endswith("\n"):
-        return None
-    head, _, last = text.rpartition("\n")
-    if not head.strip() or not last.strip():
-        return None
-    try:  # JSON Lines: the first line is a whole record (a JSON document spread over lines is not)
-        json.loads(head.split("\n", 1)[0])
-    except json.JSONDecodeError:
-        return None
-    try:
-        json.loads(last)
-    except json.JSONDecodeError:
-        number = head.count("\n") + 2
-        warning = (
-            f"{source}:{number}: the last line is cut off (not complete JSON: its writer stopped mid-line, e.g. "
-            "in a crash); its record is left out"
-        )
-        return head + "\n", warning
-    return None

@@ -6,7 +6,10 @@ of ``sys.meta_path`` (so it costs nothing to any other import): the first import
 :class:`DeprecationWarning` that names the new module, and returns that very module, so its classes
 are the same objects under both names. The old names of ``ddo_hooks``' attributes, of
 ``ddo_hooks.errors.DDOError`` and of ``BoundaryContext.left`` warn through :func:`warn_renamed` too,
-in the same words. The aliases go in ddo-hooks 0.2.
+in the same words. Each warning names the user's line, however the old name is reached (an
+``import``, ``importlib.import_module``, ``unittest.mock.patch``, ``pkgutil.resolve_name``), so
+that Python's default filters, which show a :class:`DeprecationWarning` only in ``__main__``,
+show it there (:func:`outside_stacklevel`). The aliases go in ddo-hooks 0.2.
 
 Examples:
     >>> import warnings
@@ -25,7 +28,7 @@ import importlib.machinery
 import importlib.util
 import sys
 import warnings
-from types import ModuleType
+from types import FrameType, ModuleType
 
 MOVED_MODULES: dict[str, str] = {
     "ddo_hooks.reports.release": "ddo_hooks.reports.host_cache",
@@ -40,11 +43,58 @@ DDO_IS_ANOTHER_PACKAGE = "DDO is the diffusers-dynamic-offloader package"
 """Why ``DDOError`` was renamed ``DdoHooksError``."""
 
 
-def warn_renamed(old: str, new: str, why: str = "", *, stacklevel: int = 3) -> None:
-    """Warn, with a :class:`DeprecationWarning` at the caller's caller, that ``old`` is ``new`` now."""
+def warn_renamed(old: str, new: str, why: str = "") -> None:
+    """Warn, with a :class:`DeprecationWarning`, that ``old`` is ``new`` now, at the line that used the old name.
+
+    That line is the first frame outside the import machinery and ddo_hooks (:func:`outside_stacklevel`):
+    Python shows a :class:`DeprecationWarning` by default only when it is attributed to ``__main__``,
+    so one attributed to ``importlib.import_module``, ``pkgutil.resolve_name`` or
+    ``unittest.mock.patch``, which import a name for the user, would never be seen.
+    """
     because = f" ({why})" if why else ""
     message = f"{old} is now {new}{because}; use the new name, as the old one goes in ddo-hooks 0.2"
-    warnings.warn(message, DeprecationWarning, stacklevel=stacklevel)
+    warnings.warn(message, DeprecationWarning, stacklevel=outside_stacklevel())
+
+
+MACHINERY = ("importlib", "pkgutil", "unittest.mock", "ddo_hooks")
+"""The modules (and their submodules) that import or serve a name for its user: never the line a warning names."""
+
+
+def outside_stacklevel() -> int:
+    """The ``stacklevel`` that :func:`warnings.warn`, called by this function's caller, needs to name the user's line.
+
+    The user's line is the first frame, going up from the caller, whose module is not in
+    :data:`MACHINERY`. The count is :func:`warnings.warn`'s own: it passes over the frames of
+    ``importlib._bootstrap`` (files whose name holds ``importlib`` and ``_bootstrap``) without
+    counting them, on every Python from 3.10 (``skip_file_prefixes``, from 3.12, is not needed).
+
+    Examples:
+        >>> import importlib, sys, warnings
+        >>> _ = sys.modules.pop("ddo_hooks.reports.release", None)  # so that it is imported (and warns) again
+        >>> user = {"__name__": "__main__", "importlib": importlib}  # a user's script
+        >>> with warnings.catch_warnings(record=True) as caught:
+        ...     warnings.simplefilter("always")
+        ...     exec(compile("importlib.import_module('ddo_hooks.reports.release')", "user.py", "exec"), user)
+        >>> caught[0].filename, caught[0].lineno  # not importlib/__init__.py
+        ('user.py', 1)
+    """
+    frame: FrameType | None = sys._getframe(1)  # the caller of warnings.warn: level 1
+    level = 1
+    while frame is not None and _is_machinery(frame.f_globals.get("__name__")):
+        frame = frame.f_back
+        while frame is not None and _skipped_by_warnings(frame.f_code.co_filename):
+            frame = frame.f_back
+        level += 1
+    return level
+
+
+def _is_machinery(module: object) -> bool:
+    return isinstance(module, str) and any(module == name or module.startswith(f"{name}.") for name in MACHINERY)
+
+
+def _skipped_by_warnings(filename: str) -> bool:
+    """Whether :func:`warnings.warn` passes over this frame without counting it (its ``_is_internal_filename``)."""
+    return "importlib" in filename and "_bootstrap" in filename
 
 
 class _MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):

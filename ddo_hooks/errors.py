@@ -58,7 +58,8 @@ class ReportSinkError(DdoHooksError, RuntimeError):
     """Writing a report to the policy's ``report_sink`` failed; the message names the file and the fix.
 
     The original ``OSError`` is chained as ``__cause__``. The file is left as it is (never truncated:
-    other processes may share it); after a write cut short, the next line starts on a line of its own.
+    other processes may share it); after a write cut short, the next line, of whichever process shares
+    the file, starts on a line of its own, and readers leave the cut line out with a warning.
     """
 
 

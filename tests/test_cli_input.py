@@ -188,6 +188,10 @@ def test_report_file_messages_say_what_is_wrong_without_pydantic_internals(tmp_p
     assert not any(word in err for word in ("discriminator", "Unable to extract", "Input tag", "pydantic"))
 
 
+CUT = "the line is cut off (not complete JSON: its writer stopped mid-line, e.g. in a crash or on a full disk); its " \
+    "record is left out"  # fmt: skip
+
+
 def test_summarize_and_plot_read_the_records_before_a_last_line_cut_by_a_crash(tmp_path, capsys):
     from support.report_runs import gpu_run
 
@@ -198,22 +202,41 @@ def test_summarize_and_plot_read_the_records_before_a_last_line_cut_by_a_crash(t
     out, err = capsys.readouterr()
     # the line wraps at 100 columns wherever the temporary folder's length puts it
     assert " ".join(out.split()).startswith(f"{path}: {len(lines) - 1} reports (JSON Lines)")
-    assert err == f"warning: {path}:{len(lines)}: the last line is cut off (not complete JSON: its writer stopped " \
-        "mid-line, e.g. in a crash); its record is left out\n"  # fmt: skip
+    assert err == f"warning: {path}:{len(lines)}: {CUT}\n"
     if importlib.util.find_spec("matplotlib") is not None:
         assert main(["plot", str(path), "-o", str(tmp_path / "run.png")]) == 0
         assert capsys.readouterr().err == err
     assert main(["validate-report", str(path)]) == 0  # the records before the cut line are valid
     out, err = capsys.readouterr()
-    assert out.startswith(f"{path}: valid JSON Lines, {len(lines) - 1} reports")
-    assert err == (
-        f"warning: {path}:{len(lines)}: the last line is cut off (not complete JSON: its writer stopped mid-line, "
-        "e.g. in a crash); its record is left out\n"
+    assert out.startswith(f"{path}: valid JSON Lines, {len(lines) - 1} reports; 1 cut line left out (see the warning)")
+    assert err == f"warning: {path}:{len(lines)}: {CUT}\n"
+
+
+def test_the_commands_read_past_lines_cut_in_the_middle_of_a_file_naming_each(tmp_path, capsys):
+    """A full disk cut a line of one writer sharing the sink; the lines after it, of any writer, are whole."""
+    from support.report_runs import gpu_run
+
+    path = gpu_run("a1", rank=0, world=1).write_jsonl(tmp_path / "full-disk.jsonl")
+    lines = path.read_text(encoding="utf-8").splitlines()
+    middle = [*lines[:2], lines[2][:40], *lines[3:5], lines[5][:90], *lines[6:]]
+    path.write_text("\n".join(middle) + "\n", encoding="utf-8")
+    said = f"warning: {path}:3: {CUT}\nwarning: {path}:6: {CUT}\n"
+    assert main(["summarize", str(path)]) == 0
+    out, err = capsys.readouterr()
+    assert " ".join(out.split()).startswith(f"{path}: {len(lines) - 2} reports (JSON Lines)")
+    assert err == said
+    assert main(["validate-report", str(path)]) == 0  # the sink's design: only the cut lines are lost
+    out, err = capsys.readouterr()
+    assert out.startswith(
+        f"{path}: valid JSON Lines, {len(lines) - 2} reports; 2 cut lines left out (see the warnings)"
     )
-    middle = [*lines[:2], lines[2][:40], *lines[3:]]  # a line cut in the middle of the file stays an error
+    assert err == said
+    middle[3] = middle[3].replace('"component": "', '"component": "bad name ')  # valid JSON, invalid record
     path.write_text("\n".join(middle) + "\n", encoding="utf-8")
     assert main(["validate-report", str(path)]) == 1
-    assert f"{path}:3:" in capsys.readouterr().err
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.startswith(f"warning: {path}:3: {CUT}\n{path}:4:2: component: ")  # the cut line, then the error
 
 
 @pytest.mark.parametrize("command", [[], ["demo"], ["validate-policy"], ["validate-report"], ["schema"],
@@ -224,3 +247,19 @@ def test_the_help_points_to_no_file_that_only_a_checkout_has(capsys, command):
     text = capsys.readouterr().out
     assert text.startswith("usage: ddo-hooks")
     assert not [word for word in ("README", "docs/", "examples/", ".md") if word in text]
+
+
+def test_demo_report_is_never_written_through_a_link_planted_beside_it(tmp_path, capsys):
+    victim = tmp_path / "elsewhere" / "victim.txt"
+    victim.parent.mkdir()
+    victim.write_text("someone else's file\n")
+    report = tmp_path / "run.jsonl"
+    planted = tmp_path / f".run.jsonl.{os.getpid()}.tmp"  # the temporary name it used to write to
+    planted.symlink_to(victim)
+    argv = ["demo", "--family", "sd", "--device", "cpu", "--steps", "1", "--calls", "1", "--report", str(report)]
+    assert main(argv) == 0
+    capsys.readouterr()
+    assert victim.read_text() == "someone else's file\n"
+    assert not report.is_symlink()
+    assert len(MetricsTracker.from_jsonl(report.read_text(encoding="utf-8")).records()) > 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == [planted.name, "elsewhere", "run.jsonl"]

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import secrets
 
 import pytest
 from support.fakes import FakeHostAllocator
@@ -110,7 +112,7 @@ def test_a_refused_record_leaves_the_tracker_unchanged(tracker: MetricsTracker):
 
 def test_a_line_that_is_not_json_is_refused_naming_the_line(tracker: MetricsTracker):
     lines = tracker.to_jsonl().splitlines()
-    lines[1] = lines[1][:40]
+    lines[1] = "{" + lines[1]  # mangled, not a line cut off (which from_jsonl leaves out with a warning)
     with pytest.raises(ReportError, match=r"^line 2, column \d+: not JSON: "):
         MetricsTracker.from_jsonl("\n".join(lines))
 
@@ -174,3 +176,44 @@ def test_max_records_at_the_bound_keeps_that_many():
     tracker = MetricsTracker(max_records=MAX_RECORDS)
     tracker.record_ddo_metrics(noop(), component="c")
     assert (tracker.max_records, len(tracker.records())) == (MAX_RECORDS, 1)
+
+
+# -- write_jsonl: whole or not at all, never through a link -----------------------------------------
+
+SOMEONE_ELSES = "someone else's file\n"
+
+
+def test_write_jsonl_never_writes_through_a_link_planted_at_its_old_temporary_name(tracker: MetricsTracker, tmp_path):
+    victim = tmp_path / "elsewhere" / "victim.txt"
+    victim.parent.mkdir()
+    victim.write_text(SOMEONE_ELSES)
+    planted = tmp_path / f".run.jsonl.{os.getpid()}.tmp"  # the name it used to write to: predictable, followed
+    planted.symlink_to(victim)
+    target = tracker.write_jsonl(tmp_path / "run.jsonl")
+    assert victim.read_text() == SOMEONE_ELSES
+    assert not target.is_symlink()
+    assert MetricsTracker.from_jsonl(target.read_text()).records() == tracker.records()
+    assert planted.is_symlink()  # left as it was, and no temporary file is left
+    assert sorted(p.name for p in tmp_path.iterdir()) == [planted.name, "elsewhere", "run.jsonl"]
+
+
+def test_write_jsonl_takes_another_name_when_its_temporary_one_is_taken(tracker, tmp_path, monkeypatch):
+    victim = tmp_path / "victim.txt"
+    victim.write_text(SOMEONE_ELSES)
+    names = iter(["taken", "free"])
+    monkeypatch.setattr(secrets, "token_hex", lambda n: next(names))  # as if someone guessed the first name
+    (tmp_path / ".run.jsonl.taken.tmp").symlink_to(victim)
+    tracker.write_jsonl(tmp_path / "run.jsonl")
+    assert victim.read_text() == SOMEONE_ELSES
+    assert MetricsTracker.from_jsonl((tmp_path / "run.jsonl").read_text()).records() == tracker.records()
+
+
+def test_write_jsonl_to_a_symbolic_link_replaces_the_link_not_the_file_it_points_to(tracker, tmp_path):
+    victim = tmp_path / "victim.txt"
+    victim.write_text(SOMEONE_ELSES)
+    link = tmp_path / "run.jsonl"
+    link.symlink_to(victim)
+    assert tracker.write_jsonl(link) == link
+    assert victim.read_text() == SOMEONE_ELSES
+    assert not link.is_symlink()
+    assert MetricsTracker.from_jsonl(link.read_text()).records() == tracker.records()

@@ -8,6 +8,8 @@ The report modules are named after their routes and no two modules share a name
 from __future__ import annotations
 
 import importlib
+import os
+import subprocess
 import sys
 import warnings
 from pathlib import Path
@@ -74,3 +76,29 @@ def test_boundary_context_left_is_dropped_names_under_its_old_name():
     said = "^BoundaryContext.left is now BoundaryContext.dropped_names; use the new name"
     with pytest.warns(DeprecationWarning, match=said):
         assert ctx.left == ("text_encoder",)
+
+
+# -- seen with Python's default warning filters, whichever way the old name is imported -------------
+
+ROUTES = {
+    "import statement": "import {module}",
+    "importlib.import_module": "importlib.import_module({module!r})",
+    "unittest.mock.patch": "with unittest.mock.patch({module!r} + '.HostCacheReleaseReport'): pass",
+    "pkgutil.resolve_name": "pkgutil.resolve_name({module!r})",
+    "attribute, from-import": "from ddo_hooks import DDOError",
+    "attribute, mock.patch": "with unittest.mock.patch('ddo_hooks.DDOError', create=False): pass",
+    "attribute, pkgutil.resolve_name": "pkgutil.resolve_name('ddo_hooks:DDOError')",
+}
+
+
+@pytest.mark.parametrize("route", ROUTES)
+def test_an_old_name_warns_where_the_user_imports_it_under_the_default_filters(route: str):
+    """Python shows a DeprecationWarning by default only when it is attributed to ``__main__``: the
+    warning must name the user's line, not a frame of importlib, pkgutil or unittest.mock."""
+    statement = ROUTES[route].format(module="ddo_hooks.reports.release")
+    code = f"import importlib, pkgutil, unittest.mock\n\n{statement}\n"
+    env = {name: value for name, value in os.environ.items() if name != "PYTHONWARNINGS"}
+    run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr
+    old = "ddo_hooks.reports.release" if "attribute" not in route else "ddo_hooks.DDOError"
+    assert f"<string>:3: DeprecationWarning: {old} is now " in run.stderr, run.stderr

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -10,8 +11,8 @@ import pytest
 from ddo_hooks import MetricsTracker, parse_report, release_pytorch_host_cache
 from ddo_hooks.cli import main
 from ddo_hooks.errors import InvalidArgumentError, ReportError
-from ddo_hooks.reports.files import load_report_file
-from ddo_hooks.reports.tracker import MAX_COMPONENT_LENGTH
+from ddo_hooks.reports.files import iter_report_lines, load_report_file
+from ddo_hooks.reports.tracker import MAX_COMPONENT_LENGTH, read_reports
 
 
 def report() -> dict:
@@ -136,16 +137,72 @@ def test_report_fields_are_explained_in_our_words_and_a_near_miss_is_named(tmp_p
         parse_report(data)
 
 
+CUT = r"the line is cut off \(not complete JSON: its writer stopped mid-line, e\.g\. in a crash or on a full disk\); "
+CUT += r"its record is left out"
+
+
 def test_the_tracker_reads_the_records_before_a_last_line_cut_by_a_crash_with_a_warning(tmp_path: Path):
     text = "\n".join([line(), line(), line()[:50]])  # no newline after: its writer stopped mid-line
-    with pytest.warns(UserWarning, match=r"^<jsonl>:3: the last line is cut off .* its record is left out$"):
+    with pytest.warns(UserWarning, match=rf"^<jsonl>:3: {CUT}$"):
         tracker = MetricsTracker.from_jsonl(text)
     assert len(tracker.entries()) == 2
-    with pytest.raises(ReportError, match=r"^line 2, column"):  # a line cut in the middle stays an error
-        MetricsTracker.from_jsonl("\n".join([line(), line()[:50], line()]) + "\n")
     pretty = tmp_path / "bare.json"  # one report over many lines, no newline at the end: not JSON Lines, not cut
     pretty.write_text(json.dumps(report(), indent=2), encoding="utf-8")
-    assert load_report_file(pretty, cut_last_line=True).warnings == ()
+    assert load_report_file(pretty, cut_lines=True).warnings == ()
+
+
+@pytest.mark.parametrize("at", [0, 1, 2], ids=["first", "middle", "last"])
+def test_a_line_cut_anywhere_is_left_out_with_a_warning_naming_it(tmp_path: Path, at: int):
+    """A full disk cut one writer's line; the sink's next line, of any writer, starts a line of its own."""
+    lines = [line(), line(), line()]
+    lines[at] = lines[at][:50]
+    text = "\n".join(lines) + "\n"
+    with pytest.warns(UserWarning, match=rf"^<jsonl>:{at + 1}: {CUT}$"):
+        assert len(MetricsTracker.from_jsonl(text).entries()) == 2
+    for bare in (False, True):
+        path = tmp_path / "r.jsonl"
+        path.write_text(text if not bare else "\n".join(json.dumps(report())[: 50 if n == at else None] for n in
+                                                        range(3)) + "\n", encoding="utf-8")  # fmt: skip
+        loaded = load_report_file(path, cut_lines=True)
+        assert loaded.form == ("JSON Lines of bare reports" if bare else "JSON Lines")
+        assert len(loaded.entries) == 2
+        assert len(loaded.warnings) == 1
+        assert re.fullmatch(rf"{re.escape(str(path))}:{at + 1}: {CUT}", loaded.warnings[0])
+        with pytest.raises(ReportError, match=rf"r\.jsonl:{at + 1}:\d+: not JSON: "):  # not allowed: an error
+            load_report_file(path)
+
+
+@pytest.mark.parametrize(
+    ("bad", "said"),
+    [
+        ('{"component": "x" "report": {}}', r"^line 2, column 19: not JSON: a ',' is expected"),  # not cut: mangled
+        ("]", r"^line 2, column 1: not JSON: a value is expected here"),
+        ('{"component": "host_cache_after_call", "report": {}}', r"^line 2\.report: not a valid DDO report"),
+        ('{"component": "x", "report": {}} {"', r"^line 2, column 34: not JSON: more text follows"),
+    ],
+    ids=["mangled", "not-an-object", "valid-json-invalid-record", "text-after-a-record"],
+)
+def test_a_bad_line_that_is_not_a_cut_one_stays_an_error(tmp_path: Path, bad: str, said: str):
+    text = "\n".join([line(), bad, line()]) + "\n"
+    with pytest.raises(ReportError, match=said):
+        MetricsTracker.from_jsonl(text)
+    path = tmp_path / "r.jsonl"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(ReportError, match=r"r\.jsonl:2:\d+: "):
+        load_report_file(path, cut_lines=True)
+
+
+def test_read_reports_takes_no_cut_line(tmp_path: Path):
+    with pytest.raises(ReportError, match=r"^line 2, column \d+: not JSON: "):  # from_jsonl is the lenient reader
+        read_reports("\n".join([line(), line()[:50], line()]))
+
+
+def test_the_old_keyword_cut_last_line_warns_and_does_what_cut_lines_does(tmp_path: Path):
+    path = tmp_path / "r.jsonl"
+    path.write_text("\n".join([line(), line()[:50], line()]), encoding="utf-8")
+    with pytest.warns(DeprecationWarning, match=r"^load_report_file\(cut_last_line=\.\.\.\) is now .*cut_lines"):
+        loaded = load_report_file(path, cut_last_line=True)
+    assert len(loaded.entries) == 2
 
 
 def test_validate_policy_takes_a_presets_name_as_the_policy_option_does(capsys: pytest.CaptureFixture[str]):
@@ -156,3 +213,49 @@ def test_validate_policy_takes_a_presets_name_as_the_policy_option_does(capsys: 
     assert "before_transformer: release_done_components, host_cache_release, malloc_trim" in out
     assert main(["validate-policy", "lowest-peek"]) == 1
     assert "did you mean 'lowest-peak'? check the path, or give a preset" in capsys.readouterr().err
+
+
+# -- JSON past Python's limits ---------------------------------------------------------------------
+
+BIG = "9" * 5000  # Python converts at most 4,300 digits to an int
+DEEP = "[" * 5000 + "]" * 5000  # deeper than json.loads goes
+PAST_LIMITS = [
+    pytest.param(BIG, 19, r"an integer of 5,000 digits, more than Python reads \(4,300 at most; ", id="digits"),
+    pytest.param(DEEP, 5018, r"the JSON nests 5,00\d levels deep, deeper than Python's JSON reader ", id="nesting"),
+]
+
+
+def with_value(value: str) -> str:
+    """A record whose report's ``schema_version`` is ``value``, as written."""
+    return line().replace('"schema_version": 1', f'"schema_version": {value}', 1)
+
+
+@pytest.mark.parametrize(("value", "offset", "said"), PAST_LIMITS)  # offset: from the key to the place named
+def test_the_trackers_readers_say_which_line_is_past_pythons_limits(value: str, offset: int, said: str):
+    record = with_value(value)
+    column = record.index('"schema_version"') + offset
+    text = "\n".join([line(), record, line()]) + "\n"
+    for read in (MetricsTracker.from_jsonl, read_reports):
+        with pytest.raises(ReportError, match=rf"^line 2, column {column}: {said}") as info:
+            read(text)
+        assert isinstance(info.value.__cause__, (ValueError, RecursionError))
+    document = json.dumps({"records": [json.loads(line())] * 2}, indent=2)
+    document = document.replace('"schema_version": 1', f'"schema_version": {value}', 1)
+    row = next(n for n, text in enumerate(document.splitlines(), 1) if '"schema_version"' in text)
+    with pytest.raises(ReportError, match=rf"^line {row}, column \d+: {said}"):
+        MetricsTracker.from_json(document)
+
+
+@pytest.mark.parametrize(("value", "offset", "said"), PAST_LIMITS)
+@pytest.mark.parametrize("bare", [False, True], ids=["records", "bare-reports"])
+def test_the_file_readers_say_which_line_is_past_pythons_limits(tmp_path: Path, value, offset, said, bare: bool):
+    first, record = (line(), with_value(value))
+    if bare:
+        first, record = (json.dumps(json.loads(first)["report"]), record.split('"report": ', 1)[1][:-1])
+    column = record.index('"schema_version"') + offset
+    message = error_of(tmp_path, f"{first}\n{record}\n")
+    assert re.match(rf"r\.jsonl:2:{column}: {said}", message), message
+    if bare:
+        with pytest.raises(ReportError, match=rf"^line 2, column {column}: {said}"):
+            list(iter_report_lines(f"{first}\n{record}\n"))
+    assert message.endswith("check that this is the report file you meant") or "check the brackets" in message

@@ -73,7 +73,9 @@ def read_reports(paths: Sequence[str]) -> Iterator[Any]:
 
     A file given twice, or a file whose bytes are those of a file given before (a copy), is read
     once, with a warning: records without an envelope cannot be told apart, so they would count
-    twice. A policy given instead is refused with the command that reads it.
+    twice. A policy given instead is refused with the command that reads it. A line cut off
+    mid-record, anywhere in a JSON Lines file, is left out with a warning naming it, printed when
+    the reading passes it.
     """
     from ddo_hooks.reports.files import open_report_file
 
@@ -84,12 +86,10 @@ def read_reports(paths: Sequence[str]) -> Iterator[Any]:
             print(f"warning: {path}: {same}; read once, so that its records count once", file=sys.stderr)
             continue
         try:
-            opened = open_report_file(path, cut_last_line=True)
+            opened = open_report_file(path, cut_lines=True)
         except DdoHooksError as e:
             raise other_kind(e, path, "policy", "validate-policy") from e
-        for warning in opened.warnings:
-            print(f"warning: {warning}", file=sys.stderr)
-        yield dataclasses.replace(opened, entries=_entries_of(opened.entries, path))
+        yield dataclasses.replace(opened, entries=_entries_of(opened.entries, opened.warnings, path))
 
 
 def _same_as(path: str, given: list[tuple[str, os.stat_result]]) -> str | None:
@@ -110,11 +110,24 @@ def _same_as(path: str, given: list[tuple[str, os.stat_result]]) -> str | None:
     return None
 
 
-def _entries_of(entries: Iterator[Any], path: str) -> Iterator[Any]:
+def _entries_of(entries: Iterator[Any], warnings: list[str], path: str) -> Iterator[Any]:
+    """``entries``, each warning (a line cut off, left out) printed when it is added, before what follows it."""
+    shown = 0
+
+    def show() -> None:
+        nonlocal shown
+        for warning in warnings[shown:]:
+            print(f"warning: {warning}", file=sys.stderr)
+        shown = len(warnings)
+
     try:
-        yield from entries
+        for entry in entries:
+            show()
+            yield entry
     except DdoHooksError as e:
+        show()
         raise other_kind(e, path, "policy", "validate-policy") from e
+    show()
 
 
 @contextlib.contextmanager

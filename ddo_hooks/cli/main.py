@@ -172,23 +172,19 @@ def _size_lines(policy: Any, path: str) -> list[str]:
 
 
 def _validate_report(args: argparse.Namespace) -> int:
-    from ddo_hooks.reports.files import load_report_file
-
-    try:
-        loaded = load_report_file(args.file, cut_last_line=True)
-    except DdoHooksError as e:
-        raise other_kind(e, args.file, "policy", "validate-policy") from e
-    for warning in loaded.warnings:
-        print(f"warning: {warning}", file=sys.stderr)
-    routes = Counter(report.route for _, report in loaded.records)
-    components = list(dict.fromkeys(c for c, _ in loaded.records if c is not None))
+    opened = next(read_reports([args.file]))  # a line cut off: left out, with a warning printed as it is passed
+    records = [(entry.component, entry.report) for entry in opened.entries]
+    routes = Counter(report.route for _, report in records)
+    components = list(dict.fromkeys(c for c, _ in records if c is not None))
     route_text = ", ".join(f"{route} x{n}" for route, n in routes.items())
     component_text = ", ".join(components) if components else "none (a bare report)"
-    count = len(loaded.records)
+    count = len(records)
     noun = "report" if count == 1 else "reports"
     from ddo_hooks.cli.layout import wrap_text
 
-    print(f"{args.file}: valid {loaded.form}, {count} {noun}")
+    cut = len(opened.warnings)  # each names a line cut off mid-record, left out
+    left_out = "" if not cut else f"; {cut} cut line{'s' * (cut > 1)} left out (see the warning{'s' * (cut > 1)})"
+    print(f"{args.file}: valid {opened.form}, {count} {noun}{left_out}")
     print(wrap_text(f"  routes: {route_text}", indent="    "))
     print(wrap_text(f"  components: {component_text}", indent="    "))
     return 0
@@ -322,8 +318,8 @@ def build_parser() -> argparse.ArgumentParser:
         "validate-report",
         _validate_report,
         "check a file of DDO reports (JSON Lines or JSON)",
-        f"Check a file of DDO reports: {REPORT_FILE_FORMS}. {checked} A last line cut off mid-record (its writer "
-        "crashed) is left out with a warning naming it.",
+        f"Check a file of DDO reports: {REPORT_FILE_FORMS}. {checked} A line cut off mid-record (its writer crashed, "
+        "or the disk filled) is left out with a warning naming it, and the other lines are checked.",
     )
     schema = _command(
         commands,

@@ -6,8 +6,15 @@ interleave, and the sink never truncates the file, which would erase the lines a
 appended meanwhile. :meth:`ReportSink.probe` checks at attach that the file can be opened for
 writing without writing to it. A write that fails or is short (a full disk) leaves the file as it
 is: the failure is a :class:`~ddo_hooks.errors.ReportSinkError` that names the file and the fix,
-and where part of the line reached the file, the sink starts its next line on a line of its own, so
-that only the cut line is lost (readers name it). The policy's ``report_sink_failure`` decides
+and where part of the line reached the file, that cut line stays. So that only the cut line is
+lost (readers leave it out and name it), every line starts on a line of its own, whichever writer
+cut the line before it: before each write the sink reads the file's last byte (``fstat``, then
+``pread`` of the descriptor it appends with) and starts its line with a newline when that byte is
+not one. What remains: the check and the write are two system calls, so a write that another
+process cuts short between them (its disk full at that very moment) still glues this line to its
+cut one, and both are lost though :meth:`ReportSink.write` returned ``True``; and a sink that may
+append to the file but not read it (mode ``0o200``) sees only its own cut lines. The policy's
+``report_sink_failure`` decides
 what a failure does: ``raise`` ends the pipeline call with it; ``continue`` (the default) keeps the
 call going, keeps the failure in :attr:`ReportSink.failures` (the last 100) and logs it once, so
 that a failed log write never costs the user the image.
@@ -55,7 +62,8 @@ _log = logging.getLogger("ddo_hooks")
 
 # O_NONBLOCK: opening a FIFO that has no reader fails at once instead of waiting for one.
 # O_NOFOLLOW: a symbolic link put in the sink's place is never followed.
-_FLAGS = os.O_WRONLY | os.O_APPEND | os.O_CREAT
+# Read and write (O_RDWR): the sink reads the last byte before it appends (see the module's docstring).
+_FLAGS = os.O_APPEND | os.O_CREAT
 _FLAGS |= getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_NOFOLLOW", 0)
 
 
@@ -84,7 +92,7 @@ class ReportSink:
         self.failures: collections.deque[str] = collections.deque(maxlen=MAX_FAILURES_KEPT)
         self.failure_count = 0
         self._lock = threading.Lock()
-        self._cut = False  # the last write left part of its line in the file
+        self._cut = False  # the last write left part of its line in the file (known without reading it)
 
     def probe(self) -> None:
         """Check that the file can be opened for appending now, without writing to it.
@@ -96,7 +104,7 @@ class ReportSink:
         problem = missing_folder(self.path)
         if problem is not None:
             raise ReportSinkError(f"report_sink {str(self.path)!r}: {problem}")
-        with self._lock, self._opened() as fd:
+        with self._lock, self._opened() as (fd, _):
             try:
                 free = os.fstatvfs(fd).f_bavail
             except (OSError, AttributeError):  # no statvfs here: the first write tells
@@ -140,8 +148,8 @@ class ReportSink:
         self._lock = threading.Lock()
 
     @contextlib.contextmanager
-    def _opened(self) -> Iterator[int]:
-        """The file, opened for appending (a special file or a link is never opened)."""
+    def _opened(self) -> Iterator[tuple[int, bool]]:
+        """The file, opened for appending (a special file or a link is never opened), and whether it can be read."""
         try:
             self._check_regular(os.lstat(self.path).st_mode)
         except FileNotFoundError:
@@ -149,18 +157,27 @@ class ReportSink:
         except OSError as e:
             raise self._error("cannot be opened", e) from e
         try:
-            fd = os.open(self.path, _FLAGS, 0o666)
+            fd, readable = self._open()
         except OSError as e:  # also a FIFO or a link put in its place since: ENXIO or ELOOP, never a wait
             raise (self._linked() if e.errno == errno.ELOOP else self._error("cannot be opened", e)) from e
         try:
             self._check_regular(os.fstat(fd).st_mode)
-            yield fd
+            yield fd, readable
         finally:
             os.close(fd)
 
+    def _open(self) -> tuple[int, bool]:
+        try:
+            return os.open(self.path, os.O_RDWR | _FLAGS, 0o666), True
+        except PermissionError:  # may append but not read: only this sink's own cut lines are known
+            return os.open(self.path, os.O_WRONLY | _FLAGS, 0o666), False
+
     def _append(self, data: bytes) -> None:
-        with self._lock, self._opened() as fd:
-            if self._cut:  # a line of ours was cut short: this one starts on a line of its own
+        with self._lock, self._opened() as (fd, readable):
+            mid_line = _ends_mid_line(fd) if readable else None  # a line cut short there, by any writer
+            if mid_line is None:  # cannot be told: only this sink's own cut line is known
+                mid_line = self._cut
+            if mid_line:  # this one starts on a line of its own
                 data = b"\n" + data
             try:
                 written = os.write(fd, data)
@@ -196,3 +213,15 @@ class ReportSink:
         return ReportSinkError(
             f"report_sink {str(self.path)!r} {what}: {reason}; free space or point report_sink at a writable file"
         )
+
+
+def _ends_mid_line(fd: int) -> bool | None:
+    """Whether the file's last byte is not a newline: a line cut short there, by any writer sharing the file.
+
+    ``None`` when it cannot be told (a read that fails, or no ``os.pread`` on this system).
+    """
+    try:
+        size = os.fstat(fd).st_size
+        return size > 0 and os.pread(fd, 1, size - 1) not in (b"\n", b"")
+    except (OSError, AttributeError):
+        return None

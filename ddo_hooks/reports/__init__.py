@@ -6,8 +6,11 @@ shape), :mod:`~ddo_hooks.reports.host_cache`, :mod:`~ddo_hooks.reports.boundary`
 :mod:`~ddo_hooks.reports.done_components` (one per route family), :mod:`ddo_hooks.reports.ddo` (DDO's
 own report shape), :mod:`~ddo_hooks.reports.parse` (any report, of either shape),
 :mod:`~ddo_hooks.reports.envelope` (where a recorded report came from),
-:mod:`~ddo_hooks.reports.tracker` (:class:`~ddo_hooks.reports.tracker.MetricsTracker`)
-and :mod:`~ddo_hooks.reports.files` (reading a saved run). Imports only the foundation modules.
+:mod:`~ddo_hooks.reports.tracker` (:class:`~ddo_hooks.reports.tracker.MetricsTracker`), which
+writes its files through :mod:`~ddo_hooks.reports.atomic_file` (whole or not at all),
+:mod:`~ddo_hooks.reports.json_lines` (the lines of JSON Lines text),
+:mod:`~ddo_hooks.reports.files` (reading a saved run) and :mod:`~ddo_hooks.reports.file_problems`
+(where an invalid one is wrong). Imports only the foundation modules.
 """
 
 __all__ = ["REPORT_FILE_FORMS"]

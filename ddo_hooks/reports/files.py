@@ -5,8 +5,11 @@ A report file is JSON Lines of ``{component, report}`` records (as ``ddo-hooks d
 (one report per line, of either shape: DDO 0.1.0rc2 writes no JSON Lines itself, so a DDO host
 writes each ``metrics.as_dict()`` as a line), a tracker JSON document
 (:meth:`~ddo_hooks.reports.tracker.MetricsTracker.to_json`) or one bare report (of either shape).
-The form is told from the first line: a record has ``component`` and ``report``, a bare report
-``route``. When it does not validate, :func:`diagnose_report_file` names the place as
+The form is told from the first line (past any line cut off mid-record before it): a record has
+``component`` and ``report``, a bare report ``route``. A line of JSON Lines cut off mid-record,
+wherever it is, is an error, or, with ``cut_lines=True``, left out with a warning that names it
+(:mod:`~ddo_hooks.reports.json_lines`). When it does not validate,
+:func:`~ddo_hooks.reports.file_problems.diagnose_report_file` names the place as
 ``file:line:col: key.path: problem``.
 
 Examples:
@@ -20,30 +23,18 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import ValidationError
-
-from ddo_hooks._diagnostics import (
-    KeyPath,
-    Positions,
-    format_key_path,
-    json_error_sentence,
-    nearest_position,
-    read_text_file,
-    show_value,
-    without_cut_last_line,
-)
-from ddo_hooks.errors import InvalidArgumentError, ReportError
+from ddo_hooks._diagnostics import json_error_sentence, read_text_file, show_value
+from ddo_hooks._moved import warn_renamed
+from ddo_hooks.errors import ReportError
 from ddo_hooks.reports import REPORT_FILE_FORMS
-from ddo_hooks.reports.base import explain_error, model_at
-from ddo_hooks.reports.ddo.routes import DDO_REPORT_ADAPTER, DDO_ROUTE_TYPES
-from ddo_hooks.reports.envelope import RecordEnvelope
-from ddo_hooks.reports.parse import REPORT_ADAPTER, ROUTE_TYPES, parse_report, report_shape
-from ddo_hooks.reports.tracker import RECORD_KEYS, Entry, MetricsTracker, first_line, iter_entries, text_lines
+from ddo_hooks.reports.file_problems import diagnose_report_file, json_positions
+from ddo_hooks.reports.json_lines import beyond_json_limits, cut_line_warning, first_line, is_cut_line, text_lines
+from ddo_hooks.reports.parse import parse_report
+from ddo_hooks.reports.tracker import Entry, MetricsTracker, iter_entries
 
 __all__ = [
     "MAX_REPORT_FILE_BYTES",
@@ -60,8 +51,6 @@ __all__ = [
 MAX_REPORT_FILE_BYTES = 64 * 1024 * 1024
 """The largest report file read: 64 MiB (some 30,000 reports), checked before reading."""
 
-_WS = re.compile(r"[ \t\n\r]*")
-
 
 # -- reading report files --------------------------------------------------------------------
 
@@ -75,7 +64,7 @@ class ReportFile:
         form: ``"JSON Lines"``, ``"JSON Lines of bare reports"``, ``"tracker JSON"`` or ``"report JSON"``.
         entries: Each record's component (``None`` for a bare report), report and envelope
             (``None`` for files written before envelopes existed, and for a bare report).
-        warnings: What was left out and why (a last line cut off, when that was allowed).
+        warnings: What was left out and why: each line cut off mid-record, when that was allowed.
     """
 
     path: str
@@ -108,8 +97,8 @@ def _detect(source: str, text: str) -> tuple[str, Any]:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as e:
-        try:
-            first = json.loads(first_line(text) or "")  # the text is not blank: it has a first line
+        try:  # told from the first whole line (a line cut off is left out or refused as the records are read)
+            first = json.loads(first_line(text, past_cut_lines=True) or "")
         except json.JSONDecodeError:
             where = f"{source}:{e.lineno}:{e.colno}"
             raise ReportError(f"{where}: not JSON: {json_error_sentence(e)}; expected {REPORT_FILE_FORMS}") from e
@@ -141,11 +130,17 @@ def _bare_report(item: Any) -> bool:
     return isinstance(item, dict) and not {"component", "report"} & set(item) and "route" in item
 
 
-def iter_report_lines(text: str) -> Iterator[Entry]:
+def iter_report_lines(text: str, *, on_cut_line: Callable[[int], None] | None = None) -> Iterator[Entry]:
     r"""Each line of JSON Lines of bare reports (either shape, each read by its own keys), validated when reached.
 
+    Args:
+        text: JSON Lines of bare reports.
+        on_cut_line: As for :func:`~ddo_hooks.reports.tracker.iter_entries`: called with the number
+            of each line cut off mid-record, which is then left out (``None``: such a line is an error).
+
     Raises:
-        ReportError: A line is not a valid report; the message names the line and the shape it was read as.
+        ReportError: A line is not a valid report; the message names the line and the shape it was read as
+            (or, for JSON past Python's limits, the column and the limit).
 
     Examples:
         >>> line = ('{"schema_version": 1, "route": "pytorch_host_cache_release", '
@@ -161,17 +156,37 @@ def iter_report_lines(text: str) -> Iterator[Entry]:
         try:
             report = parse_report(line)
         except ReportError as e:
+            if on_cut_line is not None and is_cut_line(line):
+                on_cut_line(number)
+                continue
+            _raise_past_limits(number, line)
             raise ReportError(f"line {number}: {e}") from e
         yield Entry(None, report)  # type: ignore[arg-type]
 
 
-def load_report_file(path: str | os.PathLike[str], *, cut_last_line: bool = False) -> ReportFile:
+def _raise_past_limits(number: int, line: str) -> None:
+    """Raise the error that names line ``number`` when Python's JSON reader refuses it for one of its limits."""
+    try:
+        json.loads(line)
+    except json.JSONDecodeError:
+        return
+    except (ValueError, RecursionError) as e:
+        _, column, sentence = beyond_json_limits(line, e)
+        raise ReportError(f"line {number}, column {column}: {sentence}") from e
+
+
+def load_report_file(
+    path: str | os.PathLike[str], *, cut_lines: bool = False, cut_last_line: bool | None = None
+) -> ReportFile:
     """Read and validate a report file: JSON Lines, a tracker JSON document or one bare report.
 
     Args:
         path: The file.
-        cut_last_line: Read the other records of JSON Lines whose last line was cut off (a crash
-            while writing), and say so in ``warnings``; otherwise that line is an error.
+        cut_lines: Leave out each line of JSON Lines cut off mid-record, wherever it is (its writer
+            crashed, or the disk filled: :func:`~ddo_hooks.reports.json_lines.is_cut_line`), read the
+            other records, and name each such line in ``warnings``; otherwise such a line is an error.
+            A line that is complete JSON but not a valid record is an error either way.
+        cut_last_line: The old name of ``cut_lines`` (it warns), from when only a last line was left out.
 
     Returns:
         The :class:`ReportFile`.
@@ -179,10 +194,20 @@ def load_report_file(path: str | os.PathLike[str], *, cut_last_line: bool = Fals
     Raises:
         ReportError: The file is missing, a directory or another non-regular file (a FIFO, a
             device), larger than :data:`MAX_REPORT_FILE_BYTES`, binary, not UTF-8, empty, not
-            JSON, or holds an invalid record; the message says ``file:line:col: key.path: problem``.
+            JSON, JSON past Python's limits (an integer of more than 4,300 digits, values nested too
+            deeply), or holds an invalid record; the message says ``file:line:col: key.path: problem``.
     """
-    opened = open_report_file(path, cut_last_line=cut_last_line)
-    return ReportFile(opened.path, opened.form, list(opened.entries), opened.warnings)
+    if cut_last_line is not None:
+        cut_lines = _old_cut_last_line("load_report_file", cut_last_line)
+    opened = open_report_file(path, cut_lines=cut_lines)
+    entries = list(opened.entries)
+    return ReportFile(opened.path, opened.form, entries, tuple(opened.warnings))
+
+
+def _old_cut_last_line(function: str, value: bool) -> bool:
+    why = "a line cut off is left out wherever it is, not only the last"
+    warn_renamed(f"{function}(cut_last_line=...)", f"{function}(cut_lines=...)", why)
+    return value
 
 
 @dataclass(frozen=True)
@@ -197,33 +222,37 @@ class OpenReportFile:
         form: ``"JSON Lines"``, ``"JSON Lines of bare reports"``, ``"tracker JSON"`` or ``"report JSON"``.
         entries: The records, each validated when it is reached (read them once); an invalid one
             raises the :class:`~ddo_hooks.errors.ReportError` that :func:`load_report_file` raises.
-        warnings: What was left out and why (a last line cut off, when that was allowed).
+        warnings: What was left out and why: each line cut off mid-record, when that was allowed,
+            added when ``entries`` passes it (for JSON Lines), so the list is whole once ``entries`` is.
     """
 
     path: str
     form: str
     entries: Iterator[Entry]
-    warnings: tuple[str, ...] = ()
+    warnings: list[str] = field(default_factory=list)
 
 
-def open_report_file(path: str | os.PathLike[str], *, cut_last_line: bool = False) -> OpenReportFile:
+def open_report_file(
+    path: str | os.PathLike[str], *, cut_lines: bool = False, cut_last_line: bool | None = None
+) -> OpenReportFile:
     """Read a report file's text and check its form now; validate its records as they are read.
 
     Arguments and errors as for :func:`load_report_file`: the errors of the text and its form
     are raised here, those of a JSON Lines record when ``entries`` reaches it (those of the other
     forms, small documents, here).
     """
+    if cut_last_line is not None:
+        cut_lines = _old_cut_last_line("open_report_file", cut_last_line)
     source = os.fspath(path)
     text = _read_text(source)
-    cut = without_cut_last_line(source, text) if cut_last_line else None
-    if cut is not None:
-        text = cut[0]
-    warnings = () if cut is None else (cut[1],)
+    warnings: list[str] = []
     with _read_errors(source, text, None):
         form, data = _detect(source, text)
     if form in ("JSON Lines", "JSON Lines of bare reports"):
-        lines = iter_entries(text) if form == "JSON Lines" else iter_report_lines(text)
-        return OpenReportFile(source, form, _some(source, _located(source, text, lines, form)), warnings)
+        cut = (lambda number: warnings.append(cut_line_warning(source, number))) if cut_lines else None
+        read = iter_entries if form == "JSON Lines" else iter_report_lines
+        located = _located(source, text, read(text, on_cut_line=cut), form, cut_lines)
+        return OpenReportFile(source, form, _some(source, located), warnings)
     with _read_errors(source, text, form):
         if form == "tracker JSON":
             entries = MetricsTracker.from_json(text).entries()
@@ -232,8 +261,8 @@ def open_report_file(path: str | os.PathLike[str], *, cut_last_line: bool = Fals
     return OpenReportFile(source, form, _some(source, entries), warnings)
 
 
-def _located(source: str, text: str, entries: Iterator[Entry], form: str) -> Iterator[Entry]:
-    with _read_errors(source, text, form):
+def _located(source: str, text: str, entries: Iterator[Entry], form: str, cut_lines: bool) -> Iterator[Entry]:
+    with _read_errors(source, text, form, cut_lines):
         yield from entries
 
 
@@ -247,7 +276,7 @@ def _some(source: str, entries: Iterable[Entry]) -> Iterator[Entry]:
 
 
 @contextlib.contextmanager
-def _read_errors(source: str, text: str, form: str | None) -> Iterator[None]:
+def _read_errors(source: str, text: str, form: str | None, cut_lines: bool = False) -> Iterator[None]:
     """Say where an invalid record of a file of ``form`` is (``file:line:col``), or what JSON cannot be read."""
     try:
         try:
@@ -255,145 +284,9 @@ def _read_errors(source: str, text: str, form: str | None) -> Iterator[None]:
         except ReportError as e:
             if form is None:
                 raise
-            raise ReportError(diagnose_report_file(source, text, form) or f"{source}: {e}") from e
+            raise ReportError(diagnose_report_file(source, text, form, cut_lines=cut_lines) or f"{source}: {e}") from e
     except (RecursionError, ValueError) as e:  # nested too deeply, or a number too long to read
         if isinstance(e, ReportError):
             raise
-        raise ReportError(f"{source}: cannot be read as JSON ({e}); expected {REPORT_FILE_FORMS}") from e
-
-
-def json_positions(text: str) -> Positions:
-    r"""The 1-based (line, column) of every key path of a valid JSON document (keys, list items).
-
-    Examples:
-        >>> json_positions('{"a": [1,\n {"b": 2}]}')[("a", 1, "b")]
-        (2, 3)
-    """
-    offsets: dict[KeyPath, int] = {}
-    scan = json.JSONDecoder().raw_decode
-
-    def value(i: int, path: KeyPath) -> int:
-        i = _WS.match(text, i).end()  # type: ignore[union-attr]
-        offsets.setdefault(path, i)
-        opener = text[i]
-        if opener not in "[{":
-            return scan(text, i)[1]
-        i, index = i + 1, 0
-        while True:
-            i = _WS.match(text, i).end()  # type: ignore[union-attr]
-            if text[i] in "]}":
-                return i + 1
-            if text[i] == ",":
-                i += 1
-                continue
-            if opener == "{":
-                key, end = json.decoder.scanstring(text, i + 1)  # type: ignore[attr-defined]
-                offsets[(*path, key)] = i
-                i = value(text.index(":", end) + 1, (*path, key))
-            else:
-                i, index = value(i, (*path, index)), index + 1
-
-    with contextlib.suppress(ValueError, IndexError, RecursionError):
-        value(0, ())  # the caller validated the document; positions found before a failure still help
-    starts = [0] + [m.end() for m in re.finditer("\n", text)]
-    positions: Positions = {}
-    for path, offset in offsets.items():
-        line = next(n for n in range(len(starts), 0, -1) if starts[n - 1] <= offset)
-        positions[path] = (line, offset - starts[line - 1] + 1)
-    return positions
-
-
-def _report_problems(data: Any, positions: Positions, prefix: KeyPath) -> list[tuple[tuple[int, int], str]]:
-    """The problems of a report (bare or a record's): validated as the shape it is read as."""
-    ddo = report_shape(data) == "ddo"
-    adapter, types = (DDO_REPORT_ADAPTER, DDO_ROUTE_TYPES) if ddo else (REPORT_ADAPTER, ROUTE_TYPES)
-    try:
-        adapter.validate_python(data)
-        return []
-    except ValidationError as e:
-        errors = e.errors(include_url=False)
-    found = []
-    shape = " (read as DDO's own shape)" if ddo else ""
-    for item in errors:
-        model, loc = model_at(item["loc"], types)
-        if item["type"].startswith("union_tag"):
-            loc = ("route",)
-        path = (*prefix, *loc)
-        message = explain_error(item, model, loc).removeprefix("Value error, ")
-        if ddo and item["type"] == "union_tag_invalid":
-            message = message.replace("a route of a DDO report", "a route of DDO's own shape that ddo_hooks reads")
-        where = nearest_position(positions, path) or (1, 1)
-        found.append((where, f"{format_key_path(path)}: {message}{shape}"))
-    return found
-
-
-def _record_problems(item: Any, positions: Positions, prefix: KeyPath) -> list[tuple[tuple[int, int], str]]:
-    where = nearest_position(positions, prefix) or (1, 1)
-    if not isinstance(item, dict) or set(item) not in RECORD_KEYS:
-        got = f"keys {_listed(item)}" if isinstance(item, dict) else f"a JSON {type(item).__name__}"
-        name = format_key_path(prefix) if prefix else "record"
-        wanted = "'component', 'report' and (optionally) 'envelope'"
-        return [(where, f"{name}: expected an object with {wanted}, got {got}")]
-    problems = _report_problems(item["report"], positions, (*prefix, "report"))
-    if item.get("envelope") is not None:
-        try:
-            RecordEnvelope.model_validate(item["envelope"])
-        except ValidationError as e:
-            for error in e.errors(include_url=False):
-                path = (*prefix, "envelope", *error["loc"])
-                message = explain_error(error).removeprefix("Value error, ")
-                problems.append((nearest_position(positions, path) or where, f"{format_key_path(path)}: {message}"))
-    if not problems:
-        try:
-            MetricsTracker().record_ddo_metrics(parse_report(item["report"]), component=item["component"])
-        except InvalidArgumentError as e:
-            path = (*prefix, "component")
-            problems = [(nearest_position(positions, path) or where, f"{format_key_path(path)}: {e}")]
-    return problems
-
-
-def _listed(keys: dict[str, Any], most: int = 5) -> str:
-    shown = ", ".join(show_value(key) for key in list(keys)[:most])
-    return f"{shown} and {len(keys) - most} more" if len(keys) > most else shown
-
-
-def diagnose_report_file(source: str, text: str, form: str) -> str:
-    """Say where a report file that failed validation is wrong, for people.
-
-    Args:
-        source: The file name, as messages show it.
-        text: Its text.
-        form: ``"JSON Lines"``, ``"JSON Lines of bare reports"``, ``"tracker JSON"`` or ``"report JSON"``.
-
-    Returns:
-        ``file:line:col: key.path: problem`` lines for the first invalid record (one line per
-        problem), or ``""`` when nothing is found to be wrong.
-    """
-    if form in ("JSON Lines", "JSON Lines of bare reports"):
-        for number, line in enumerate(text.splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                item = json.loads(line)
-            except json.JSONDecodeError as e:
-                return (
-                    f"{source}:{number}:{e.colno}: not JSON: {json_error_sentence(e)}; each line holds one JSON object"
-                )
-            positions = json_positions(line)
-            if form == "JSON Lines":
-                problems = _record_problems(item, positions, ())
-            else:
-                problems = _report_problems(item, positions, ())
-            if problems:
-                return "\n".join(f"{source}:{number}:{col}: {message}" for (_, col), message in problems)
-        return ""
-    data, positions = json.loads(text), json_positions(text)
-    if form == "report JSON":
-        problems = _report_problems(data, positions, ())
-    elif not isinstance(data.get("records"), list):
-        problems = [(nearest_position(positions, ("records",)) or (1, 1), "records: expected a list of records")]
-    else:
-        problems = []
-        for index, item in enumerate(data["records"]):
-            problems = problems or _record_problems(item, positions, ("records", index))
-    return "\n".join(f"{source}:{line}:{col}: {message}" for (line, col), message in problems)
+        line, column, sentence = beyond_json_limits(text, e)
+        raise ReportError(f"{source}:{line}:{column}: {sentence}") from e

@@ -24,16 +24,18 @@ import re
 import threading
 import warnings
 import weakref
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from pydantic import BaseModel, ValidationError
 
-from ddo_hooks._diagnostics import json_error_sentence, show_repr, show_value, without_cut_last_line
+from ddo_hooks._diagnostics import json_error_sentence, show_repr, show_value
 from ddo_hooks.errors import InvalidArgumentError, ReportError
+from ddo_hooks.reports.atomic_file import replace_with_text
 from ddo_hooks.reports.base import FROM_CHECKED_JSON
 from ddo_hooks.reports.envelope import RecordEnvelope, ReportRecord
+from ddo_hooks.reports.json_lines import beyond_json_limits, cut_line_warning, first_line, is_cut_line, text_lines
 from ddo_hooks.reports.parse import ANY_REPORT_TYPES, parse_report
 
 __all__ = [
@@ -195,17 +197,16 @@ class MetricsTracker:
     def write_jsonl(self, path: str | os.PathLike[str]) -> Path:
         """Write :meth:`to_jsonl` to ``path`` and return the path.
 
-        The file is replaced atomically: a failed write never leaves a truncated file where a
-        valid one was.
+        The file is replaced atomically (:func:`~ddo_hooks.reports.atomic_file.replace_with_text`):
+        a failed write never leaves a truncated file where a valid one was. The temporary file
+        beside it has a random name and is created exclusively, so a symbolic link planted in the
+        folder never redirects the write into another file; a ``path`` that is a symbolic link is
+        itself replaced, and the file it pointed to is left as it was.
+
+        Raises:
+            OSError: The file could not be written (the target is left as it was).
         """
-        target = Path(path)
-        temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-        try:
-            temporary.write_text(self.to_jsonl(), encoding="utf-8")
-            os.replace(temporary, target)
-        finally:
-            temporary.unlink(missing_ok=True)
-        return target
+        return replace_with_text(path, self.to_jsonl())
 
     @classmethod
     def from_records(cls, records: Iterable[RecordedReport | Entry]) -> MetricsTracker:
@@ -220,29 +221,50 @@ class MetricsTracker:
         """Load what :meth:`to_json` wrote, validating every report.
 
         Raises:
-            ReportError: Not JSON, not the expected shape, or an invalid report (the record's
-                index and the field path are named).
+            ReportError: Not JSON, JSON past Python's limits (an integer of more than 4,300 digits,
+                values nested too deeply; the line and column are named), not the expected shape, or
+                an invalid report (the record's index and the field path are named).
         """
         try:
             data = json.loads(text)
         except json.JSONDecodeError as e:
             raise ReportError(f"not JSON: line {e.lineno}, column {e.colno}: {json_error_sentence(e)}") from e
+        except (ValueError, RecursionError) as e:  # past one of Python's limits
+            row, column, sentence = beyond_json_limits(text, e)
+            raise ReportError(f"line {row}, column {column}: {sentence}") from e
         if not isinstance(data, dict) or not isinstance(data.get("records"), list):
             raise ReportError('expected a JSON object {"records": [...]}')
         return cls.from_records(_record_from_json(item, f"records[{i}]") for i, item in enumerate(data["records"]))
 
     @classmethod
     def from_jsonl(cls, text: str) -> MetricsTracker:
-        """Load what :meth:`to_jsonl` wrote, validating every line (blank lines are skipped).
+        r"""Load what :meth:`to_jsonl` wrote, validating every line (blank lines are skipped).
 
-        A last line cut off mid-record (its writer crashed) is left out with a warning naming it;
-        a bad line anywhere else raises :class:`~ddo_hooks.errors.ReportError`.
+        A line cut off mid-record, wherever it is (its writer crashed, or the disk filled: see
+        :func:`~ddo_hooks.reports.json_lines.is_cut_line`), is left out with a warning naming it;
+        any other bad line raises :class:`~ddo_hooks.errors.ReportError`.
+
+        Raises:
+            ReportError: A line is not JSON (and not a cut one), is JSON past Python's limits or is
+                not a valid record; the message names the line.
+
+        Examples:
+            >>> import warnings
+            >>> from ddo_hooks import release_pytorch_host_cache
+            >>> tracker = MetricsTracker()
+            >>> tracker.record_ddo_metrics(release_pytorch_host_cache(phase="after_call"), component="c")
+            >>> line = tracker.to_jsonl()
+            >>> with warnings.catch_warnings(record=True) as caught:
+            ...     warnings.simplefilter("always")
+            ...     read = MetricsTracker.from_jsonl(line + line[:30] + "\n" + line)
+            >>> len(read.entries()), str(caught[0].message)[:36]
+            (2, '<jsonl>:2: the line is cut off (not ')
         """
-        cut = without_cut_last_line("<jsonl>", text)
-        if cut is not None:
-            text = cut[0]
-            warnings.warn(cut[1], stacklevel=2)
-        return cls.from_records(iter_entries(text))
+        cut: list[int] = []
+        tracker = cls.from_records(iter_entries(text, on_cut_line=cut.append))
+        for number in cut:
+            warnings.warn(cut_line_warning("<jsonl>", number), stacklevel=2)
+        return tracker
 
 
 def _valid_component(component: object) -> bool:
@@ -295,9 +317,13 @@ def _record_from_json(item: Any, where: str) -> Entry:
 def read_reports(text: str) -> list[RecordedReport]:
     """Parse JSON Lines of ``{"component", "report"}`` records, validating each.
 
+    A line cut off mid-record is an error here, as any line that is not JSON;
+    :meth:`MetricsTracker.from_jsonl` leaves it out with a warning.
+
     Raises:
-        ReportError: A line is not JSON or not a valid record; the message names the line
-            (and the column for JSON syntax errors).
+        ReportError: A line is not JSON, is JSON past Python's limits (an integer of more than
+            4,300 digits, values nested too deeply) or is not a valid record; the message names
+            the line (and the column, for JSON that cannot be read).
     """
     return [(entry.component, entry.report) for entry in read_entries(text)]
 
@@ -307,7 +333,7 @@ def read_entries(text: str) -> list[Entry]:
     return list(iter_entries(text))
 
 
-def iter_entries(text: str) -> Iterator[Entry]:
+def iter_entries(text: str, *, on_cut_line: Callable[[int], None] | None = None) -> Iterator[Entry]:
     r"""Each record of JSON Lines, validated when it is reached (see :func:`read_reports`).
 
     A caller may keep what it needs of each record and let the rest go. A line is validated as a
@@ -318,8 +344,15 @@ def iter_entries(text: str) -> Iterator[Entry]:
     refuses and refuses more (a lone surrogate, an integer of more than 4,300 digits, nesting deeper
     than 200), so every line is accepted or refused as before (``tests/test_fuzz.py`` compares the two).
 
+    Args:
+        text: JSON Lines of records.
+        on_cut_line: Called with the number of each line cut off mid-record
+            (:func:`~ddo_hooks.reports.json_lines.is_cut_line`), which is then left out; ``None``
+            (the default): such a line is an error, as any other line that is not JSON.
+
     Raises:
-        ReportError: A line is not JSON or not a valid record; the message names the line.
+        ReportError: A line is not JSON, is JSON past Python's limits or is not a valid record;
+            the message names the line.
 
     Examples:
         >>> from ddo_hooks import release_pytorch_host_cache
@@ -336,7 +369,13 @@ def iter_entries(text: str) -> Iterator[Entry]:
             try:
                 item = json.loads(line)
             except json.JSONDecodeError as e:
+                if on_cut_line is not None and is_cut_line(line):
+                    on_cut_line(number)
+                    continue
                 raise ReportError(f"line {number}, column {e.colno}: not JSON: {json_error_sentence(e)}") from e
+            except (ValueError, RecursionError) as e:  # past one of Python's limits
+                _, column, sentence = beyond_json_limits(line, e)
+                raise ReportError(f"line {number}, column {column}: {sentence}") from e
             entry = _record_from_json(item, f"line {number}")
         yield entry
 
@@ -353,48 +392,3 @@ def _checked_entry(line: str) -> Entry | None:
     except ValueError:  # ValidationError, for JSON it cannot read as for a record it refuses
         return None
     return Entry(record.component, record.report, record.envelope)
-
-
-def text_lines(text: str) -> Iterator[str]:
-    r"""The lines of ``text`` one at a time: ``text.splitlines()``, without a list of every line at once.
-
-    Examples:
-        >>> text = "a\r\nb\u2028c\n\nd"
-        >>> list(text_lines(text)) == text.splitlines()
-        True
-    """
-    if not any(mark in text for mark in _OTHER_LINE_BREAKS):  # the usual JSON Lines: only "\n" ends a line
-        start, size = 0, len(text)
-        while start < size:
-            end = text.find("\n", start)
-            end = size if end < 0 else end
-            yield text[start:end]
-            start = end + 1
-        return
-    yield from _split_lines(text)
-
-
-def _split_lines(text: str) -> Iterator[str]:
-    """:func:`text_lines` without looking through the text for the other line breaks first (a line at a time)."""
-    start = 0
-    while start < len(text):
-        end = text.find("\n", start)
-        end = len(text) if end < 0 else end + 1
-        yield from text[start:end].splitlines()  # the other line breaks as splitlines has them
-        start = end
-
-
-def first_line(text: str) -> str | None:
-    r"""The first line of ``text`` that is not blank, as :func:`text_lines` has it; ``None`` when all are.
-
-    Only the start of the text is read (:func:`text_lines` looks through all of it once first).
-
-    Examples:
-        >>> first_line("\n  \r\n{}\n[]"), first_line(" \n")
-        ('{}', None)
-    """
-    return next((line for line in _split_lines(text) if line.strip()), None)
-
-
-_OTHER_LINE_BREAKS = ("\r", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029")
-"""What ``str.splitlines`` also ends a line at, besides ``"\\n"``."""
