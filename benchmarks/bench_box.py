@@ -84,6 +84,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="unboxed trials after each arm's first keep the page cache (their call times count, not their memory)",
     )
     p.add_argument("--boxes", default="", help="MODE/ARM=GIB;...: trials at these boxes instead of bisecting")
+    p.add_argument("--bisect", default="", help="MODE/ARM,...: bisect only these arms (default: every arm)")
     p.add_argument("--bracket", default="", help="MODE/ARM=LO,HI;...: where the bisection starts (HI is checked)")
     p.add_argument("--budget-s", type=float, default=0.0, help="start no trial after this many seconds (0: none)")
     p.add_argument(
@@ -324,7 +325,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         reference = [c["digest"] for c in calls(nothing["unboxed"][0])] if nothing["unboxed"] else []
         arm["reference"] = reference
         arm["steady"] = _spread([steady(r) for r in arm["unboxed"]])
-        if args.no_bisect or not arm["unboxed"] or not budget_left():
+        chosen = not args.bisect or label in args.bisect.split(",")
+        if args.no_bisect or not chosen or not arm["unboxed"] or not budget_left():
             continue
         fits = functools.partial(_fits, args, out, doc, label, spec)
         if label in fixed:
