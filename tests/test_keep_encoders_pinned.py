@@ -9,7 +9,10 @@ of its own. Tiny real pipelines saved and loaded back, pinning through the alloc
 
 from __future__ import annotations
 
+import os
+import shutil
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,7 +23,7 @@ from support.fakes import FakeHostAllocator, pin_like_streams
 
 from ddo_hooks import HookPolicy, PolicyError, attach
 from ddo_hooks._compat import diffusers as diffusers_compat
-from ddo_hooks.errors import InvalidArgumentError
+from ddo_hooks.errors import InvalidArgumentError, WeightsFileChangedError
 from ddo_hooks.release.allocator import use_backend
 from ddo_hooks.release.from_files import pin_from_files, pinned_from_files, unpin_from_files
 from ddo_hooks.testing.tiny_pipelines import call_kwargs
@@ -178,3 +181,50 @@ def test_a_component_whose_weights_are_all_on_a_device_is_skipped_with_the_reaso
     assert vae.detail == "vae's weights are on meta, none on the CPU: nothing to pin"
     assert (found["unet"].status, found["unet"].reason) == ("registered", None)
     unpin_from_files(pipe)
+
+
+def overwrite(path: Path) -> None:
+    """Write every tensor byte of the safetensors file ``path`` again, as 0 (in place: the same inode)."""
+    with open(path, "r+b") as file:
+        header = int.from_bytes(file.read(8), "little")
+        file.seek(8 + header)
+        file.write(bytes(path.stat().st_size - 8 - header))
+
+
+def test_a_registered_file_rewritten_in_place_fails_the_next_call_before_any_component_runs(saved, fake, tmp_path):
+    # Registered pages are the page cache's own: a rewrite in place changes the weights under the component.
+    folder = Path(shutil.copytree(saved["flux"], tmp_path / "flux"))
+    pipe = offload(loaded(folder), fake)
+    ran: list[str] = []
+    pipe.text_encoder.register_forward_pre_hook(lambda *_: ran.append("text_encoder"))
+    with attach(pipe, policy(from_files="register", keep_encoders_pinned=True)) as attachment:
+        first = images(pipe, 1)
+        (path,) = (folder / "transformer").glob("*.safetensors")
+        overwrite(path)
+        ran.clear()
+        expected = (
+            r"FluxPipeline did not run this call: transformer's weights are registered in place in "
+            r".*diffusion_pytorch_model.safetensors \(rewritten in place since.*load the pipeline again, and leave "
+            r"its weights files as they are while it is attached"
+        )
+        for _ in range(2):  # and every call after it, until the pipeline is loaded again
+            with pytest.raises(WeightsFileChangedError, match=expected):
+                pipe(**call_kwargs("flux"))
+            assert attachment.phase.value == "idle"
+        assert ran == []  # refused before the text encoders read anything
+    assert first
+
+
+def test_a_new_file_renamed_over_a_registered_one_is_no_change(saved, fake, tmp_path):
+    folder = Path(shutil.copytree(saved["flux"], tmp_path / "flux"))
+    plain = images(offload(loaded(folder), fake), 2)
+    pipe = offload(loaded(folder), fake)
+    with attach(pipe, policy(from_files="register", keep_encoders_pinned=True)):
+        got = images(pipe, 1)
+        (path,) = (folder / "transformer").glob("*.safetensors")
+        replacement = path.with_name("new.tmp")
+        shutil.copyfile(path, replacement)
+        overwrite(replacement)
+        os.replace(replacement, path)  # a new download renamed over it: the registered pages are the old inode's
+        got.append(pipe(**call_kwargs("flux", seed=1)).images)
+    assert all(torch.equal(a, b) for a, b in zip(plain, got, strict=True))

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 from ddo_hooks.boundaries import BOUNDARIES, RELEASE_DONE_COMPONENTS
 from ddo_hooks.errors import BoundaryRefusedError, InvalidArgumentError, ReportSinkError
 from ddo_hooks.hooks.actions import BoundActions, bind_actions
-from ddo_hooks.hooks.builtin_actions import check_stable_files
+from ddo_hooks.hooks.builtin_actions import check_weights_files
 from ddo_hooks.hooks.components import Components
 from ddo_hooks.hooks.phases import CallPhases, Phase
 from ddo_hooks.hooks.recorder import Recorder
@@ -158,7 +158,7 @@ class Attachment:
         self.machine: CallPhases = self._runner.machine
         from ddo_hooks.hooks.signals import PipelineSignals  # imports diffusers' hook registry
 
-        self._signals = PipelineSignals(pipeline, self.machine, before_call=check_stable_files)
+        self._signals = PipelineSignals(pipeline, self.machine, before_call=check_weights_files)
         self._signals.install()
         self.repack_report: PinnedCopyRepackReport | None = None
         """What the policy's ``pinned_copies.repack`` did at attach (``None`` when it is off); recorded with the

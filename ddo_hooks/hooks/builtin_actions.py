@@ -51,7 +51,7 @@ __all__ = [
     "BUILT_IN",
     "BuiltIn",
     "check_named_components",
-    "check_stable_files",
+    "check_weights_files",
     "host_cache_release",
     "malloc_trim",
     "release_done_components",
@@ -182,7 +182,7 @@ def release_done_components(ctx: BoundaryContext) -> Any:
     weights files where they are equal byte for byte (:mod:`ddo_hooks.release.file_views`), and from
     then on it is staged at each use, as with ``low_cpu_mem_usage=True``; a file changed since
     raises :class:`~ddo_hooks.errors.WeightsFileChangedError` at the start of the next pipeline call
-    (:func:`check_stable_files`), and detach copies the weights back.
+    (:func:`check_weights_files`), and detach copies the weights back.
 
     The components are ``ctx.done`` (those that ran before ``before_transformer`` was due), or
     those the ``components`` option names. A component another attached pipeline holds is left
@@ -270,19 +270,23 @@ def stage_done_components(ctx: BoundaryContext) -> Any:
     return report
 
 
-def check_stable_files(pipelines: list[Any]) -> None:
-    """At the start of each call, before any component runs: raise where a rebound component's file changed.
+def check_weights_files(pipelines: list[Any]) -> None:
+    """At the start of each call, before any component runs: raise where a weights file a component reads changed.
 
     A component whose copies ``release_done_components`` (``stable_files: true``) freed reads its
-    weights files from then on; one of them rewritten since would change the call's outputs, so the
-    call raises :class:`~ddo_hooks.errors.WeightsFileChangedError` instead (one ``fstat`` per file).
-    Nothing is rebound before :mod:`ddo_hooks.release.file_views` is imported, so a policy that never
-    frees copies pays one dictionary lookup.
+    weights files from then on, and one whose weights ``pinned_copies.from_files: register`` registered
+    in place reads their pages; a file rewritten since would change the call's outputs, so the call
+    raises :class:`~ddo_hooks.errors.WeightsFileChangedError` instead (one ``fstat`` per file).
+    Nothing is rebound or registered before its module is imported, so a policy that does neither
+    pays two dictionary lookups.
     """
     views = sys.modules.get("ddo_hooks.release.file_views")
-    if views is not None:
-        for pipe in pipelines:
+    pinned = sys.modules.get("ddo_hooks.release.from_files")
+    for pipe in pipelines:
+        if views is not None:
             views.check_rebound(pipe)
+        if pinned is not None:
+            pinned.check_registered(pipe)
 
 
 def check_named_components(pipeline: Any, policy: HookPolicy, action: ResolvedAction) -> None:

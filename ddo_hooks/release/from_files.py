@@ -59,6 +59,7 @@ from typing import Any, Literal
 import torch
 
 from ddo_hooks._compat import diffusers as diffusers_compat
+from ddo_hooks.errors import WeightsFileChangedError
 from ddo_hooks.release import allocator as _allocator
 from ddo_hooks.release import file_pages
 from ddo_hooks.release.pinned_copies import (
@@ -72,9 +73,18 @@ from ddo_hooks.release.pinned_copies import (
     skip,
 )
 from ddo_hooks.release.slabs import plan_slabs
+from ddo_hooks.release.weights_files import HeldFile, Refused
 from ddo_hooks.reports.repack import ComponentRepack, PinnedCopyRepackReport
 
-__all__ = ["DDO_HOOK", "ONCE_PER_CALL", "FromFilesMode", "pin_from_files", "pinned_from_files", "unpin_from_files"]
+__all__ = [
+    "DDO_HOOK",
+    "ONCE_PER_CALL",
+    "FromFilesMode",
+    "check_registered",
+    "pin_from_files",
+    "pinned_from_files",
+    "unpin_from_files",
+]
 
 FromFilesMode = Literal["register", "stage"]
 """How :func:`pin_from_files` pins: in place (``register``) or into exact-size slabs (``stage``)."""
@@ -96,6 +106,9 @@ class _Pinned:
     """Each storage moved, and the view it was before."""
     finalizer: weakref.finalize | None = None
     """``register``: unregisters the ranges (when the component is collected, or at :func:`unpin_from_files`)."""
+    files: tuple[HeldFile, ...] = ()
+    """``register``: each file whose pages are registered, held open (the inode they are): a rewrite in place
+    would change them under the weights."""
     slabs: tuple[int, ...] = ()
     """``stage``: the slabs' sizes."""
 
@@ -258,13 +271,55 @@ def _register(
     except Exception as e:
         _unregister(backend, done)
         raise refuse("pin_failed", f"registering {name}'s weights in place failed: {e}".splitlines()[0]) from e
+    try:
+        held = tuple(_held(name, path, located) for path in maps)
+    except Left:
+        _unregister(backend, done)
+        raise
     restore = _switch(component, views)
-    pinned = _Pinned("register", restore)
-    pinned.finalizer = weakref.finalize(module, _unregister, backend, done, list(maps.values()))
+    pinned = _Pinned("register", restore, files=held)
+    pinned.finalizer = weakref.finalize(module, _unregister, backend, done, (list(maps.values()), held))
     pinned.finalizer.atexit = False  # at exit the process's registrations go with it
     total = sum(end - start for start, end in runs)
     files = ", ".join(sorted(os.path.basename(p) for p in maps))
     return pinned, total, f"{len(views)} weights registered in place in {files}: {total:,} bytes, no copy"
+
+
+def _held(name: str, path: str, located: list[_Located]) -> HeldFile:
+    """``path`` held open, once it is checked to be the file the weights were mapped from."""
+    try:
+        held = HeldFile(path)
+    except Refused as e:
+        raise refuse("file_changed", f"{name}'s weights file {e}; load the pipeline again") from None
+    if held.key[1] != next(w.mapping.inode for w in located if w.mapping.path == path):
+        held.close()
+        raise refuse("file_changed", f"{name}'s weights file {path} was replaced while it was registered; load the "
+                                     "pipeline again")  # fmt: skip
+    return held
+
+
+def check_registered(pipeline: Any) -> None:
+    """Raise when a file whose pages a component of ``pipeline`` has registered was rewritten in place since.
+
+    The registered pages are the page cache's own, so such a rewrite would change the weights under the component:
+    the phase hooks call this at the start of each pipeline call, before any component runs (one ``fstat`` per
+    file). A new file renamed over the path changes nothing the pages hold, and is no change.
+
+    Raises:
+        WeightsFileChangedError: Names the pipeline, the component, the file and the fix.
+    """
+    for name, module in getattr(pipeline, "components", {}).items():
+        try:
+            pinned = _PINNED.get(module)
+        except TypeError:  # not weakly referable: never pinned
+            continue
+        for held in () if pinned is None else pinned.files:
+            if (changed := held.changed()) is not None:
+                raise WeightsFileChangedError(
+                    f"{type(pipeline).__name__} did not run this call: {name}'s weights are registered in place in "
+                    f"{changed}, so they now hold other bytes and its outputs would change; load the pipeline "
+                    "again, and leave its weights files as they are while it is attached"
+                )
 
 
 def _unregister(backend: Any, starts: list[int], keep: Any = None) -> None:
@@ -435,9 +490,9 @@ def _restore(module: torch.nn.Module, pinned: _Pinned) -> None:
         entry.point(view)
     for group in diffusers_compat.offload_groups(module):
         for key, source in list(diffusers_compat.group_cpu_sources(group).items()):
-            view = views.get(source.data_ptr()) if source.device.type == "cpu" else None
-            if view is not None and view.shape == source.shape:
-                diffusers_compat.set_group_cpu_source(group, key, view)
+            before = views.get(source.data_ptr()) if source.device.type == "cpu" else None
+            if before is not None and before.shape == source.shape:
+                diffusers_compat.set_group_cpu_source(group, key, before)
 
 
 def unpin_from_files(pipeline: Any) -> None:
@@ -453,3 +508,5 @@ def unpin_from_files(pipeline: Any) -> None:
         REPACKED.difference_update(diffusers_compat.offload_groups(module))  # those of unpinned buffers too
         if pinned.finalizer is not None:
             pinned.finalizer()
+        for held in pinned.files:
+            held.close()
