@@ -661,3 +661,19 @@ def test_a_policy_keeping_the_most_reports_attaches_and_one_keeping_more_fails_v
     with ddo_hooks.attach(build_pipeline("sd"), most) as attachment:
         assert attachment.tracker.max_records == MAX_RECORDS
     assert main(["validate-policy", str(write(tmp_path, V + f"keep_reports: {2**63}\n"))]) == 1
+
+
+def test_attach_takes_a_presets_name_where_no_file_of_that_name_exists(tmp_path, monkeypatch):
+    from ddo_hooks import attach
+    from ddo_hooks.testing.tiny_pipelines import build_pipeline
+
+    monkeypatch.chdir(tmp_path)
+    pipe = build_pipeline("sd")
+    with attach(pipe, "lowest-peak") as attachment:
+        assert attachment.policy == HookPolicy.preset("lowest-peak")
+    (tmp_path / "lowest-peak").write_text("version: 1\nenabled: false\n")  # a file of that name is the file
+    with attach(pipe, "lowest-peak") as attachment:
+        assert not attachment.policy.enabled
+    with pytest.raises(PolicyError, match="lowest-peek: no such policy file, and no preset of that name; did you "
+                       "mean 'lowest-peak'\\? check the path, or give a preset: default, lowest-peak, "):  # fmt: skip
+        attach(pipe, "lowest-peek")

@@ -43,15 +43,6 @@ __all__ = ["build_parser", "main"]
 # -- commands ----------------------------------------------------------------------------------
 
 
-def _load_policy(path: str) -> Any:
-    """The policy file at ``path``; a name of the built-in actions that is nearly right is refused here already."""
-    from ddo_hooks.policy.model import HookPolicy
-
-    policy = HookPolicy.from_yaml(path)
-    _refuse_near_misses(policy)
-    return policy
-
-
 def _preset_file(name: str) -> str | None:
     """The packaged file of the preset ``name`` when no file of that name exists here, else ``None``."""
     from ddo_hooks.policy.model import PRESETS, preset_file
@@ -62,22 +53,15 @@ def _preset_file(name: str) -> str | None:
 
 
 def _policy_or_preset(name: str) -> Any:
-    """``--policy``: a policy file, or when no such file exists, a preset's name (``lowest-peak``)."""
-    from ddo_hooks.errors import PolicyError
-    from ddo_hooks.policy.model import PRESETS, HookPolicy
+    """``--policy``: a policy file, or when no such file exists, a preset's name (``lowest-peak``).
 
-    if _preset_file(name) is not None:
-        return HookPolicy.preset(name)
-    if not os.path.lexists(name):
-        from ddo_hooks._diagnostics import did_you_mean
+    A name of the built-in actions that is nearly right is refused here already.
+    """
+    from ddo_hooks.policy.model import HookPolicy
 
-        guess = did_you_mean(name, PRESETS)
-        hint = f"did you mean {guess!r}? " if guess else ""
-        raise PolicyError(
-            f"{name}: no such policy file, and no preset of that name; {hint}check the path, or give a "
-            f"preset: {', '.join(PRESETS)}"
-        )
-    return _load_policy(name)
+    policy = HookPolicy.from_name_or_yaml(name)
+    _refuse_near_misses(policy)
+    return policy
 
 
 def _refuse_near_misses(policy: Any) -> None:
@@ -290,7 +274,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument(
         "--policy",
         metavar="FILE|PRESET",
-        help="a YAML hook policy, or a preset: default, lowest-peak, lowest-latency (default: default)",
+        help="a YAML hook policy, or a preset: default, lowest-peak, lowest-latency, smallest-box (default: default)",
     )
     demo.add_argument(
         "--device", type=_device, metavar="DEV", help="cpu, cuda or cuda:N (default: cuda when available, else cpu)"

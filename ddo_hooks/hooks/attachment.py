@@ -58,7 +58,7 @@ def _load_policy(policy: HookPolicy | str | os.PathLike[str] | None) -> HookPoli
     if isinstance(policy, HookPolicy):
         return policy
     if isinstance(policy, (str, os.PathLike)):
-        return HookPolicy.from_yaml(policy)
+        return HookPolicy.from_name_or_yaml(policy)
     raise InvalidArgumentError(
         f"policy must be a HookPolicy, a path to a YAML policy or None (the default policy), "
         f"got {type(policy).__name__}"

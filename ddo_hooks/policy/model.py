@@ -58,7 +58,7 @@ from ddo_hooks.reports.tracker import MAX_RECORDS
 
 __all__ = ["PRESETS", "SUPPORTED_VERSIONS", "HookPolicy", "policy_json_schema", "preset_file"]
 
-PRESETS: tuple[str, ...] = ("default", "lowest-peak", "lowest-latency")
+PRESETS: tuple[str, ...] = ("default", "lowest-peak", "lowest-latency", "smallest-box")
 """The packaged policies (``ddo_hooks/policy/presets/``), each documented with its measured trade-off."""
 
 SUPPORTED_VERSIONS: tuple[int, ...] = (1,)
@@ -215,6 +215,34 @@ class HookPolicy(Model):
         return cls._load(text, source, Path(source).absolute().parent)
 
     @classmethod
+    def from_name_or_yaml(cls, source: str | os.PathLike[str]) -> HookPolicy:
+        """A preset's name where no file of that name exists (``"lowest-peak"``), else the policy file at the path.
+
+        :func:`~ddo_hooks.attach` and the CLI's ``--policy`` read a string so.
+
+        Raises:
+            PolicyError: Neither a file nor a preset of that name (the message lists the presets and the
+                closest one), or the file is not a valid policy.
+
+        Examples:
+            >>> HookPolicy.from_name_or_yaml("smallest-box").pinned_copies.from_files
+            'register'
+        """
+        if not isinstance(source, (str, os.PathLike)):
+            raise PolicyError(f"a policy is a path or a preset's name (str), got {type(source).__name__}")
+        name = os.fspath(source)
+        if name in PRESETS and not os.path.exists(name):
+            return cls.preset(name)
+        if not os.path.lexists(name):
+            guess = did_you_mean(name, PRESETS)
+            hint = f"did you mean {guess!r}? " if guess else ""
+            raise PolicyError(
+                f"{name}: no such policy file, and no preset of that name; {hint}check the path, or give a "
+                f"preset: {', '.join(PRESETS)}"
+            )
+        return cls.from_yaml(name)
+
+    @classmethod
     def from_yaml_text(cls, text: str, source: str = "<string>") -> HookPolicy:
         """Load a policy from YAML text; ``source`` names it in messages.
 
@@ -244,7 +272,7 @@ class HookPolicy(Model):
 
     @classmethod
     def preset(cls, name: str) -> HookPolicy:
-        """A packaged policy: ``default``, ``lowest-peak`` or ``lowest-latency`` (see :data:`PRESETS`).
+        """A packaged policy by its name, one of :data:`PRESETS` (``lowest-peak``, ``smallest-box``, ...).
 
         Raises:
             PolicyError: No preset has that name; the message lists them.
