@@ -160,7 +160,7 @@ def test_the_flux_dev_size_has_flux_1_devs_parameter_counts_without_a_byte_of_we
     assert all(p.is_meta for model in models.values() for p in model.parameters())
     gib = sum(p.numel() * 2 for model in models.values() for p in model.parameters()) / 2**30  # bf16
     readme = " ".join((BENCH.parent / "README.md").read_text(encoding="utf-8").split())
-    assert f"Its weights are {gib:.2f} GiB in bf16" in readme  # the counts of the weights the box ran on
+    assert f"At FLUX.1-dev's own shapes ({gib:.2f} GiB in bf16;" in readme  # the counts of the weights the box ran on
 
 
 def test_a_resumed_run_keeps_the_earlier_arms_and_runs_only_what_is_missing(box, tmp_path, monkeypatch):

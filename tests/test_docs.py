@@ -43,14 +43,14 @@ INSTALL_AND_TEST = 'python3 -m venv .venv && . .venv/bin/activate && pip install
 # Blocks each page skips, by count. A new skip must be added here on purpose; the README skips
 # only its two install commands (CI runs the second one for real, through .ci/run).
 EXPECTED_SKIPS = {
-    "README.md": 3,  # the two install commands, and the FLUX.1-dev recipe (downloads, needs CUDA)
+    "README.md": 3,  # the two install commands, and the FLUX.1-dev recipe (downloads, needs CUDA and DDO)
     "docs/architecture.md": 1,  # the drawing of the layers
     "docs/cli.md": 1,  # installs the plot extra
     "docs/benchmarks.md": 7,  # three runs on the GPU machine; hook overhead, start-up, the file commands at scale,
     # the page count (writes 1.38 GiB)
     "docs/development.md": 2,  # downloads the GPU machine's wheels; installs DDO beside the tree
     "docs/done-components.md": 1,  # a saved Flux pipeline under group offloading on a CUDA GPU
-    "docs/pinned-copies.md": 1,  # a saved Flux pipeline pinned from its files on a CUDA GPU
+    "docs/pinned-copies.md": 2,  # a saved Flux pipeline pinned from its files on a CUDA GPU, under DDO and diffusers
     "docs/index.md": 1,  # the quickstart's install command
     "docs/pipelines.md": 1,  # downloads FLUX.1-dev and needs a CUDA GPU
     "docs/workers.md": 1,  # needs two CUDA GPUs and torchrun
@@ -251,8 +251,8 @@ def test_the_readme_skips_only_its_two_install_commands_and_the_gpu_recipe():
     skipped = [b for b in extract_blocks(README) if b.kind == "skip"]
     assert [b.text.strip() for b in skipped[:2]] == [INSTALL_AND_DEMO, INSTALL_AND_TEST]
     assert len(skipped) == 3
-    assert skipped[2].skip == "downloads the gated FLUX.1-dev weights and needs a CUDA GPU"
-    assert "attach(pipe" in skipped[2].text
+    assert skipped[2].skip == "downloads the gated FLUX.1-dev weights and needs a CUDA GPU and DDO"
+    assert 'attach(pipe, "smallest-box")' in skipped[2].text
 
 
 @pytest.mark.parametrize(

@@ -58,16 +58,20 @@ def test_the_gpu_table_is_what_summarize_prints_for_the_saved_h200_reports():
 
 
 def test_the_first_screen_says_who_it_is_for_what_they_gain_and_shows_the_plot():
-    first = "\n".join(TEXT.splitlines()[:18])
-    assert "For people who run large diffusion models through diffusers with group offloading" in _flat(first)
-    # the gain, as the box benchmark's checked-in results give it (tests/test_benchmarks_page.py holds the rest)
-    assert "`attach` with the `default` policy and `pinned_copies.from_files: register`" in _flat(first)
-    assert "ran in a cgroup `memory.max` of 5.75 GiB at 2.56 s a call, where doing nothing needed 11.75 GiB" in _flat(
-        first
-    )
-    assert "![The smallest cgroup box against the call time, per arm](docs/img/box.png)" in first
-    assert "1.5 minutes" in first  # what the first command costs, before it runs
-    assert "the test suite (5:58 on 2 cores at a load average of 0.9" in _flat(first)  # and the second, measured
+    top = _flat("\n".join(TEXT.splitlines()[:12]))  # before the two commands
+    assert top.startswith("# ddo-hooks For people who run large diffusion models (Flux, SD3, Wan, Qwen-Image")
+    assert '`attach(pipe, "smallest-box")` keeps each weight once in host memory' in top
+    assert "1.5 minutes" in top  # what the first command costs, before it runs
+    assert re.search(r"the test suite \(\d+:\d\d on 2 cores at a load average of [\d.]+ on", top)  # and the second
+    first = TEXT[: TEXT.index("## On a GPU")]  # the first screen; tests/test_runtimes_page.py holds its figures
+    for word in ("box", "pinned, registered", "offload, onload", "boundary", "steady call"):
+        assert f"| {word} |" in first, f"the glossary lacks {word}"
+    presets = [line for line in first.splitlines() if line.startswith("| ") and line.endswith("` |")]
+    assert [line.rsplit("|", 2)[1].strip() for line in presets] == ["`smallest-box`", "`default`", "`lowest-peak`"]
+    assert "DDO: diffusers-dynamic-offloader, a separate package" in _flat(first)  # what DDO is to this project
+    for what in ("`low_cpu_mem_usage=False`", "With `True`", "DDO's `enable_pipeline_offload`"):  # the baselines
+        assert what in _flat(first)
+    assert "![Memory against the steady call, one point per arm](docs/img/box-runtimes.png)" in first
 
 
 def test_pip_install_ddo_hooks_appears_only_as_what_it_will_be_once_published():
