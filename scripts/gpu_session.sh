@@ -8,6 +8,7 @@
 #   gpu-suite    the whole GPU suite (tests/gpu, structural pipelines included; $GPU_SUITE_PATHS: others) in one call: $GPU_WORKERS (8)
 #                processes at once (pytest-xdist, each test a fresh interpreter of its own on the one GPU), each test
 #                cut at $GPU_TEST_TIMEOUT_S (300) s, the whole at $GPU_SUITE_TIMEOUT_S (420) s; prints every test's time
+#                (pytest-benchmark, on that machine, refuses xdist: it is left out)
 #   gpu-tests    the `gpu`-marked tests but the structural ones (tests/gpu)
 #   structural   every structural pipeline under group offloading with streams, three shards at
 #                once on the last GPU, in the background while the later steps run
@@ -51,7 +52,7 @@ structural_pids=()
 for step in "${steps[@]}"; do
   echo "=== $step ==="
   case "$step" in
-    gpu-suite) timeout "${GPU_SUITE_TIMEOUT_S:-420}" python3 -m pytest ${GPU_SUITE_PATHS:-tests/gpu} -m gpu -p no:cacheprovider -q -rA \
+    gpu-suite) timeout "${GPU_SUITE_TIMEOUT_S:-420}" python3 -m pytest ${GPU_SUITE_PATHS:-tests/gpu} -m gpu -p no:cacheprovider -p no:benchmark -q -rA \
                  -n "${GPU_WORKERS:-8}" --timeout "${GPU_TEST_TIMEOUT_S:-300}" --durations=0 2>&1 | tee "$OUT/gpu-suite.log"
                rc[$step]=${PIPESTATUS[0]} ;;
     gpu-tests) python3 -m pytest tests/gpu -m gpu -p no:cacheprovider -s -q -rA --ignore tests/gpu/test_structural_gpu.py \
