@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 import torch
-from diffusers import DiffusionPipeline
 from support.ddo_payloads import DISTRIBUTION, ddo_version
 from support.fakes import FakeHostAllocator
+from support.saved_pipelines import loaded
 
 from ddo_hooks import HookPolicy, attach
 from ddo_hooks._compat import diffusers as diffusers_compat
@@ -46,12 +46,6 @@ RUNTIME = ("transformer", "text_encoder_2")
 def fake() -> Any:
     with use_backend(FakeHostAllocator(cached_bytes=0, live_bytes=0)) as backend:
         yield backend
-
-
-def loaded(folder: Any) -> Any:
-    pipe = DiffusionPipeline.from_pretrained(folder)
-    pipe.set_progress_bar_config(disable=True)
-    return pipe
 
 
 def ddo_offload(pipe: Any, **environ: str) -> Any:

@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 import torch
-from diffusers import DiffusionPipeline
 from diffusers.hooks import apply_group_offloading
 from support.fakes import FakeHostAllocator, pin_like_streams
+from support.saved_pipelines import loaded
 
 from ddo_hooks import HookPolicy, PolicyError, attach
 from ddo_hooks._compat import diffusers as diffusers_compat
@@ -37,12 +37,6 @@ FLUX = ("transformer", "vae", "text_encoder", "text_encoder_2")
 def fake() -> Any:
     with use_backend(FakeHostAllocator(cached_bytes=0, live_bytes=0)) as backend:
         yield backend
-
-
-def loaded(folder: Any) -> Any:
-    pipe = DiffusionPipeline.from_pretrained(folder)
-    pipe.set_progress_bar_config(disable=True)
-    return pipe
 
 
 def offload(pipe: Any, fake: FakeHostAllocator) -> Any:
