@@ -44,17 +44,11 @@ Examples:
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import mmap
 import os
-import stat
 import time
-import warnings
 import weakref
-from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import torch
 
@@ -62,6 +56,7 @@ from ddo_hooks._compat import diffusers as diffusers_compat
 from ddo_hooks.errors import WeightsFileChangedError
 from ddo_hooks.release import allocator as _allocator
 from ddo_hooks.release import file_pages
+from ddo_hooks.release.file_pins import FromFilesMode, Located, Pinned, register, stage
 from ddo_hooks.release.pinned_copies import (
     REPACKED,
     Component,
@@ -72,8 +67,6 @@ from ddo_hooks.release.pinned_copies import (
     refuse,
     skip,
 )
-from ddo_hooks.release.slabs import plan_slabs
-from ddo_hooks.release.weights_files import HeldFile, Refused
 from ddo_hooks.reports.repack import ComponentRepack, PinnedCopyRepackReport
 
 __all__ = [
@@ -86,8 +79,6 @@ __all__ = [
     "unpin_from_files",
 ]
 
-FromFilesMode = Literal["register", "stage"]
-"""How :func:`pin_from_files` pins: in place (``register``) or into exact-size slabs (``stage``)."""
 
 ONCE_PER_CALL = ("text_encoder", "image_encoder", "prior")
 """Name prefixes of the components that run once per call: left as they are (their pages are given back by
@@ -97,23 +88,7 @@ DDO_HOOK = "dynamic_offload"
 """The name under which DDO (diffusers-dynamic-offloader) registers its runtime's hook in diffusers' registry."""
 
 
-@dataclass
-class _Pinned:
-    """What :func:`pin_from_files` did to one component, and how to undo it."""
-
-    mode: FromFilesMode
-    restore: list[tuple[Stored, torch.Tensor]]
-    """Each storage moved, and the view it was before."""
-    finalizer: weakref.finalize | None = None
-    """``register``: unregisters the ranges (when the component is collected, or at :func:`unpin_from_files`)."""
-    files: tuple[HeldFile, ...] = ()
-    """``register``: each file whose pages are registered, held open (the inode they are): a rewrite in place
-    would change them under the weights."""
-    slabs: tuple[int, ...] = ()
-    """``stage``: the slabs' sizes."""
-
-
-_PINNED: weakref.WeakKeyDictionary[torch.nn.Module, _Pinned] = weakref.WeakKeyDictionary()
+_PINNED: weakref.WeakKeyDictionary[torch.nn.Module, Pinned] = weakref.WeakKeyDictionary()
 
 
 def pinned_from_files(module: Any) -> FromFilesMode | None:
@@ -125,21 +100,12 @@ def pinned_from_files(module: Any) -> FromFilesMode | None:
     return None if pinned is None else pinned.mode
 
 
-@dataclass(frozen=True)
-class _Located:
-    """Where a view's bytes are in its file."""
-
-    mapping: file_pages.Mapping
-    offset: int
-    nbytes: int
-
-
 def _weight_name(module: torch.nn.Module, entry: Stored) -> str:
     names = {id(t): n for n, t in [*module.named_parameters(), *module.named_buffers()]}
     return next((names[id(w)] for w in entry.weights if id(w) in names), "a weight")
 
 
-def _locate(name: str, module: torch.nn.Module, component: Component, others: set[int]) -> list[_Located]:
+def _locate(name: str, module: torch.nn.Module, component: Component, others: set[int]) -> list[Located]:
     """Each storage's place in its file; raises :class:`Left` where a weight cannot be pinned from its file."""
     at = file_pages.mapping_at(file_pages.mappings())
     found = []
@@ -168,7 +134,7 @@ def _locate(name: str, module: torch.nn.Module, component: Component, others: se
                 f"{name}'s weights file {mapping.path} was deleted or replaced since it was loaded: what the path "
                 "holds now is not what the weights read; load the pipeline again",
             )
-        found.append(_Located(mapping, mapping.offset + entry.tensor.data_ptr() - mapping.start, entry.nbytes))
+        found.append(Located(mapping, mapping.offset + entry.tensor.data_ptr() - mapping.start, entry.nbytes))
     runs = file_pages._page_runs([(e.tensor.data_ptr(), e.tensor.data_ptr() + e.nbytes) for e in component.stored])
     _, written = file_pages._census(runs)
     if written:
@@ -182,120 +148,6 @@ def _inode(path: str) -> int | None:
         return os.stat(path).st_ino
     except OSError:
         return None
-
-
-@contextlib.contextmanager
-def _files(name: str, located: list[_Located]) -> Iterator[dict[str, int]]:
-    """Each file opened for reading, by path, once checked on the opened descriptor (``fstat``).
-
-    It must be the regular file the weights map (the mapping's inode) and still hold every view's
-    bytes: a file truncated since the load would make ``mmap`` fail, or kill the process
-    (``SIGBUS``) where a view past its end is read.
-
-    Raises:
-        Left: ``file_changed``, naming the file and the fix.
-    """
-    opened: dict[str, int] = {}
-    needed: dict[str, int] = {}
-    for where in located:
-        needed[where.mapping.path] = max(needed.get(where.mapping.path, 0), where.offset + where.nbytes)
-    try:
-        for path, need in needed.items():
-            try:
-                opened[path] = fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))  # a FIFO never waits
-                info = os.fstat(fd)
-            except OSError as e:
-                raise refuse("file_changed", f"{name}'s weights file {path} cannot be opened now ({e.strerror or e}): "
-                                             "load the pipeline again") from None  # fmt: skip
-            inode = next(w.mapping.inode for w in located if w.mapping.path == path)
-            if info.st_ino != inode or not stat.S_ISREG(info.st_mode):
-                raise refuse("file_changed", f"{name}'s weights file {path} was replaced while it was opened; "
-                                             "load the pipeline again")  # fmt: skip
-            if info.st_size < need:
-                raise refuse("file_changed", f"{name}'s weights file {path} was truncated since it was loaded: it "
-                                             f"holds {info.st_size:,} bytes, its weights need {need:,}; load the "
-                                             "pipeline again")  # fmt: skip
-        yield opened
-    finally:
-        for fd in opened.values():
-            os.close(fd)
-
-
-def _switch(component: Component, targets: list[torch.Tensor]) -> list[tuple[Stored, torch.Tensor]]:
-    """Point each storage at its target (cannot fail halfway); what each was, for :func:`unpin_from_files`."""
-    from ddo_hooks.release.repack import switch
-
-    before = [(entry, entry.tensor) for entry in component.stored]
-    switch(component, targets)
-    return before
-
-
-def _register(
-    name: str, module: torch.nn.Module, component: Component, located: list[_Located]
-) -> tuple[_Pinned, int, str]:
-    """Map the files again, shared and read-only, and register the weights' pages in place."""
-    backend = _allocator.backend()
-    maps: dict[str, mmap.mmap] = {}
-    with _files(name, located) as opened:
-        for path, fd in opened.items():
-            try:
-                maps[path] = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)  # shared: the page cache's own pages
-            except (ValueError, OSError) as e:  # an empty file, or one truncated right now
-                raise refuse("file_changed", f"{name}'s weights file {path} cannot be mapped now ({e}): load the "
-                                             "pipeline again") from None  # fmt: skip
-    views: list[torch.Tensor] = []
-    spans: dict[str, list[tuple[int, int]]] = {path: [] for path in maps}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)  # "the given buffer is not writable": read-only on purpose
-        for entry, where in zip(component.stored, located, strict=True):
-            if where.offset % entry.tensor.element_size():
-                raise refuse(
-                    "unsupported_tensor", f"{name}'s {where.mapping.path} holds a weight at an unaligned offset"
-                )
-            try:
-                raw = torch.frombuffer(
-                    maps[where.mapping.path], dtype=torch.uint8, count=entry.nbytes, offset=where.offset
-                )
-            except ValueError as e:  # the file is shorter than the mapping needs: truncated since it was opened
-                raise refuse("file_changed", f"{name}'s weights file {where.mapping.path} no longer holds its "
-                                             f"weights ({e}): load the pipeline again") from None  # fmt: skip
-            view = raw.view(entry.tensor.dtype).view(entry.tensor.shape)
-            views.append(view)
-            spans[where.mapping.path].append((view.data_ptr(), view.data_ptr() + entry.nbytes))
-    runs = [run for path in maps for run in file_pages._page_runs(spans[path])]
-    done: list[int] = []
-    try:
-        for start, end in runs:
-            backend.register(start, end - start)
-            done.append(start)
-    except Exception as e:
-        _unregister(backend, done)
-        raise refuse("pin_failed", f"registering {name}'s weights in place failed: {e}".splitlines()[0]) from e
-    try:
-        held = tuple(_held(name, path, located) for path in maps)
-    except Left:
-        _unregister(backend, done)
-        raise
-    restore = _switch(component, views)
-    pinned = _Pinned("register", restore, files=held)
-    pinned.finalizer = weakref.finalize(module, _unregister, backend, done, (list(maps.values()), held))
-    pinned.finalizer.atexit = False  # at exit the process's registrations go with it
-    total = sum(end - start for start, end in runs)
-    files = ", ".join(sorted(os.path.basename(p) for p in maps))
-    return pinned, total, f"{len(views)} weights registered in place in {files}: {total:,} bytes, no copy"
-
-
-def _held(name: str, path: str, located: list[_Located]) -> HeldFile:
-    """``path`` held open, once it is checked to be the file the weights were mapped from."""
-    try:
-        held = HeldFile(path)
-    except Refused as e:
-        raise refuse("file_changed", f"{name}'s weights file {e}; load the pipeline again") from None
-    if held.key[1] != next(w.mapping.inode for w in located if w.mapping.path == path):
-        held.close()
-        raise refuse("file_changed", f"{name}'s weights file {path} was replaced while it was registered; load the "
-                                     "pipeline again")  # fmt: skip
-    return held
 
 
 def check_registered(pipeline: Any) -> None:
@@ -320,44 +172,6 @@ def check_registered(pipeline: Any) -> None:
                     f"{changed}, so they now hold other bytes and its outputs would change; load the pipeline "
                     "again, and leave its weights files as they are while it is attached"
                 )
-
-
-def _unregister(backend: Any, starts: list[int], keep: Any = None) -> None:
-    """Unregister each range (``keep``: the mappings, which must outlive the registration)."""
-    for start in starts:
-        backend.unregister(start)
-
-
-def _stage(
-    name: str, module: torch.nn.Module, component: Component, located: list[_Located]
-) -> tuple[_Pinned, int, str]:
-    """Copy the weights into exact-size slabs, one slab at a time, dropping each copied range's pages."""
-    from ddo_hooks.release.repack import pin_slabs
-
-    plan = plan_slabs([entry.nbytes for entry in component.stored])
-    with _files(name, located) as opened:
-        try:
-            targets = pin_slabs(
-                plan,
-                component.stored,
-                lambda index: _drop_pages(component.stored[index].tensor, located[index], opened),
-            )
-        except RuntimeError as e:  # out of pinned memory: nothing has changed (the dropped pages come back on use)
-            raise refuse("pin_failed", f"pinning {name}'s slabs failed: {e}".splitlines()[0]) from e
-    restore = _switch(component, targets)
-    detail = f"{len(targets)} weights staged into {len(plan.slabs)} slabs, each file page dropped once copied"
-    return _Pinned("stage", restore, slabs=tuple(slab.size for slab in plan.slabs)), plan.capacity, detail
-
-
-def _drop_pages(source: torch.Tensor, where: _Located, opened: dict[str, int]) -> None:
-    """Take a copied view's pages out of the process, then out of the page cache (they are read again on use)."""
-    nbytes = source.numel() * source.element_size()
-    advise = file_pages._madvise()
-    for start, end in file_pages._page_runs([(source.data_ptr(), source.data_ptr() + nbytes)]):
-        if advise is not None:
-            advise(start, end - start, file_pages._MADV_DONTNEED)
-    if hasattr(os, "posix_fadvise"):
-        os.posix_fadvise(opened[where.mapping.path], where.offset, nbytes, os.POSIX_FADV_DONTNEED)
 
 
 def _built_at_init(module: torch.nn.Module, component: Component) -> tuple[Component, list[Stored]]:
@@ -407,7 +221,7 @@ def _one(name: str, module: torch.nn.Module, mode: FromFilesMode, others: set[in
             raise skip("already_packed", f"{name}'s weights are pinned from its files already")
         component, built = _built_at_init(module, _sources(name, module))
         located = _locate(name, module, component, others)
-        pinned, owned, detail = (_register if mode == "register" else _stage)(name, module, component, located)
+        pinned, owned, detail = (register if mode == "register" else stage)(name, module, component, located)
         if built:
             detail += (
                 f"; {len(built)} buffer(s) built at init, not in its files, left as they were "
@@ -478,7 +292,7 @@ def pin_from_files(
     return _report(phase, results, started, before=before, host_before=host_before)
 
 
-def _restore(module: torch.nn.Module, pinned: _Pinned) -> None:
+def _restore(module: torch.nn.Module, pinned: Pinned) -> None:
     """Point what still reads a pinned tensor back at the view it was.
 
     That is each weight and group source :func:`pin_from_files` pointed at it, and the sources of groups an offload

@@ -177,6 +177,10 @@ class HeldFile:
         """The device and inode: the file itself, whatever its path names."""
         return self.identity[0], self.identity[1]
 
+    def fileno(self) -> int:
+        """The descriptor (for ``mmap`` and ``posix_fadvise``); it stays this object's to close."""
+        return self._fd
+
     @property
     def size(self) -> int:
         """Its size now (``fstat``)."""
