@@ -22,6 +22,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import index_uses
 from index_uses import Section
@@ -110,13 +111,27 @@ def scripts() -> dict[str, str]:
 
 
 def script_of(name: str, stems: list[str]) -> str:
-    """The script that made a results file: the longest script name its name starts with, or :data:`MADE_BY`."""
+    """The script that made a results file: the longest script name its name starts with, or :data:`MADE_BY`.
+
+    Examples:
+        >>> script_of("bench_box-timing-10.json", ["bench_box.py", "box_workload.py"])
+        'bench_box.py'
+        >>> script_of("gpu-suite-h200.log", ["bench_box.py"])
+        'scripts/gpu_session.sh'
+        >>> script_of("elsewhere.json", ["bench_box.py"])  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: benchmarks/results/elsewhere.json: no script's name starts it and MADE_BY does not name it: ...
+    """
     matches = [s for s in stems if name.startswith((f"{s.removesuffix('.py')}-", f"{s.removesuffix('.py')}."))]
     if matches:
         return max(matches, key=len)
     if name in MADE_BY:
         return MADE_BY[name][0]
-    raise ValueError(f"benchmarks/results/{name}: no script's name starts it and MADE_BY does not name it")
+    raise ValueError(
+        f"benchmarks/results/{name}: no script's name starts it and MADE_BY does not name it: name it "
+        "<script>-<run>.json after the script that made it, or add it to MADE_BY in benchmarks/index.py"
+    )
 
 
 def git_added() -> dict[str, str]:
@@ -134,6 +149,21 @@ def git_added() -> dict[str, str]:
     return found
 
 
+def load(name: str) -> dict[str, Any]:
+    """A JSON results file's top level (ValueError naming the file and line where it is no JSON object)."""
+    path = RESULTS / name
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as error:
+        raise ValueError(
+            f"benchmarks/results/{name}, line {error.lineno}: not JSON ({error.msg}): a results file named .json "
+            "holds what its script wrote; give a log another extension"
+        ) from error
+    if not isinstance(doc, dict):
+        raise ValueError(f"benchmarks/results/{name}: its top level is a {type(doc).__name__}, not an object")
+    return doc
+
+
 def _value(value: object) -> str:
     return value if isinstance(value, str) else json.dumps(value)
 
@@ -143,7 +173,7 @@ def record(name: str, script: str, added: dict[str, str]) -> Record:
     date = added.get(name, "not committed yet")
     if not name.endswith(".json"):
         return Record(name, script, [], [], [], date, None, None)
-    doc = json.loads((RESULTS / name).read_text(encoding="utf-8"))
+    doc = load(name)
     commands = doc.get("commands") or ([doc["command"]] if "command" in doc else [])
     options = [f"{k}={_value(doc[k])}" for k in OPTION_KEYS.get(script, ()) if k in doc]
     notes = []
@@ -165,7 +195,7 @@ def records() -> list[Record]:
     for rec in found:
         by_script.setdefault(rec.script, []).append(rec)
     for group in by_script.values():
-        args = {r.name: json.loads((RESULTS / r.name).read_text())["args"] for r in group if "args" in (r.keys or ())}
+        args = {r.name: load(r.name)["args"] for r in group if "args" in (r.keys or ())}
         varying = [
             k for k in dict.fromkeys(k for a in args.values() for k in a) if len({a.get(k) for a in args.values()}) > 1
         ]

@@ -42,7 +42,14 @@ class Section:
 
 
 def slug(text: str) -> str:
-    """The anchor Python-Markdown's ``toc`` gives a heading's text (its default ``slugify``)."""
+    """The anchor Python-Markdown's ``toc`` gives a heading's text (its default ``slugify``).
+
+    Examples:
+        >>> slug("At FLUX.1-dev's own shapes")
+        'at-flux1-devs-own-shapes'
+        >>> slug("`bench_box.py`")
+        'bench_boxpy'
+    """
     text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", text).replace("`", "")
     text = unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode("ascii")
     text = re.sub(r"[^\w\s-]", "", text).strip().lower()
@@ -93,7 +100,17 @@ def _stem(name: str) -> str:
 
 
 def named_in_text(text: str, names: set[str]) -> set[str]:
-    """The results files a paragraph (or a whole source file) names by name, pattern, short name or range."""
+    """The results files a paragraph (or a whole source file) names by name, pattern, short name or range.
+
+    Examples:
+        >>> names = {"bench_x-a.json", "bench_x-b.json", "bench_x-run-1.json", "bench_x-run-2.json", "bench_y.json"}
+        >>> sorted(named_in_text("`bench_x-a.json` and `-b.json`; see `bench_y.json`", names))
+        ['bench_x-a.json', 'bench_x-b.json', 'bench_y.json']
+        >>> sorted(named_in_text("`bench_x-run-1.json` to `bench_x-run-2.json`", names))
+        ['bench_x-run-1.json', 'bench_x-run-2.json']
+        >>> sorted(named_in_text("every `bench_x-*.json`, not `*.json`", names))
+        ['bench_x-a.json', 'bench_x-b.json', 'bench_x-run-1.json', 'bench_x-run-2.json']
+    """
     found: set[str] = set()
     last = None  # the last full name seen: what a short ``-name.json`` completes
     for token in TOKEN.findall(text):

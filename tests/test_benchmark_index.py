@@ -7,6 +7,8 @@ names a results file.
 
 from __future__ import annotations
 
+import doctest
+import json
 import re
 import subprocess
 from pathlib import Path
@@ -55,8 +57,10 @@ def test_every_results_file_has_one_row_and_every_row_names_a_file(rows):
     files = {path.name for path in RESULTS.iterdir() if path.is_file()}
     assert len(rows) == len(ROW.findall(PAGE.read_text(encoding="utf-8")))  # no file twice
     missing, gone = sorted(files - set(rows)), sorted(set(rows) - files)
-    assert not missing, f"results files the map lacks (run python benchmarks/index.py): {missing}"
-    assert not gone, f"the map names results files that do not exist: {gone}"
+    assert (missing, gone) == ([], []), (
+        f"results files the map lacks: {missing}; files it names that do not exist: {gone}; "
+        "run python benchmarks/index.py"
+    )
 
 
 def test_a_file_no_page_names_is_said_to_be_used_by_no_page(index, rows):
@@ -168,3 +172,20 @@ def test_the_anchors_are_those_the_site_gives(uses):
     toc = pytest.importorskip("markdown.extensions.toc")
     for heading in ("At FLUX.1-dev's own shapes", "`low_cpu_mem_usage=True`", "Register presets against `nothing`, x"):
         assert uses.slug(heading) == toc.slugify(heading.replace("`", ""), "-")
+
+
+def test_the_examples_in_the_generator_s_docstrings_run(index, uses):
+    for module in (index, uses):
+        failed, tried = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
+        assert tried > 0, module.__name__
+        assert failed == 0, module.__name__
+
+
+def test_a_results_file_that_is_no_json_object_is_named_with_its_line(index, tmp_path, monkeypatch):
+    monkeypatch.setattr(index, "RESULTS", tmp_path)
+    (tmp_path / "bench_x-broken.json").write_text('{\n  "command": "python3 benchmarks/bench_x.py",\n}\n')
+    with pytest.raises(ValueError, match=r"benchmarks/results/bench_x-broken.json, line 3: not JSON"):
+        index.load("bench_x-broken.json")
+    (tmp_path / "bench_x-list.json").write_text(json.dumps([1, 2]))
+    with pytest.raises(ValueError, match=r"bench_x-list.json: its top level is a list, not an object"):
+        index.load("bench_x-list.json")
