@@ -3,10 +3,10 @@
 No ``bench_`` prefix: it is no benchmark. It reads every file of ``benchmarks/results/`` (the command it records,
 ``command``, or ``commands`` for a run resumed over several calls; else the options it records; a date it records,
 ``started_at``), the day the git commit that added each file was authored (``git log --diff-filter=A``), each
-script's module docstring, and every mention of a results file in ``docs/``, ``README.md``, ``benchmarks/*.py``
-and ``tests/`` (``index_uses.py``), and writes ``docs/benchmark-results.md``. The few facts the files cannot give
-are the tables below (:data:`MADE_BY`, :data:`OPTION_KEYS`, :data:`UNNAMED`, :data:`SHAPE_NOTES`,
-:data:`LEFTOVERS`), each held true by the test.
+script's module docstring and the steps of ``scripts/gpu_session.sh`` that run it, and every mention of a results
+file in ``docs/``, ``README.md``, ``benchmarks/*.py`` and ``tests/`` (``index_uses.py``), and writes
+``docs/benchmark-results.md``. The few facts the files cannot give are the tables below (:data:`MADE_BY`,
+:data:`OPTION_KEYS`, :data:`UNNAMED`, :data:`SHAPE_NOTES`, :data:`LEFTOVERS`), each held true by the test.
 ``tests/test_benchmark_index.py`` regenerates the page and compares it with the checked-in one.
 
 Run: ``python benchmarks/index.py`` (writes the page; ``--check``: exit 1 where it differs, writing nothing).
@@ -15,7 +15,6 @@ Run: ``python benchmarks/index.py`` (writes the page; ``--check``: exit 1 where 
 from __future__ import annotations
 
 import argparse
-import ast
 import fnmatch
 import json
 import subprocess
@@ -25,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import index_uses
+from index_scripts import first_sentence, gpu_steps, scripts
 from index_uses import Section
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -32,7 +32,11 @@ BENCH = ROOT / "benchmarks"
 RESULTS = BENCH / "results"
 PAGE = ROOT / "docs" / "benchmark-results.md"
 ARROW = "\u203a"  # between a page's title and its section's heading
-MAP_FILES = {BENCH / "index.py", BENCH / "index_uses.py", ROOT / "tests" / "test_benchmark_index.py", PAGE}
+MAP_FILES = {
+    *(BENCH / f"index{part}.py" for part in ("", "_scripts", "_uses")),
+    ROOT / "tests" / "test_benchmark_index.py",
+    PAGE,
+}
 
 GPU_SESSION = "scripts/gpu_session.sh"
 MADE_BY = {
@@ -99,15 +103,6 @@ class Record:
     date: str
     date_key: str | None  # the file's key the date comes from; None: git
     keys: tuple[str, ...] | None  # its top-level keys; None: not JSON
-
-
-def scripts() -> dict[str, str]:
-    """Each script of ``benchmarks/`` with the first line of its module docstring."""
-    found = {}
-    for path in sorted(BENCH.glob("*.py")):
-        docstring = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or ""
-        found[path.name] = docstring.split("\n", 1)[0]
-    return found
 
 
 def script_of(name: str, stems: list[str]) -> str:
@@ -189,7 +184,7 @@ def record(name: str, script: str, added: dict[str, str]) -> Record:
 
 def records() -> list[Record]:
     """Every results file, in its script's order, each ``args`` shown where it differs between the script's files."""
-    stems, added = list(scripts()), git_added()
+    stems, added = list(scripts(BENCH)), git_added()
     found = [record(p.name, script_of(p.name, stems), added) for p in sorted(RESULTS.iterdir()) if p.is_file()]
     by_script: dict[str, list[Record]] = {}
     for rec in found:
@@ -294,7 +289,8 @@ INTRO = """\
 
 Every file under `benchmarks/results/` ({files} of them), the script that made it and the command it
 records, when, and the sections of the docs that name it; then what each script in `benchmarks/` is
-for ({scripts} of them). The figures and what they mean are on [Benchmarks](benchmarks.md).
+for ({scripts} of them) and which steps of `scripts/gpu_session.sh` run it on the GPU machine. The
+figures and what they mean are on [Benchmarks](benchmarks.md).
 `python benchmarks/index.py` writes this page from the files, the scripts, the pages and the git
 history; `tests/test_benchmark_index.py` fails when the page differs from what they give.
 
@@ -311,17 +307,23 @@ history; `tests/test_benchmark_index.py` fails when the page differs from what t
 
 def render() -> str:
     """The page."""
-    found, summaries = records(), scripts()
+    found, summaries = records(), scripts(BENCH)
     sections, code = index_uses.all_uses(ROOT, {r.name for r in found}, MAP_FILES)
     by_script: dict[str, list[Record]] = {}
     for rec in sorted(found, key=lambda r: (r.script.startswith("scripts/"), r.script, r.name)):
         by_script.setdefault(rec.script, []).append(rec)
     lines = [INTRO.format(files=len(found), scripts=len(summaries)), "## Scripts", ""]
+    session = (ROOT / GPU_SESSION).read_text(encoding="utf-8")
+    steps = gpu_steps(session, list(summaries))
+    summaries[GPU_SESSION] = first_sentence(session)
     for script, summary in summaries.items():
         count = len(by_script.get(script, []))
-        files = f" ({count} results file{'s' if count > 1 else ''})" if count else ""
+        about = [f"{count} results file{'s' if count > 1 else ''}"] if count else []
+        if script in steps:
+            about.append(f"on the GPU machine: `{GPU_SESSION}` " + ", ".join(f"`{s}`" for s in steps[script]))
         name = f"[`{script}`](#{index_uses.slug(script)})" if count else f"`{script}`"
-        lines.append(f"- {name}{files}: {summary}")
+        said = f" ({'; '.join(about)})" if about else ""
+        lines.append(f"- {name}{said}: {summary}")
     lines += ["", "## Results files by script", ""]
     for script, group in by_script.items():
         lines += [f"### `{script}`", "", shape(group), ""]

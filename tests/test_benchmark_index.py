@@ -11,6 +11,7 @@ import doctest
 import json
 import re
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -75,7 +76,7 @@ def test_a_file_no_page_names_is_said_to_be_used_by_no_page(index, rows):
 
 
 def test_every_results_file_has_its_script_and_an_unknown_one_fails(index):
-    scripts = list(index.scripts())
+    scripts = list(index.scripts(index.BENCH))
     made = {path.name: index.script_of(path.name, scripts) for path in RESULTS.iterdir()}
     assert made["bench_box-timing-10.json"] == "bench_box.py"
     assert made["bench_pinned_memory.json"] == "bench_pinned_memory.py"
@@ -175,7 +176,7 @@ def test_the_anchors_are_those_the_site_gives(uses):
 
 
 def test_the_examples_in_the_generator_s_docstrings_run(index, uses):
-    for module in (index, uses):
+    for module in (index, uses, sys.modules[index.scripts.__module__]):
         failed, tried = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
         assert tried > 0, module.__name__
         assert failed == 0, module.__name__
@@ -189,3 +190,13 @@ def test_a_results_file_that_is_no_json_object_is_named_with_its_line(index, tmp
     (tmp_path / "bench_x-list.json").write_text(json.dumps([1, 2]))
     with pytest.raises(ValueError, match=r"bench_x-list.json: its top level is a list, not an object"):
         index.load("bench_x-list.json")
+
+
+def test_the_scripts_list_says_which_step_of_gpu_session_sh_runs_each(index):
+    session = (ROOT / "scripts" / "gpu_session.sh").read_text(encoding="utf-8")
+    steps = index.gpu_steps(session, list(index.scripts(index.BENCH)))
+    assert steps["bench_box.py"] == ["bench", "box"]
+    assert steps["probe_register.py"] == ["register"]
+    assert "plot_box.py" not in steps  # run by nothing there
+    line = next(x for x in PAGE.read_text(encoding="utf-8").splitlines() if x.startswith("- [`probe_onload.py`]"))
+    assert "on the GPU machine: `scripts/gpu_session.sh` `onload`" in line
