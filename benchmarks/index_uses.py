@@ -67,7 +67,8 @@ def _unique(anchor: str, used: set[str]) -> str:
 
 def _paragraphs(text: str, page: str) -> Iterator[tuple[Section, str]]:
     """Each paragraph (lines outside code fences between blank lines and headings) with its section."""
-    title, section, used = page, None, set()
+    title, section = page, None
+    used: set[str] = set()  # the anchors given so far
     lines: list[str] = []
     fence = None
     for line in [*text.splitlines(), ""]:
