@@ -23,7 +23,8 @@ from ddo_hooks import (
     register_action,
     unregister_action,
 )
-from ddo_hooks.hooks.actions import ENTRY_POINT_GROUP, BoundaryContext, available_actions, resolve_action
+from ddo_hooks.actions.contract import BoundaryContext
+from ddo_hooks.actions.registry import ENTRY_POINT_GROUP, available_actions, resolve_action
 from ddo_hooks.policy.model import HookPolicy
 from ddo_hooks.release.allocator import use_backend
 from ddo_hooks.testing.tiny_pipelines import build_pipeline, call_kwargs, embed_prompt

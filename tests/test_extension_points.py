@@ -1,9 +1,9 @@
 """Where a new built-in action, report route and preset go (docs/architecture.md) stays true.
 
-Each has one table the rest follows: a built-in action's options model in ``BUILT_IN_OPTIONS`` and
-its function in ``BUILT_IN``; a report route's model in ``OurReport`` (``ROUTE_TYPES``); a preset's
-file in ``policy/presets/`` and its name in ``PRESETS``. These tests fail when one is added to one
-place and not the other.
+Each has one table the rest follows: a built-in action is one module of ``ddo_hooks/actions/`` and its
+line in ``BUILT_IN``; a report route's model in ``OurReport`` (``ROUTE_TYPES``); a preset's file in
+``policy/presets/`` and its name in ``PRESETS``. These tests fail when one is added to one place and
+not the other.
 """
 
 from __future__ import annotations
@@ -18,12 +18,13 @@ import pytest
 
 import ddo_hooks
 import ddo_hooks.reports
+from ddo_hooks.actions import BUILT_IN, by_name, names
+from ddo_hooks.actions.contract import ActionOptions
+from ddo_hooks.actions.registry import resolve_action, unregister_action
 from ddo_hooks.boundaries import BOUNDARIES, component_name
 from ddo_hooks.cli.main import main
 from ddo_hooks.errors import InvalidArgumentError, PolicyError
-from ddo_hooks.hooks.actions import bind_actions, resolve_action, unregister_action
-from ddo_hooks.hooks.builtin_actions import BUILT_IN
-from ddo_hooks.policy.builtins import BUILT_IN_ACTIONS, BUILT_IN_OPTIONS, ActionOptions
+from ddo_hooks.hooks.runner import bind_actions
 from ddo_hooks.policy.model import PRESETS, HookPolicy, preset_file
 from ddo_hooks.policy.parts import PinnedCopiesPolicy
 from ddo_hooks.reports.base import RouteReport
@@ -51,32 +52,39 @@ def policy_with(action: Any) -> HookPolicy:
 # -- built-in actions ------------------------------------------------------------------------------
 
 
-def test_the_docs_name_the_two_tables_of_a_built_in_action():
+def test_the_docs_name_the_one_table_of_a_built_in_action():
     line = where_a_change_goes("A new built-in action")
-    for table, path in (("BUILT_IN_OPTIONS", "policy/builtins.py"), ("BUILT_IN", "hooks/builtin_actions.py")):
-        assert f"`{table}`" in line, line
-        assert f"`{path}`" in line, line
-        assert re.search(rf"^{table}: ", (PACKAGE / path).read_text(encoding="utf-8"), flags=re.MULTILINE), path
+    assert "`BUILT_IN`" in line, line
+    assert "`actions/__init__.py`" in line, line
+    assert re.search(r"^BUILT_IN: ", (PACKAGE / "actions" / "__init__.py").read_text(encoding="utf-8"), flags=re.M)
 
 
-def test_every_built_in_action_has_its_options_and_its_function_in_that_order():
-    assert tuple(BUILT_IN) == tuple(BUILT_IN_OPTIONS) == BUILT_IN_ACTIONS
-    prefixes = [entry.component_prefix for entry in BUILT_IN.values()]
+def test_every_built_in_action_is_one_module_that_declares_it_once():
+    declared = {path.stem for path in (PACKAGE / "actions").glob("*.py")} - {"__init__", "contract", "registry"}
+    assert declared == set(names())
+    for action in BUILT_IN:
+        module = importlib.import_module(f"ddo_hooks.actions.{action.name}")
+        assert module.ACTION is action
+        assert action.name == module.NAME
+        for part in (action.run, action.check, action.options, action.on_attach, action.on_detach):
+            assert part is None or part.__module__ in (module.__name__, "ddo_hooks.actions.contract"), part
+        assert set(action.routes) <= set(ROUTE_TYPES), action.routes
+    prefixes = [action.component_prefix for action in BUILT_IN]
     assert len(set(prefixes)) == len(prefixes), prefixes  # two actions never record under one component
 
 
-@pytest.mark.parametrize("name", BUILT_IN_ACTIONS)
+@pytest.mark.parametrize("name", names())
 def test_a_built_in_action_is_registered_from_its_entry_and_stays(name: str):
-    action, entry = resolve_action(name), BUILT_IN[name]
+    action, entry = resolve_action(name), by_name()[name]
     assert (action.run, action.check) == (entry.run, entry.check)
     assert action.component("after_call") == component_name(entry.component_prefix, "after_call")
     with pytest.raises(InvalidArgumentError, match="cannot be unregistered"):
         unregister_action(name)
 
 
-@pytest.mark.parametrize("name", BUILT_IN_ACTIONS)
+@pytest.mark.parametrize("name", names())
 def test_a_built_in_action_receives_its_options_model_or_its_options_as_written(name: str):
-    model = BUILT_IN_OPTIONS[name]
+    model = by_name()[name].options
     (action,) = policy_with(name).actions("after_call")
     if model is None:
         assert action.options == {}
@@ -160,7 +168,7 @@ def test_the_words_of_the_concepts_page_name_every_built_in_action_and_way_to_pi
     """Each verb has one meaning (issue 29): the page that says which names the actions and options it covers."""
     words = (Path(__file__).resolve().parents[1] / "docs" / "concepts.md").read_text(encoding="utf-8")
     words = " ".join(words.split("## Words", 1)[1].split())
-    assert all(f"`{name}`" in words for name in BUILT_IN_ACTIONS if name != "malloc_trim")
+    assert all(f"`{name}`" in words for name in names() if name != "malloc_trim")
     ways = PinnedCopiesPolicy.model_fields["from_files"].annotation.__args__[0].__args__
     assert all(f"`from_files: {way}`" in words or f"`pinned_copies.from_files: {way}`" in words for way in ways)
     assert "`DdoHooksError`" in words

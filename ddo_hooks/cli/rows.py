@@ -15,7 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ddo_hooks.boundaries import BOUNDARIES, HOST_CACHE_RELEASE
+from ddo_hooks.actions.host_cache_release import NAME as HOST_CACHE_RELEASE
+from ddo_hooks.boundaries import BOUNDARIES
 
 __all__ = ["BoundaryRow", "boundary_rows", "infer_calls", "numbered", "row_of"]
 
