@@ -140,12 +140,7 @@ def _located(model: type[ActionOptions], error: ValidationError, options: Mappin
 
 
 class NoOptions(ActionOptions):
-    """The options of an action that takes none (``stage_done_components``).
-
-    Examples:
-        >>> NoOptions.takes()
-        'none'
-    """
+    """The options of an action that takes none (``stage_done_components``)."""
 
 
 class PolicyView(Protocol):

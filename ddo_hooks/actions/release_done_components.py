@@ -10,6 +10,8 @@ are recorded under ``done_components_<boundary>``; see the done-components page 
 Examples:
     >>> ReleaseDoneComponentsOptions.from_options(NAME, {"components": ["text_encoder"]})
     ReleaseDoneComponentsOptions(components=('text_encoder',), stable_files=False, evict=False)
+    >>> ReleaseDoneComponentsOptions.from_options(NAME, {"stable_files": True}).stable_files
+    True
 """
 
 from __future__ import annotations
@@ -51,13 +53,7 @@ _FLAGS = {
 
 
 class ReleaseDoneComponentsOptions(ActionOptions):
-    """The options of ``release_done_components``.
-
-    Examples:
-        >>> options = ReleaseDoneComponentsOptions.from_options(NAME, {"stable_files": True})
-        >>> options.stable_files
-        True
-    """
+    """The options of ``release_done_components``."""
 
     components: tuple[str, ...] | None = None
     """The components to give back (default: those whose work in the call is done)."""
