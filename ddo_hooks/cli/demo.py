@@ -316,7 +316,7 @@ def run_demo(
     sizes = component_bytes(pipe)
     offloaded = device.type == "cuda"
     if offloaded:
-        pipe.enable_group_offload(  # type: ignore[attr-defined]
+        pipe.enable_group_offload(  # type: ignore[attr-defined]  # diffusers ships no types: mypy sees no enable_group_offload
             onload_device=device,
             offload_device=torch.device("cpu"),
             offload_type="block_level",

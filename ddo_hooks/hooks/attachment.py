@@ -312,7 +312,7 @@ class Attachment:
                 f"got {type(wrong).__name__} {wrong!r}"
                 + (f" (unpack it: drop(*{wrong!r}))" if isinstance(wrong, (list, tuple)) else "")
             )
-        components = pipe.components  # type: ignore[attr-defined]
+        components = pipe.components  # type: ignore[attr-defined]  # diffusers ships no types: mypy sees no components on a pipeline
         unknown = [name for name in names if name not in components]
         if unknown:
             raise InvalidArgumentError(
