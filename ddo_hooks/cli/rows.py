@@ -2,9 +2,8 @@
 
 Examples:
     >>> from ddo_hooks import release_pytorch_host_cache
-    >>> report = release_pytorch_host_cache(phase="after_call")
-    >>> rows = boundary_rows([("host_cache_after_call", report)])
-    >>> rows[0].call, rows[0].boundary, rows[0].status
+    >>> (row,) = boundary_rows([("host_cache_after_call", release_pytorch_host_cache(phase="after_call"))])
+    >>> row.call, row.boundary, row.status
     (1, 'after_call', 'no-op: disabled')
 """
 

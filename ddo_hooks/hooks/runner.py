@@ -305,14 +305,8 @@ class BoundaryRunner:
         requested_by: RequestedBy,
         index: int,
     ) -> BoundaryRefusalReport:
-        refusal = BoundaryRefusal(
-            boundary=boundary,
-            action=action.name,
-            reason=reason,
-            detail=detail,
-            requested_by=requested_by,
-            call_index=index,
-        )
+        refusal = BoundaryRefusal(boundary=boundary, action=action.name, reason=reason, detail=detail,
+                                  requested_by=requested_by, call_index=index)  # fmt: skip
         return BoundaryRefusalReport(setup=BoundaryRefusalSetup(boundary_refusal=refusal))
 
     def refuse_all(
