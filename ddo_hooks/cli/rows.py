@@ -1,8 +1,8 @@
 """What a report shows in a table: one :class:`BoundaryRow` per report, and the calls of records without envelopes.
 
 Examples:
-    >>> from ddo_hooks import release_pytorch_host_cache
-    >>> (row,) = boundary_rows([("host_cache_after_call", release_pytorch_host_cache(phase="after_call"))])
+    >>> from ddo_hooks import release_pytorch_host_cache as release
+    >>> (row,) = boundary_rows([("host_cache_after_call", release(phase="after_call"))])
     >>> row.call, row.boundary, row.status
     (1, 'after_call', 'no-op: disabled')
 """
