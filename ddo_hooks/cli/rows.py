@@ -31,7 +31,7 @@ class BoundaryRow:
     Attributes:
         call: The pipeline call it belongs to, from 1.
         boundary: ``before_transformer``, ``before_vae``, ``after_call`` (or another phase label).
-        action: The action that produced it (``host_cache_release`` for the built-in release).
+        action: The action that produced it (``host_cache_release``, ...).
         kind: ``executed``, ``noop`` or ``refused``.
         reason: The no-op or refusal reason code; ``None`` when executed (or for a user action).
         detail: The report's sentence for people.
@@ -65,7 +65,7 @@ class BoundaryRow:
 
     @property
     def label(self) -> str:
-        """The boundary, with the action's name when it is not the built-in release."""
+        """The boundary, with the action's name when it is not ``host_cache_release``."""
         return self.boundary if self.action == HOST_CACHE_RELEASE else f"{self.boundary}/{self.action}"
 
     @property

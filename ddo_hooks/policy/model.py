@@ -1,4 +1,4 @@
-r"""The hook policy: which phase boundaries act, what they run, and the release settings.
+r"""The hook policy: which phase boundaries act, what they run, and with which options.
 
 :class:`HookPolicy` is a strict, frozen pydantic model of a small YAML file (every key but
 ``version`` optional; ``ddo_hooks/policy/presets/default.yaml`` shows them all). Loading never lets
