@@ -2,7 +2,7 @@
 
 The names below are what users use; each is imported when first used, so ``import ddo_hooks``
 costs almost nothing and imports neither diffusers nor transformers. The layers behind them are
-sub-packages (``release``, ``reports``, ``policy``, ``hooks``, ``offload``, ``cli``, ``testing``)
+sub-packages (``release``, ``reports``, ``actions``, ``policy``, ``hooks``, ``offload``, ``cli``, ``testing``)
 on the foundation modules that every layer may import: ``errors`` (the exceptions), ``boundaries``
 (the boundary names) and ``sizes`` (byte sizes for people); see the architecture page of the docs.
 
@@ -33,14 +33,14 @@ _EXPORTS: dict[str, str] = {
     "release_pytorch_host_cache": "ddo_hooks.release.host_cache",
     "repack_pinned_copies": "ddo_hooks.release.repack",
     # pluggable boundary actions
-    "BoundaryContext": "ddo_hooks.hooks.actions",
-    "register_action": "ddo_hooks.hooks.actions",
-    "unregister_action": "ddo_hooks.hooks.actions",
+    "BoundaryContext": "ddo_hooks.actions.contract",
+    "register_action": "ddo_hooks.actions.registry",
+    "unregister_action": "ddo_hooks.actions.registry",
     # reports and their tracker
     "ActionReport": "ddo_hooks.reports.boundary",
     "AuxiliarySourceDetachReport": "ddo_hooks.reports.auxiliary_sources",
     "BoundaryRefusalReport": "ddo_hooks.reports.boundary",
-    "DDOReport": "ddo_hooks.reports.parse",
+    "DdoHooksReport": "ddo_hooks.reports.parse",
     "HostCacheReleaseReport": "ddo_hooks.reports.host_cache",
     "MetricsTracker": "ddo_hooks.reports.tracker",
     "PinnedCopyRepackReport": "ddo_hooks.reports.repack",
@@ -72,7 +72,7 @@ __all__ = [
     "ActionReport",
     "AuxiliarySourceDetachReport",
     "BoundaryRefusalReport",
-    "DDOReport",
+    "DdoHooksReport",
     "HostCacheReleaseReport",
     "MetricsTracker",
     "PinnedCopyRepackReport",
@@ -89,6 +89,8 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:  # what the lazy names are, for type checkers and IDEs
+    from ddo_hooks.actions.contract import BoundaryContext
+    from ddo_hooks.actions.registry import register_action, unregister_action
     from ddo_hooks.errors import (
         BoundaryRefusedError,
         DdoHooksError,
@@ -99,7 +101,6 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and IDEs
         ReportSinkError,
         WeightsFileChangedError,
     )
-    from ddo_hooks.hooks.actions import BoundaryContext, register_action, unregister_action
     from ddo_hooks.hooks.attachment import Attachment, attach
     from ddo_hooks.policy.model import HookPolicy
     from ddo_hooks.release.host_cache import release_pytorch_host_cache
@@ -107,42 +108,15 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and IDEs
     from ddo_hooks.reports.auxiliary_sources import AuxiliarySourceDetachReport
     from ddo_hooks.reports.boundary import ActionReport, BoundaryRefusalReport
     from ddo_hooks.reports.host_cache import HostCacheReleaseReport
-    from ddo_hooks.reports.parse import DDOReport, parse_report
+    from ddo_hooks.reports.parse import DdoHooksReport, parse_report
     from ddo_hooks.reports.repack import PinnedCopyRepackReport
     from ddo_hooks.reports.tracker import MetricsTracker
 
 
-# Old names, kept for one release: the offload names, which left this namespace for
-# ddo_hooks.offload (two renamed: DDO exports functions and classes of those names that mean other
-# things), and the base error (DDO is another package). Old name -> (module, new name, why renamed).
-_MOVED: dict[str, tuple[str, str, str]] = {
-    "apply_dynamic_offload": ("ddo_hooks.offload", "apply_offload_runtime", "DDO's name means something else"),
-    "DynamicOffloadApplyResult": ("ddo_hooks.offload", "OffloadRuntimeApplication", "DDO's name means something else"),
-    "DDOError": ("ddo_hooks.errors", "DdoHooksError", _moved.DDO_IS_ANOTHER_PACKAGE),
-    **{
-        name: ("ddo_hooks.offload", name, "")
-        for name in (
-            "IntervalObservingAdapter",
-            "OffloadRuntime",
-            "OffloadedComponent",
-            "PayloadInterval",
-            "SourceObservationAdapter",
-            "available_runtimes",
-            "register_offload_runtime",
-            "unregister_offload_runtime",
-        )
-    },
-}  # fmt: skip
-
-
 def __getattr__(name: str) -> Any:
-    if name in _MOVED:
-        home, new, why = _MOVED[name]
-        _moved.warn_renamed(f"ddo_hooks.{name}", f"{home}.{new}", why)
-        return getattr(importlib.import_module(home), new)
     module = _EXPORTS.get(name)
     if module is None:
-        raise AttributeError(f"module 'ddo_hooks' has no attribute {name!r}")
+        return _moved.old_attribute("ddo_hooks", name)  # an old name warns (the table: ddo_hooks._moved.RENAMED)
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value
     return value

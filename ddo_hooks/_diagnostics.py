@@ -26,11 +26,12 @@ import os
 import stat
 import types
 import typing
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, Union
 
 from pydantic import BaseModel
+from pydantic_core import PydanticCustomError
 
 from ddo_hooks.errors import DdoHooksError
 
@@ -38,10 +39,13 @@ __all__ = [
     "MAX_SHOWN",
     "KeyPath",
     "Positions",
+    "below",
     "cut",
     "did_you_mean",
     "format_key_path",
     "json_error_sentence",
+    "literal_problem",
+    "located_error",
     "nearest_position",
     "read_text_file",
     "show_repr",
@@ -180,6 +184,48 @@ def did_you_mean(value: object, choices: Sequence[str]) -> str | None:
     if not close:
         close = [c for c in choices if c.lower() == value.lower()]
     return close[0] if close else None
+
+
+def literal_problem(shown: str, choices: Iterable[object], value: object) -> str:
+    """``'ful' is not one of full, young, auto; did you mean 'full'?``.
+
+    Examples:
+        >>> literal_problem("yes", ["full", "young", "auto"], True)
+        'yes is not one of full, young, auto'
+    """
+    listed = [str(choice) for choice in choices]
+    text = f"{shown} is not one of {', '.join(listed)}"
+    guess = did_you_mean(value, listed)
+    return f"{text}; did you mean {guess!r}?" if guess else text
+
+
+def located_error(kind: str, message: str, at: KeyPath = (), *, value: object = None) -> PydanticCustomError:
+    """A validation error; ``at`` is a key path below the field, where the message points.
+
+    Where ``message`` holds ``{value}``, the value is shown there: as the YAML wrote it when the
+    policy came from YAML (``yes``), else as :func:`show_value` writes it. The policy's models and
+    every action's options model raise it.
+
+    Examples:
+        >>> located_error("device", "{value} is not a CUDA device", value=True).message()
+        'true is not a CUDA device'
+    """
+    context: dict[str, Any] = {"message": message.replace("{value}", show_value(value)), "at": at}
+    if "{value}" in message:
+        context["template"] = message
+    return PydanticCustomError(kind, "{message}", context)
+
+
+def below(prefix: KeyPath, error: PydanticCustomError) -> PydanticCustomError:
+    """``error`` (a :func:`located_error`) located below ``prefix``: its key path is ``prefix``, then its own.
+
+    Examples:
+        >>> below(("boundaries", "after_call"), located_error("x", "wrong", ("idle",))).context["at"]
+        ('boundaries', 'after_call', 'idle')
+    """
+    context = dict(error.context or {})
+    context["at"] = (*prefix, *context.get("at", ()))
+    return PydanticCustomError(error.type, error.message_template, context)
 
 
 def _unwrap(annotation: Any) -> Any:

@@ -3,20 +3,23 @@
 A pipeline call passes three *phase boundaries*, quiet points where a release is safe, in this
 order: :data:`BEFORE_TRANSFORMER` (prompts are encoded, the final stage's denoising loop has not
 started), :data:`BEFORE_VAE` (that loop is over, the VAE has not decoded) and :data:`AFTER_CALL`
-(the call returned its components to rest). A boundary runs *actions*; :data:`HOST_CACHE_RELEASE` is the
-built-in one. A boundary that is requested where it is not allowed is *refused* for one of the
-:data:`REFUSAL_REASONS`.
+(the call returned its components to rest). A boundary runs *actions* (the built-in ones are
+:mod:`ddo_hooks.actions`, each named in its own module); an action's reports are recorded under
+:func:`component_name`. A boundary that is requested where it is not allowed is *refused* for one of
+the :data:`REFUSAL_REASONS`.
 
 Examples:
     >>> BOUNDARIES
     ('before_transformer', 'before_vae', 'after_call')
-    >>> component_name(HOST_CACHE_COMPONENT_PREFIX, AFTER_CALL)
+    >>> component_name("host_cache", AFTER_CALL)
     'host_cache_after_call'
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
+
+from ddo_hooks import _moved
 
 __all__ = [
     "ACTION_NAME_PATTERN",
@@ -25,11 +28,6 @@ __all__ = [
     "BEFORE_VAE",
     "BOUNDARIES",
     "BOUNDARY_NOTES",
-    "HOST_CACHE_COMPONENT_PREFIX",
-    "HOST_CACHE_RELEASE",
-    "MALLOC_TRIM",
-    "RELEASE_DONE_COMPONENTS",
-    "STAGE_DONE_COMPONENTS",
     "PHASE_PATTERN",
     "REFUSAL_REASONS",
     "BoundaryName",
@@ -68,21 +66,6 @@ BOUNDARY_NOTES: dict[str, tuple[str, str]] = {
     ),
 }
 """Each boundary: when it fires, and what a release there can give back (the docs' table)."""
-
-HOST_CACHE_RELEASE = "host_cache_release"
-"""The built-in action: release PyTorch's pinned host cache."""
-
-MALLOC_TRIM = "malloc_trim"
-"""The built-in action that returns freed heap pages to the OS after a release (glibc's ``malloc_trim``)."""
-
-RELEASE_DONE_COMPONENTS = "release_done_components"
-"""The built-in action that gives back the clean file pages of the components whose work in a call is done."""
-
-STAGE_DONE_COMPONENTS = "stage_done_components"
-"""The built-in action that pins again the copies ``release_done_components`` replaced by file views."""
-
-HOST_CACHE_COMPONENT_PREFIX = "host_cache"
-"""The built-in action's reports are recorded under ``host_cache_<boundary>``."""
 
 ACTION_NAME_PATTERN = r"^[a-z][a-z0-9_.\-]*$"
 """Action names: a lowercase letter, then ``a-z 0-9 _ . -``."""
@@ -137,3 +120,7 @@ REFUSAL_REASONS: dict[str, str] = {
 def component_name(prefix: str, boundary: str) -> str:
     """The tracker component an action's report at ``boundary`` is recorded under."""
     return f"{prefix}_{boundary}"
+
+
+def __getattr__(name: str) -> Any:
+    return _moved.old_attribute(__name__, name)

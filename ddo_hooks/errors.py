@@ -34,12 +34,10 @@ class DdoHooksError(Exception):
 
 
 def __getattr__(name: str) -> type[DdoHooksError]:
-    if name == "DDOError":
-        from ddo_hooks._moved import DDO_IS_ANOTHER_PACKAGE, warn_renamed
+    from ddo_hooks._moved import old_attribute  # the old names of this module (DDOError)
 
-        warn_renamed("ddo_hooks.errors.DDOError", "ddo_hooks.errors.DdoHooksError", DDO_IS_ANOTHER_PACKAGE)
-        return DdoHooksError
-    raise AttributeError(f"module 'ddo_hooks.errors' has no attribute {name!r}")
+    found: type[DdoHooksError] = old_attribute(__name__, name)
+    return found
 
 
 class InvalidArgumentError(DdoHooksError, ValueError):

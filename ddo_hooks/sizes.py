@@ -143,7 +143,7 @@ def _bounded(name: str, value: object, size: int) -> int:
 def _invalid(name: str, value: object, problem: str) -> InvalidArgumentError:
     shown = show_repr(value)
     error = InvalidArgumentError(f"{name}={shown} {problem}" if name else f"{shown} {problem}")
-    error.problem = problem  # type: ignore[attr-defined]
+    error.problem = problem  # type: ignore[attr-defined]  # the message's problem rides on the error for the callers that show it alone
     return error
 
 

@@ -11,10 +11,15 @@ A page asks for a generated section with a marker line of its own:
 * ``<!-- generated: ddo-release-statuses -->`` and ``<!-- generated: ddo-release-fields -->``: the
   mapping of DDO's release report to ddo_hooks', from :mod:`ddo_hooks.reports.ddo.mapping`;
 * ``<!-- generated: boundary-table -->`` and ``<!-- generated: refusal-table -->``: the boundary
-  names and the refusal reason codes, from :mod:`ddo_hooks.boundaries`.
+  names and the refusal reason codes, from :mod:`ddo_hooks.boundaries`;
+* ``<!-- generated: action-table -->``: each built-in action, its options model, its report routes
+  and its tracker component, from :data:`ddo_hooks.actions.BUILT_IN`;
+* ``<!-- generated: renamed-table -->``: every old name and what it became, from
+  :data:`ddo_hooks._moved.RENAMED`.
 
 Each model of the schema becomes a section (a table of its fields: key, type, default and
-description), reached from the top through the key paths a YAML or JSON document uses. Types and
+description), reached from the top through the key paths a YAML or JSON document uses; a model
+written inline in a ``oneOf`` (each built-in action's entry of a policy) too, under its title. Types and
 descriptions come from the JSON Schema; a default the schema leaves out (a ``default_factory``)
 comes from the pydantic field itself. Nothing is hand-copied, so the pages follow the models.
 
@@ -44,12 +49,14 @@ from pydantic import BaseModel
 
 __all__ = [
     "GENERATORS",
+    "action_table",
     "WHOLE_NAME",
     "ddo_release_fields",
     "ddo_release_statuses",
     "ddo_report_reference",
     "name_pieces",
     "policy_reference",
+    "renamed_table",
     "render_models",
     "report_reference",
 ]
@@ -113,7 +120,7 @@ def _flow(value: Any) -> str:
 class _Renderer:
     def __init__(self, schema: dict[str, Any], models: dict[str, type[BaseModel]], anchor_prefix: str) -> None:
         self.schema = schema
-        self.defs: dict[str, dict[str, Any]] = schema.get("$defs", {})
+        self.defs: dict[str, dict[str, Any]] = dict(schema.get("$defs", {}))
         self.models = models
         self.prefix = anchor_prefix
         self.paths: dict[str, list[str]] = {}
@@ -149,8 +156,14 @@ class _Renderer:
             name = node["$ref"].rsplit("/", 1)[-1]
             if "properties" in self.defs.get(name, {}):
                 found.append((name, suffix))
+            elif name in self.defs:  # a union of models (an action's entry): its members
+                found += self._children(self.defs[name], suffix)
         for option in node.get("anyOf", []) + node.get("oneOf", []):
-            found += self._children(option, suffix)
+            if "properties" in option and "title" in option:  # a model written inline: a section of its own
+                self.defs.setdefault(option["title"], option)
+                found.append((option["title"], suffix))
+            else:
+                found += self._children(option, suffix)
         if isinstance(node.get("items"), dict):
             found += self._children(node["items"], f"{suffix}[]")
         if isinstance(node.get("additionalProperties"), dict):
@@ -166,6 +179,8 @@ class _Renderer:
             if "properties" not in self.defs.get(name, {}):
                 return "any JSON value" if not self.defs.get(name) else self.type_of(self.defs[name])
             return f"[{name}](#{self.anchor(name)})"
+        if "properties" in node and node.get("title") in self.defs:
+            return f"[{node['title']}](#{self.anchor(node['title'])})"
         if "const" in node:
             return f"{_code(json.dumps(node['const']))} (constant)"
         if "enum" in node:
@@ -221,16 +236,25 @@ class _Renderer:
         return "none"
 
     def where(self, name: str) -> str:
-        """The key paths of a model, siblings folded: ``boundaries.{before_transformer,before_vae}``."""
-        paths = self.paths.get(name, [])
-        groups: dict[str, list[str]] = {}
-        for path in paths:
-            head, _, last = path.rpartition(".")
-            groups.setdefault(head, []).append(last)
+        """The key paths of a model, siblings folded: ``boundaries.{before_transformer,before_vae}.actions[]``.
+
+        Paths that differ in one key only (always the same one) are one path with the keys in braces.
+        """
+        groups: list[tuple[list[str], int | None, list[str]]] = []  # the keys, the one that varies, its values
+        for path in self.paths.get(name, []):
+            keys = path.split(".")
+            for index, (first, varies, values) in enumerate(groups):
+                differ = [i for i, (a, b) in enumerate(zip(first, keys, strict=False)) if a != b]
+                if len(first) == len(keys) and len(differ) == 1 and varies in (None, differ[0]):
+                    groups[index] = (first, differ[0], [*values, keys[differ[0]]])
+                    break
+            else:
+                groups.append((keys, None, []))
         shown = []
-        for head, lasts in groups.items():
-            tail = lasts[0] if len(lasts) == 1 else "{" + ",".join(lasts) + "}"
-            shown.append(f"{head}.{tail}" if head else tail)
+        for keys, varies, values in groups:
+            if varies is not None:
+                keys = [*keys[:varies], "{" + ",".join([keys[varies], *values]) + "}", *keys[varies + 1 :]]
+            shown.append(".".join(keys))
         return ", ".join(_code(s) for s in shown if s)
 
     def section(self, name: str, level: int, title: str | None = None) -> str:
@@ -287,15 +311,16 @@ def render_models(
 
 
 def policy_reference() -> str:
-    """Every field of a hook policy, from ``HookPolicy.model_json_schema()``."""
+    """Every field of a hook policy, from ``HookPolicy.model_json_schema()``: each built-in action's options too."""
     from ddo_hooks.policy.model import HookPolicy
 
-    return render_models(
-        HookPolicy.model_json_schema(),
-        [HookPolicy],
-        anchor_prefix="policy",
-        titles={"HookPolicy": "Top level (HookPolicy)"},
-    )
+    schema = HookPolicy.model_json_schema()
+    titles = {"HookPolicy": "Top level (HookPolicy)"}
+    for entry in schema["$defs"]["ActionSpec"]["oneOf"]:
+        name = entry["properties"]["name"].get("const")
+        what = f"An entry of `{name}`" if name else "An entry of another action"
+        titles[entry["title"]] = f"{what} ({entry['title']})"
+    return render_models(schema, [HookPolicy], anchor_prefix="policy", titles=titles)
 
 
 def report_reference() -> str:
@@ -371,6 +396,35 @@ def refusal_table() -> str:
     return "\n".join(["| Reason code | When |", "|---|---|", *rows]) + "\n"
 
 
+def action_table() -> str:
+    """Each built-in action, its options model, report routes and tracker component, from ``actions.BUILT_IN``."""
+    from ddo_hooks import actions
+
+    rows = []
+    for action in actions.BUILT_IN:
+        if action.options is None:
+            options = "none: its options as written"
+        else:
+            options = _code(action.options.__name__)
+            options += f" (defaults: `{action.defaults}`)" if action.defaults else ""
+        routes = " or ".join(_code(route) for route in action.routes)
+        rows.append(f"| `{action.name}` | {options} | {routes}, under `{action.component_prefix}_<boundary>` |")
+    head = ["| Action | Options model | Its reports: route, component |", "|---|---|---|"]
+    return "\n".join([*head, *rows]) + "\n"
+
+
+def renamed_table() -> str:
+    """Every old name and what it became, from :data:`ddo_hooks._moved.RENAMED`."""
+    from ddo_hooks._moved import RENAMED
+
+    kinds = {"module": " (module)", "name": "", "attribute": " (attribute)"}
+    rows = [
+        f"| `{old}`{kinds[renamed.kind]} | `{renamed.new}` | {_escape_pipes(renamed.why)} |"
+        for old, renamed in RENAMED.items()
+    ]
+    return "\n".join(["| Old name | New name | Why |", "|---|---|---|", *rows]) + "\n"
+
+
 def pipeline_matrix() -> str:
     """Every pipeline class of the installed diffusers with its verdict (``docs/pipeline_matrix.py``)."""
     import importlib.util
@@ -389,6 +443,8 @@ GENERATORS: dict[str, Callable[[], str]] = {
     "ddo-release-fields": ddo_release_fields,
     "boundary-table": boundary_table,
     "refusal-table": refusal_table,
+    "action-table": action_table,
+    "renamed-table": renamed_table,
     "pipeline-matrix": pipeline_matrix,
 }
 

@@ -23,7 +23,9 @@ from ddo_hooks import (
     register_action,
     unregister_action,
 )
-from ddo_hooks.hooks.actions import ENTRY_POINT_GROUP, BoundaryContext, available_actions, resolve_action
+from ddo_hooks.actions.contract import ActionOptions, BoundaryContext
+from ddo_hooks.actions.registry import ENTRY_POINT_GROUP, available_actions, resolve_action
+from ddo_hooks.hooks.runner import bind_actions
 from ddo_hooks.policy.model import HookPolicy
 from ddo_hooks.release.allocator import use_backend
 from ddo_hooks.testing.tiny_pipelines import build_pipeline, call_kwargs, embed_prompt
@@ -188,6 +190,79 @@ def test_register_action_refuses_bad_names_duplicates_and_non_callables(register
         register_action("once")
     with pytest.raises(InvalidArgumentError, match="must be callable"):
         register_action("not-callable")(42)
+
+
+class LabelOptions(ActionOptions):
+    label: str = "none"
+    """The label of the report."""
+    repeat: int = 1
+    """How many times."""
+
+
+PLUGIN_POLICY = textwrap.dedent(
+    """\
+    version: 1
+    boundaries:
+      after_call:
+        actions:
+          - host_cache_release
+          - {name: my_pkg.label, options: {label: x, repaet: 2}}
+    """
+)
+
+
+def test_a_plugins_options_model_validates_its_options_where_the_policy_loads_as_a_built_ins(registered):
+    seen = []
+
+    def label(ctx: BoundaryContext[LabelOptions]):
+        seen.append(ctx.options)
+        return ctx.action_report("executed", detail=ctx.options.label)
+
+    registered("my_pkg.label", label, options=LabelOptions)
+    with pytest.raises(PolicyError) as refused:
+        HookPolicy.from_yaml_text(PLUGIN_POLICY, source="policy.yaml")
+    assert str(refused.value) == (
+        "policy.yaml:6:50: boundaries.after_call.actions[1].options.repaet: unknown option of my_pkg.label; "
+        "it takes label, repeat"
+    )
+    with pytest.raises(
+        PolicyError, match=r"policy\.yaml:6:\d+: boundaries\.after_call\.actions\[1\]\.options\.repeat: "
+    ):
+        HookPolicy.from_yaml_text(PLUGIN_POLICY.replace("repaet: 2", "repeat: two"), source="policy.yaml")
+    policy = HookPolicy.from_yaml_text(PLUGIN_POLICY.replace("repaet", "repeat"))
+    assert policy.actions("after_call")[1].options == LabelOptions(label="x", repeat=2)  # resolved once, typed
+    pipe = build_pipeline("sd")
+    with attach(pipe, policy):
+        pipe(**call_kwargs("sd"))
+    assert seen == [LabelOptions(label="x", repeat=2)]
+
+
+def test_a_plugin_registered_after_the_policy_loaded_has_its_options_validated_at_attach_in_the_same_words(
+    registered,
+):
+    early = HookPolicy.from_yaml_text(PLUGIN_POLICY, source="policy.yaml")  # not registered yet: as written
+    assert early.actions("after_call")[1].options == {"label": "x", "repaet": 2}
+    registered("my_pkg.label", lambda ctx: None, options=LabelOptions)
+    with pytest.raises(PolicyError) as at_load:
+        HookPolicy.from_yaml_text(PLUGIN_POLICY, source="policy.yaml")
+    with pytest.raises(PolicyError) as at_attach:
+        attach(build_pipeline("sd"), early)
+    assert str(at_attach.value) == str(at_load.value)
+    fine = HookPolicy.from_yaml_text(PLUGIN_POLICY.replace("repaet", "repeat"))
+    unregister_action("my_pkg.label")
+    register_action("my_pkg.label", lambda ctx: None, options=LabelOptions)
+    bound = bind_actions(build_pipeline("sd"), fine)
+    assert bound["after_call"][1][0].options == LabelOptions(label="x", repeat=2)
+
+
+def test_register_action_takes_the_function_or_decorates_and_refuses_what_is_no_options_model(registered):
+    def act(ctx):
+        return None
+
+    assert register_action("my_pkg.direct", act, options=LabelOptions) is act
+    unregister_action("my_pkg.direct")
+    with pytest.raises(InvalidArgumentError, match=r"must be a subclass of ddo_hooks\.actions\.contract\.ActionOpt"):
+        register_action("my_pkg.bad", act, options=dict)
 
 
 def test_unregister_refuses_unknown_and_built_in_actions():

@@ -126,7 +126,7 @@ def test_dropped_text_encoders_are_offered_to_the_release_as_expected_freed(monk
     pipe = build_pipeline("flux")
     embeds = embed_prompt(pipe, "flux")
     seen = []
-    from ddo_hooks.hooks import actions
+    from ddo_hooks.actions import registry as actions
 
     @actions.register_action("record_dropped")
     def record_dropped(ctx):
@@ -150,7 +150,7 @@ def test_a_dropped_component_still_alive_is_named_in_the_context():
     pipe = build_pipeline("flux")
     embeds = embed_prompt(pipe, "flux")
     seen = []
-    from ddo_hooks.hooks import actions
+    from ddo_hooks.actions import registry as actions
 
     @actions.register_action("record_dropped")
     def record_dropped(ctx):

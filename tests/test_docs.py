@@ -525,7 +525,7 @@ def test_the_ddo_page_renders_the_release_mapping_from_the_code():
 
 
 def test_the_reference_shows_defaults_types_and_descriptions():
-    section = _sections(_load_docs_hooks().policy_reference())["policy-releasepolicy"]
+    section = _sections(_load_docs_hooks().policy_reference())["policy-hostcachereleaseoptions"]
     row = next(line for line in section.splitlines() if line.startswith("| `collect` |"))
     assert row == (
         "| `collect` | one of `full`, `young`, `auto` | `auto` | Garbage collection before the release: `full` "

@@ -1,14 +1,17 @@
-"""Names changed so that each word means one thing keep working for one release: each warns once, naming the new one.
+"""Names changed so that each word means one thing keep working for one release: each warns, naming the new one.
 
-The report modules are named after their routes and no two modules share a name
-(``ddo_hooks._moved.MOVED_MODULES``); the base error is no longer named after DDO, another package;
-``BoundaryContext.left`` is ``dropped_names``, "dropped" being the one word for a component that left.
+Every old name is a row of one table, ``ddo_hooks._moved.RENAMED`` (listed on docs/renamed.md): the report
+modules are named after their routes and no two modules share a name; the base error and ddo_hooks' own
+report union are no longer named after DDO, another package; ``BoundaryContext.left`` is ``dropped_names``,
+"dropped" being the one word for a component that left; the built-in actions are one module each.
+The names go in ddo-hooks 0.2: a test fails once the version reaches it while the table holds one.
 """
 
 from __future__ import annotations
 
 import importlib
 import os
+import re
 import subprocess
 import sys
 import warnings
@@ -18,7 +21,7 @@ import pytest
 
 import ddo_hooks
 from ddo_hooks import BoundaryContext, HookPolicy
-from ddo_hooks._moved import MOVED_MODULES
+from ddo_hooks._moved import GOES_IN, MOVED_MODULES, RENAMED, Renamed, resolve
 from ddo_hooks.errors import DdoHooksError, InvalidArgumentError
 from ddo_hooks.reports.tracker import MetricsTracker
 
@@ -102,3 +105,85 @@ def test_an_old_name_warns_where_the_user_imports_it_under_the_default_filters(r
     assert run.returncode == 0, run.stderr
     old = "ddo_hooks.reports.release" if "attribute" not in route else "ddo_hooks.DDOError"
     assert f"<string>:3: DeprecationWarning: {old} is now " in run.stderr, run.stderr
+
+
+# -- the one table of old names -----------------------------------------------------------------------
+
+ROOT = PACKAGE.parent
+NAMES = {old: renamed for old, renamed in RENAMED.items() if renamed.kind == "name"}
+MODULES = {old: renamed for old, renamed in RENAMED.items() if renamed.kind == "module"}
+
+
+def said(old: str, renamed: Renamed) -> str:
+    because = f" ({renamed.why})" if renamed.why else ""
+    return f"{old} is now {renamed.new}{because}; use the new name, as the old one goes in ddo-hooks {GOES_IN}"
+
+
+@pytest.mark.parametrize("old", NAMES)
+def test_every_old_name_warns_in_the_tables_words_and_is_what_it_became(old: str):
+    module, _, name = old.rpartition(".")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        value = getattr(importlib.import_module(module), name)
+    assert [str(w.message) for w in caught if w.category is DeprecationWarning][-1] == said(old, NAMES[old])
+    assert value == resolve(NAMES[old].new)
+    assert not resolve(NAMES[old].new).__class__.__name__.startswith("_Old")
+
+
+@pytest.mark.parametrize("old", MODULES)
+def test_every_old_module_warns_and_serves_its_old_names(old: str, monkeypatch):
+    monkeypatch.delitem(sys.modules, old, raising=False)
+    with pytest.warns(DeprecationWarning, match=f"^{re.escape(said(old, MODULES[old]))}$"):
+        module = importlib.import_module(old)
+    names = [name.rpartition(".")[2] for name in NAMES if name.rpartition(".")[0] == old]
+    if old in MOVED_MODULES:
+        assert names == []
+        assert module is importlib.import_module(MOVED_MODULES[old])
+        return
+    assert sorted(dir(module)) == sorted(names)
+    for name in names:
+        with pytest.warns(DeprecationWarning, match=re.escape(said(f"{old}.{name}", NAMES[f"{old}.{name}"]))):
+            getattr(module, name)
+    with pytest.raises(AttributeError, match="has no attribute 'nope'"):
+        module.nope  # noqa: B018
+
+
+def test_the_old_names_of_the_actions_are_what_the_actions_are_now():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from ddo_hooks.hooks.builtin_actions import BUILT_IN
+        from ddo_hooks.policy.builtins import BUILT_IN_ACTIONS, BUILT_IN_OPTIONS, ReleasePolicy, builtin_options
+
+    assert tuple(BUILT_IN) == tuple(BUILT_IN_OPTIONS) == BUILT_IN_ACTIONS
+    assert BUILT_IN["host_cache_release"].component_prefix == "host_cache"
+    assert builtin_options("host_cache_release", {"collect": "full"}) == ReleasePolicy(collect="full")
+    assert HookPolicy.default().release == ReleasePolicy()
+
+
+def overdue(version: str, table: dict[str, Renamed]) -> bool:
+    """Whether the old names are still there in the release they go in."""
+    major, minor = (int(part) for part in version.split(".")[:2])
+    going = tuple(int(part) for part in GOES_IN.split("."))
+    return (major, minor) >= going and bool(table)
+
+
+def test_the_old_names_go_in_0_2():
+    pyproject = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    assert f'\nversion = "{ddo_hooks.__version__}"\n' in pyproject
+    assert not overdue(ddo_hooks.__version__, RENAMED), (
+        f"ddo-hooks {ddo_hooks.__version__} still holds {len(RENAMED)} old names: ddo_hooks._moved.RENAMED said they "
+        f"go in {GOES_IN}; remove them (and their aliases), or move GOES_IN on, on purpose"
+    )
+    assert overdue("0.2.0", RENAMED)
+    assert not overdue("0.2.0", {})
+    assert not overdue("0.1.9", RENAMED)
+
+
+def test_the_renamed_page_lists_every_old_name_from_the_table():
+    from support.file_modules import load_file
+
+    page = (ROOT / "docs" / "renamed.md").read_text(encoding="utf-8")
+    assert "<!-- generated: renamed-table -->" in page
+    rows = load_file(ROOT / "docs" / "hooks.py", "ddo_docs_hooks").renamed_table().splitlines()[2:]
+    assert [row.split("`")[1] for row in rows] == list(RENAMED)
+    assert all(f"| `{RENAMED[row.split('`')[1]].new}` |" in row for row in rows)

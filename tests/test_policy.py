@@ -13,12 +13,14 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 import ddo_hooks
-from ddo_hooks.boundaries import BOUNDARIES, HOST_CACHE_RELEASE
+from ddo_hooks.actions.host_cache_release import NAME as HOST_CACHE_RELEASE
+from ddo_hooks.actions.host_cache_release import HostCacheReleaseOptions
+from ddo_hooks.boundaries import BOUNDARIES
 from ddo_hooks.cli.main import main
 from ddo_hooks.cli.schema import SCHEMA_DIR, render
 from ddo_hooks.errors import InvalidArgumentError, PolicyError
 from ddo_hooks.policy.model import HookPolicy, policy_json_schema
-from ddo_hooks.policy.parts import ActionSpec, ReleasePolicy
+from ddo_hooks.policy.parts import ActionSpec
 from ddo_hooks.policy.yaml_loader import PolicyLoader, load_yaml
 from ddo_hooks.reports.tracker import MAX_RECORDS
 from ddo_hooks.testing.tiny_pipelines import build_pipeline
@@ -125,11 +127,13 @@ def test_the_built_in_action_receives_the_release_settings_overridden_per_bounda
         "  before_vae: {actions: [{name: host_cache_release, options: {min_releasable_bytes: 2MiB}}, other]}\n"
         "  after_call: {actions: [{name: host_cache_release, options: {collect: full}}]}\n"
     )
-    assert policy.actions("before_transformer")[0].options == ReleasePolicy(collect="young", min_releasable_bytes=MiB)
+    assert policy.actions("before_transformer")[0].options == HostCacheReleaseOptions(
+        collect="young", min_releasable_bytes=MiB
+    )
     release, other = policy.actions("before_vae")
-    assert release.options == ReleasePolicy(collect="young", min_releasable_bytes=2 * MiB)
+    assert release.options == HostCacheReleaseOptions(collect="young", min_releasable_bytes=2 * MiB)
     assert (other.name, other.options) == ("other", {})  # other actions get their options as written
-    assert policy.actions("after_call")[0].options == ReleasePolicy(collect="full", min_releasable_bytes=MiB)
+    assert policy.actions("after_call")[0].options == HostCacheReleaseOptions(collect="full", min_releasable_bytes=MiB)
     assert policy.actions("after_call")[0].written == {"collect": "full"}
     assert policy.boundary("after_call").actions[0].options == {"collect": "full"}  # as written
 
@@ -328,11 +332,11 @@ def test_the_release_core_is_a_release_setting_and_an_action_option():
         "    actions: [{name: host_cache_release, options: {core: ddo_hooks, min_releasable_bytes: 1MiB}}]\n"
     )
     assert policy.release.core == "ddo"
-    assert policy.actions("before_vae")[0].options == ReleasePolicy(collect="full", core="ddo")
+    assert policy.actions("before_vae")[0].options == HostCacheReleaseOptions(collect="full", core="ddo")
     assert policy.actions("after_call")[0].options.core == "ddo_hooks"  # this boundary's own core
     assert policy.locate(("release", "core")) == "policy.yaml:2:11"
     assert_round_trips(policy)
-    schema = policy_json_schema()["$defs"]["ReleasePolicy"]["properties"]["core"]
+    schema = policy_json_schema()["$defs"]["HostCacheReleaseOptions"]["properties"]["core"]
     assert (schema["enum"], schema["default"]) == (["ddo_hooks", "ddo"], "ddo_hooks")
 
 
@@ -504,7 +508,7 @@ def test_the_schema_is_strict_and_offers_both_forms_of_sizes_and_actions():
     assert schema["additionalProperties"] is False
     items = schema["$defs"]["BoundaryPolicy"]["properties"]["actions"]["items"]["anyOf"]
     assert [i.get("type") or i["$ref"] for i in items] == ["string", "#/$defs/ActionSpec"]
-    size = schema["$defs"]["ReleasePolicy"]["properties"]["min_releasable_bytes"]["anyOf"]
+    size = schema["$defs"]["HostCacheReleaseOptions"]["properties"]["min_releasable_bytes"]["anyOf"]
     assert [s["type"] for s in size] == ["integer", "string"]
 
 

@@ -12,8 +12,8 @@ from pydantic import ValidationError
 from support.report_corpus import base_reports, corpus, replaced, schema_validator
 
 from ddo_hooks import MetricsTracker, parse_report, release_pytorch_host_cache
+from ddo_hooks.actions.contract import BoundaryContext
 from ddo_hooks.errors import InvalidArgumentError, ReportError
-from ddo_hooks.hooks.actions import BoundaryContext
 from ddo_hooks.policy.model import HookPolicy
 from ddo_hooks.reports.boundary import ActionResult
 

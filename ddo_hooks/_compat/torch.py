@@ -73,7 +73,7 @@ def current_device() -> int:
 
 def has_primary_context(index: int) -> bool:
     """``torch._C._cuda_hasPrimaryContext(i)``: asks without creating a context."""
-    return bool(torch._C._cuda_hasPrimaryContext(index))  # type: ignore[attr-defined]
+    return bool(torch._C._cuda_hasPrimaryContext(index))  # type: ignore[attr-defined]  # a private torch function that torch's stubs leave out (probed at import)
 
 
 def tensor_base(tensor: torch.Tensor) -> torch.Tensor | None:
@@ -83,7 +83,7 @@ def tensor_base(tensor: torch.Tensor) -> torch.Tensor | None:
 
 def tensor_use_count(tensor: torch.Tensor) -> int:
     """``tensor._use_count()``: how many references the C++ side holds to the tensor's implementation."""
-    return int(tensor._use_count())  # type: ignore[attr-defined]
+    return int(tensor._use_count())  # type: ignore[attr-defined]  # a private tensor method that torch's stubs leave out (probed at import)
 
 
 def storage_use_count(tensor: torch.Tensor) -> int:
@@ -108,7 +108,7 @@ def _has(owner: Any, name: str) -> Callable[[], bool]:
 def _tensor_probe() -> bool:
     base = torch.zeros(4)
     view = base[1:]
-    return view._base is base and base._base is None and isinstance(base._use_count(), int)  # type: ignore[attr-defined]
+    return view._base is base and base._base is None and isinstance(base._use_count(), int)  # type: ignore[attr-defined]  # the same private method, probed here
 
 
 TOUCHES: tuple[Touch, ...] = (

@@ -48,7 +48,7 @@ from ddo_hooks.testing import FAMILIES, Family
 if TYPE_CHECKING:  # imported when the demo runs, so that the command line starts fast
     import torch
 
-    from ddo_hooks.hooks.actions import BoundaryContext
+    from ddo_hooks.actions.contract import BoundaryContext
     from ddo_hooks.policy.model import HookPolicy
     from ddo_hooks.reports.tracker import MetricsTracker
 
@@ -195,9 +195,9 @@ def _policy_for(policy: HookPolicy | None, device: torch.device, log: TextIO) ->
 
 def _check_actions(policy: HookPolicy) -> None:
     """Refuse, before building anything, a policy whose actions are not registered in this environment."""
+    from ddo_hooks.actions.registry import ENTRY_POINT_GROUP, available_actions
     from ddo_hooks.boundaries import BOUNDARIES
     from ddo_hooks.errors import PolicyError
-    from ddo_hooks.hooks.actions import ENTRY_POINT_GROUP, available_actions
 
     known = set(available_actions())
     for boundary in BOUNDARIES:
@@ -294,7 +294,7 @@ def run_demo(
     """
     import torch
 
-    from ddo_hooks.hooks.actions import register_action, unregister_action
+    from ddo_hooks.actions.registry import register_action, unregister_action
     from ddo_hooks.reports.tracker import MetricsTracker
 
     log = sys.stderr if log is None else log
@@ -316,7 +316,7 @@ def run_demo(
     sizes = component_bytes(pipe)
     offloaded = device.type == "cuda"
     if offloaded:
-        pipe.enable_group_offload(  # type: ignore[attr-defined]
+        pipe.enable_group_offload(  # type: ignore[attr-defined]  # diffusers ships no types: mypy sees no enable_group_offload
             onload_device=device,
             offload_device=torch.device("cpu"),
             offload_type="block_level",

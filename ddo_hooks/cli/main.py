@@ -71,7 +71,7 @@ def _refuse_near_misses(policy: Any) -> None:
     """
     import difflib
 
-    from ddo_hooks.hooks.actions import available_actions, resolve_action
+    from ddo_hooks.actions.registry import available_actions, resolve_action
 
     known = available_actions()
     for boundary in policy.enabled_boundaries():
@@ -94,8 +94,8 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _validate_policy(args: argparse.Namespace) -> int:
+    from ddo_hooks.actions.registry import available_actions
     from ddo_hooks.boundaries import BOUNDARIES
-    from ddo_hooks.hooks.actions import available_actions
 
     path = _preset_file(args.file) or args.file
     try:
@@ -123,7 +123,8 @@ def _validate_policy(args: argparse.Namespace) -> int:
 def _size_lines(policy: Any, path: str) -> list[str]:
     """Each size of the policy as written and in bytes, so that the unit can be checked."""
     from ddo_hooks._diagnostics import format_key_path
-    from ddo_hooks.boundaries import BOUNDARIES, HOST_CACHE_RELEASE
+    from ddo_hooks.actions.host_cache_release import NAME as HOST_CACHE_RELEASE
+    from ddo_hooks.boundaries import BOUNDARIES
     from ddo_hooks.policy.yaml_loader import load_yaml, read_policy_file
     from ddo_hooks.sizes import format_size
 

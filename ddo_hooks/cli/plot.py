@@ -37,7 +37,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ddo_hooks.boundaries import BOUNDARIES, HOST_CACHE_RELEASE
+from ddo_hooks.actions.host_cache_release import NAME as HOST_CACHE_RELEASE
+from ddo_hooks.boundaries import BOUNDARIES
 from ddo_hooks.cli.cells import number_cell, size_cell
 from ddo_hooks.cli.summarize import ReportSource, Run, collect
 from ddo_hooks.cli.table import BoundaryRow

@@ -1,10 +1,9 @@
 """What a report shows in a table: one :class:`BoundaryRow` per report, and the calls of records without envelopes.
 
 Examples:
-    >>> from ddo_hooks import release_pytorch_host_cache
-    >>> report = release_pytorch_host_cache(phase="after_call")
-    >>> rows = boundary_rows([("host_cache_after_call", report)])
-    >>> rows[0].call, rows[0].boundary, rows[0].status
+    >>> from ddo_hooks import release_pytorch_host_cache as release
+    >>> (row,) = boundary_rows([("host_cache_after_call", release(phase="after_call"))])
+    >>> row.call, row.boundary, row.status
     (1, 'after_call', 'no-op: disabled')
 """
 
@@ -15,7 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ddo_hooks.boundaries import BOUNDARIES, HOST_CACHE_RELEASE
+from ddo_hooks.actions.host_cache_release import NAME as HOST_CACHE_RELEASE
+from ddo_hooks.boundaries import BOUNDARIES
 
 __all__ = ["BoundaryRow", "boundary_rows", "infer_calls", "numbered", "row_of"]
 
@@ -31,7 +31,7 @@ class BoundaryRow:
     Attributes:
         call: The pipeline call it belongs to, from 1.
         boundary: ``before_transformer``, ``before_vae``, ``after_call`` (or another phase label).
-        action: The action that produced it (``host_cache_release`` for the built-in release).
+        action: The action that produced it (``host_cache_release``, ...).
         kind: ``executed``, ``noop`` or ``refused``.
         reason: The no-op or refusal reason code; ``None`` when executed (or for a user action).
         detail: The report's sentence for people.
@@ -65,7 +65,7 @@ class BoundaryRow:
 
     @property
     def label(self) -> str:
-        """The boundary, with the action's name when it is not the built-in release."""
+        """The boundary, with the action's name when it is not ``host_cache_release``."""
         return self.boundary if self.action == HOST_CACHE_RELEASE else f"{self.boundary}/{self.action}"
 
     @property

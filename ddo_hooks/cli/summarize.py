@@ -112,7 +112,7 @@ class Run:
         """``run 3f2a9c1e`` (``run 3f2a9c1e pid 4242`` when its id is shared), or ``FILE (no envelope)``."""
         if not self.run_id:
             return f"{self.files[0]} (no envelope)"
-        return f"run {self.run_id[:8]}" + (f" pid {number_cell(self.pid)}" if self.shared_id else "")  # type: ignore[arg-type]
+        return f"run {self.run_id[:8]}" + (f" pid {number_cell(self.pid)}" if self.shared_id else "")  # type: ignore[arg-type]  # a run read from envelopes carries their pid
 
     @property
     def rank(self) -> int | None:
@@ -124,7 +124,7 @@ class Run:
         texts = []
         for rank, world in self.ranks:
             if rank is None:
-                texts.append(f"world size {number_cell(world)}")  # type: ignore[arg-type]
+                texts.append(f"world size {number_cell(world)}")  # type: ignore[arg-type]  # a rank unknown comes with a world size
             else:
                 texts.append(f"rank {number_cell(rank)}" + ("" if world is None else f" of {number_cell(world)}"))
         return ", ".join(texts)
@@ -149,7 +149,7 @@ class Run:
         parts.append(count)
         rest = ", " + ", ".join(parts)
         host = ", ".join(self.hosts)
-        name = f"run {self.run_id[:8]}"  # type: ignore[index]
+        name = f"run {self.run_id[:8]}"  # type: ignore[index]  # a run that is not inferred has an id
         room = width - len(f"{name}, host ") - len(rest)
         if len(host) > room:
             host = host[: max(room - 1, 8)] + "…"

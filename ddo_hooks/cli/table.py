@@ -198,7 +198,7 @@ def _memory_table(rows: Sequence[BoundaryRow], texts: _RowTexts, width: int) -> 
         return None
     columns = [Column("call"), Column("boundary", wrap=1, cut=1, floor=BOUNDARY_WIDTH)]
     columns += [Column(name) for name in ("RSS", "anon", "file", "shmem", "pinned owned", "cgroup")]
-    memory: list[dict[str, int]] = [rows[n].memory_after for n in shown]  # type: ignore[misc]
+    memory: list[dict[str, int]] = [rows[n].memory_after for n in shown]  # type: ignore[misc]  # the rows shown are those with memory_after
     rss: list[Cell] = [  # the RSS after it, as the boundary table shows it, unless an action observed another
         texts.rss_after[n] if observed.get("rss") == rows[n].rss_after else size_cell(observed.get("rss"))
         for n, observed in zip(shown, memory, strict=True)

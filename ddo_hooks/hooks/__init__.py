@@ -1,10 +1,9 @@
 """The hook layer: what attaches a policy to a pipeline and turns its calls into boundaries.
 
-Modules: :mod:`~ddo_hooks.hooks.attachment` (``attach`` and the ``Attachment`` handle),
-:mod:`~ddo_hooks.hooks.actions` (what runs at a boundary), :mod:`~ddo_hooks.hooks.builtin_actions`
-(the built-in actions, one entry each), :mod:`~ddo_hooks.hooks.cores` (the
-release core each boundary calls, checked at attach), :mod:`~ddo_hooks.hooks.phases` (the
-phase machine), :mod:`~ddo_hooks.hooks.runner` (running a boundary's actions in the release slot),
+Modules: :mod:`~ddo_hooks.hooks.attachment` (``attach`` and the ``Attachment`` handle; it names no
+action: each action's check and steps are its own, :mod:`ddo_hooks.actions`), :mod:`~ddo_hooks.hooks.phases` (the
+phase machine), :mod:`~ddo_hooks.hooks.runner` (binding each action at attach, and running a boundary's
+actions in the release slot),
 :mod:`~ddo_hooks.hooks.idle` (boundaries deferred until the pipeline is idle),
 :mod:`~ddo_hooks.hooks.signals` (the signals a pipeline gives it),
 :mod:`~ddo_hooks.hooks.signal_hooks` (the module hooks that signal them, shared between pipelines),
@@ -12,5 +11,5 @@ phase machine), :mod:`~ddo_hooks.hooks.runner` (running a boundary's actions in 
 :mod:`~ddo_hooks.hooks.components` (the components that left a pipeline, and dropping them),
 :mod:`~ddo_hooks.hooks.recorder` (where an attachment's reports go) and
 :mod:`~ddo_hooks.hooks.sink` (the policy's JSON Lines report sink).
-Imports the foundation, report, release and policy layers.
+Imports the foundation, report, release, action and policy layers.
 """

@@ -25,18 +25,17 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import sys
 import weakref
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from ddo_hooks.boundaries import BOUNDARIES, RELEASE_DONE_COMPONENTS
+from ddo_hooks.boundaries import BOUNDARIES
 from ddo_hooks.errors import BoundaryRefusedError, InvalidArgumentError, ReportSinkError
-from ddo_hooks.hooks.actions import BoundActions, bind_actions
-from ddo_hooks.hooks.builtin_actions import check_weights_files
 from ddo_hooks.hooks.components import Components
 from ddo_hooks.hooks.phases import CallPhases, Phase
 from ddo_hooks.hooks.recorder import Recorder
-from ddo_hooks.hooks.runner import BoundaryRunner
+from ddo_hooks.hooks.runner import BoundActions, BoundaryRunner, bind_actions, each_action
 from ddo_hooks.policy.model import HookPolicy
 from ddo_hooks.release import guard
 from ddo_hooks.reports.tracker import MetricsTracker
@@ -125,6 +124,25 @@ def _with_encoders(policy: HookPolicy, keep: bool | None) -> HookPolicy:
     return policy.model_copy(update={"pinned_copies": pinned})
 
 
+def check_weights_files(pipelines: list[Any]) -> None:
+    """At the start of each call, before any component runs: raise where a weights file a component reads changed.
+
+    A component whose copies ``release_done_components`` (``stable_files: true``) freed reads its
+    weights files from then on, and one whose weights ``pinned_copies.from_files: register`` registered
+    in place reads their pages; a file rewritten since would change the call's outputs, so the call
+    raises :class:`~ddo_hooks.errors.WeightsFileChangedError` instead (one ``fstat`` per file).
+    Nothing is rebound or registered before its module is imported, so a policy that does neither
+    pays two dictionary lookups.
+    """
+    views = sys.modules.get("ddo_hooks.release.file_views")
+    pinned = sys.modules.get("ddo_hooks.release.from_files")
+    for pipe in pipelines:
+        if views is not None:
+            views.check_rebound(pipe)
+        if pinned is not None:
+            pinned.check_registered(pipe)
+
+
 def _other_holder(pipeline: Any, module: Any) -> str | None:
     """The class name of another attached pipeline that holds ``module`` as a component, or ``None``."""
     if module is None:
@@ -149,6 +167,7 @@ class Attachment:
         self._pipeline = weakref.ref(pipeline)
         self.policy = policy
         self.tracker = tracker
+        self._actions = actions
         self._owner = type(pipeline).__name__
         self._detached = False
         self._recorder = Recorder(policy, tracker)
@@ -165,14 +184,9 @@ class Attachment:
         other reports when it repacked or refused a component."""
         self.from_files_report: PinnedCopyRepackReport | None = None
         """What the policy's ``pinned_copies.from_files`` did at attach (``None`` when it is ``null``)."""
-        if policy.enabled and any(
-            spec.name == RELEASE_DONE_COMPONENTS and spec.options.stable_files
-            for bound in actions.values()
-            for spec, _ in bound
-        ):  # its copies are compared with the files later: a file changed since now is told from an edit
-            from ddo_hooks.release.weights_files import note_files
-
-            note_files(pipeline)
+        for action, entries in each_action(actions) if policy.enabled else ():
+            if action.on_attach is not None:  # each action's own step at attach, once
+                action.on_attach(pipeline, entries)
         pinned = policy.pinned_copies
         if policy.enabled and pinned.from_files is not None:
             self.from_files_report = self._pin_from_files(pipeline, pinned.from_files, pinned.keep_encoders_pinned)
@@ -298,7 +312,7 @@ class Attachment:
                 f"got {type(wrong).__name__} {wrong!r}"
                 + (f" (unpack it: drop(*{wrong!r}))" if isinstance(wrong, (list, tuple)) else "")
             )
-        components = pipe.components  # type: ignore[attr-defined]
+        components = pipe.components  # type: ignore[attr-defined]  # diffusers ships no types: mypy sees no components on a pipeline
         unknown = [name for name in names if name not in components]
         if unknown:
             raise InvalidArgumentError(
@@ -335,7 +349,8 @@ class Attachment:
         """Remove every hook, wrapper and attribute this attachment added; a second call does nothing.
 
         Weights pinned from their files (``pinned_copies.from_files``) read the views they read before.
-        Components whose copies ``release_done_components`` (``stable_files: true``) pointed back at
+        Then each action the policy names takes its own step at detach, once, recording what it returns:
+        the components whose copies ``release_done_components`` (``stable_files: true``) pointed back at
         their weights files get their own copies again, so that the detached pipeline depends on its
         files exactly as before attach: pinned ones are staged into slabs (recorded as a
         ``pinned_copy_repack`` at phase ``detach``), the others copied into memory.
@@ -361,11 +376,11 @@ class Attachment:
             from ddo_hooks.release.from_files import unpin_from_files
 
             unpin_from_files(pipe)
-        if pipe is not None:  # copies given back are made again, as they were (detached already)
-            from ddo_hooks.release.file_views import copy_back
-
-            if (staged := copy_back(pipe, phase="detach")) is not None:
-                self._recorder.record("pinned_copy_repack", staged, None, self.machine.call_index)
+        for action, _ in each_action(self._actions) if pipe is not None else ():
+            done = None if action.on_detach is None else action.on_detach(pipe)  # each action's own step at detach
+            if done is not None:
+                component, report = done
+                self._recorder.record(component, report, None, self.machine.call_index)
         if failure is not None:
             raise failure
 

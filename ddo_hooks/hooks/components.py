@@ -2,7 +2,7 @@
 
 A boundary offers its actions the components dropped from the pipeline since the previous boundary
 (:meth:`Components.take_left`) and those of them still alive (:meth:`Components.note`, weak
-references: the built-in release collects garbage fully only while one of them lives).
+references: ``host_cache_release`` collects garbage fully only while one of them lives).
 :meth:`Components.drop` takes components off the pipeline and removes the offloading hooks that
 would keep them alive in a reference cycle until a full collection, and clears those diffusers
 removed on its own since the component was first noted (weakly recorded then: under streams, the

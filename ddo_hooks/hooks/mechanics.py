@@ -123,7 +123,7 @@ def wrap_attribute(owner: Any, name: str, make: Callable[[Callable[..., Any]], C
     previous = vars(owner).get(name, _MISSING)
     original = getattr(owner, name)
     wrapper = functools.wraps(original)(make(original))
-    wrapper.__ddo_previous__ = previous  # type: ignore[attr-defined]
+    wrapper.__ddo_previous__ = previous  # type: ignore[attr-defined]  # a function takes any attribute; its type names none
     object.__setattr__(owner, name, wrapper)  # bypasses DiffusionPipeline.__setattr__'s config sync
     return WrappedAttribute(weakref.ref(owner), name, weakref.ref(wrapper))
 

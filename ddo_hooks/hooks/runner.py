@@ -1,6 +1,7 @@
 """Running an attachment's boundaries: the actions, in the release slot, and one outcome for each.
 
-The phase machine says when a boundary of a call is due; :class:`BoundaryRunner` runs the policy's
+:func:`bind_actions` binds each action the policy names to what runs it, once, at attach. The phase
+machine says when a boundary of a call is due; :class:`BoundaryRunner` runs the policy's
 actions there, all of them in one hold of the process-wide release slot
 (:func:`ddo_hooks.release.guard.boundary_slot`), so that no action runs beside a call, a loading
 section or a release of another attached pipeline. A boundary that may not run is recorded as a
@@ -23,11 +24,12 @@ import threading
 import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeAlias, TypeGuard
 
-from ddo_hooks.boundaries import AFTER_CALL, REFUSAL_REASONS
+from ddo_hooks.actions.contract import BoundaryContext, RegisteredAction, ResolvedAction
+from ddo_hooks.actions.registry import resolve_action
+from ddo_hooks.boundaries import AFTER_CALL, BOUNDARIES, REFUSAL_REASONS, RefusalReason
 from ddo_hooks.errors import BoundaryRefusedError, ReportSinkError
-from ddo_hooks.hooks.actions import BoundActions, BoundaryContext, RegisteredAction
 from ddo_hooks.hooks.components import Components
 from ddo_hooks.hooks.idle import Handle
 from ddo_hooks.hooks.idle import scheduler as idle_scheduler
@@ -35,12 +37,64 @@ from ddo_hooks.hooks.phases import Call, CallPhases
 from ddo_hooks.hooks.recorder import Recorder
 from ddo_hooks.policy.model import HookPolicy
 from ddo_hooks.release import guard
-from ddo_hooks.reports.boundary import BoundaryRefusal, BoundaryRefusalReport, BoundaryRefusalSetup
+from ddo_hooks.reports.boundary import BoundaryRefusal, BoundaryRefusalReport, BoundaryRefusalSetup, RequestedBy
 
-__all__ = ["BoundaryRunner"]
+__all__ = ["BoundActions", "BoundaryRunner", "bind_actions", "each_action"]
 
 _log = logging.getLogger("ddo_hooks")
 _RUNNERS: weakref.WeakSet[BoundaryRunner] = weakref.WeakSet()
+
+
+BoundActions: TypeAlias = dict[str, tuple[tuple[ResolvedAction[Any], RegisteredAction[Any]], ...]]
+"""Each boundary's actions as :func:`bind_actions` gives them: the policy's resolved action and what runs it."""
+
+
+def bind_actions(pipeline: Any, policy: HookPolicy) -> BoundActions:
+    """Resolve each boundary's actions by name and run each one's check: the one pass :func:`~ddo_hooks.attach` makes.
+
+    Args:
+        pipeline: The pipeline being attached.
+        policy: The policy being attached.
+
+    Returns:
+        For each boundary, in firing order, its actions in order: each as the policy resolved it
+        (:meth:`~ddo_hooks.policy.model.HookPolicy.actions`; validated against the options model of an
+        action registered since the policy loaded) with the registered action that runs it.
+
+    Raises:
+        PolicyError: An action is not registered (as :func:`~ddo_hooks.actions.registry.resolve_action`),
+            its options do not fit its model, or its check refused.
+        InvalidArgumentError: An action's check refused the pipeline.
+
+    Examples:
+        >>> from ddo_hooks import HookPolicy
+        >>> bound = bind_actions(None, HookPolicy.default())
+        >>> [(spec.options.collect, action.component("after_call")) for spec, action in bound["after_call"]]
+        [('auto', 'host_cache_after_call')]
+    """
+    bound: BoundActions = {}
+    for boundary in BOUNDARIES:
+        pairs = []
+        for resolved in policy.actions(boundary):
+            action = resolve_action(resolved.name, where=policy.locate(resolved.at))
+            spec = policy.fitted(resolved, action)
+            if action.check is not None:
+                action.check(pipeline, policy, spec)
+            pairs.append((spec, action))
+        bound[boundary] = tuple(pairs)
+    return bound
+
+
+def each_action(bound: BoundActions) -> list[tuple[RegisteredAction[Any], tuple[ResolvedAction[Any], ...]]]:
+    """Each action the policy names, once, in the order it first appears, with its entries in boundary order.
+
+    The attachment takes each one's steps at attach and at detach from it.
+    """
+    found: dict[str, tuple[RegisteredAction[Any], list[ResolvedAction[Any]]]] = {}
+    for pairs in bound.values():
+        for spec, action in pairs:
+            found.setdefault(action.name, (action, []))[1].append(spec)
+    return [(action, tuple(entries)) for action, entries in found.values()]
 
 
 @dataclass(eq=False)
@@ -64,7 +118,7 @@ class BoundaryRunner:
         policy: The attached policy.
         recorder: Where every outcome is recorded.
         components: What left the pipeline between boundaries.
-        actions: Each boundary's actions, bound once at attach (:func:`~ddo_hooks.hooks.actions.bind_actions`).
+        actions: Each boundary's actions, bound once at attach (:func:`bind_actions`).
         holder: Which other attached pipeline holds a module (see :meth:`BoundaryContext.held_elsewhere`).
     """
 
@@ -165,7 +219,13 @@ class BoundaryRunner:
 
     # -- running -------------------------------------------------------------------------------
     def run(
-        self, boundary: str, requested_by: str, call: Call | None, index: int | None = None, *, deferred: bool = False
+        self,
+        boundary: str,
+        requested_by: RequestedBy,
+        call: Call | None,
+        index: int | None = None,
+        *,
+        deferred: bool = False,
     ) -> list[Any]:
         """Run ``boundary``'s actions in one hold of the release slot, or refuse them all.
 
@@ -188,11 +248,12 @@ class BoundaryRunner:
             try:
                 slot.enter_context(guard.boundary_slot())
             except BoundaryRefusedError as e:
-                return self.refuse_all(boundary, e.reason, str(e), requested_by, index)
+                reason = e.reason if _is_reason(e.reason) else "action_refused"
+                return self.refuse_all(boundary, reason, str(e), requested_by, index)
             return self._run_actions(boundary, requested_by, index, deferred, () if call is None else call.done)
 
     def _run_actions(
-        self, boundary: str, requested_by: str, index: int, deferred: bool, done: tuple[str, ...]
+        self, boundary: str, requested_by: RequestedBy, index: int, deferred: bool, done: tuple[str, ...]
     ) -> list[Any]:
         pipe = self._pipeline()
         dropped = self.components.note(pipe)
@@ -218,9 +279,10 @@ class BoundaryRunner:
             try:
                 report = action(context)
             except BoundaryRefusedError as e:
-                reason, detail = e.reason, str(e)
-                if reason not in REFUSAL_REASONS:
-                    reason, detail = "action_refused", f"{e.reason}: {e}"
+                reason: RefusalReason = "action_refused"
+                detail = f"{e.reason}: {e}"
+                if _is_reason(e.reason):
+                    reason, detail = e.reason, str(e)
                 report = self._refusal(boundary, action, reason, detail, requested_by, index)
             except Exception as e:
                 if not deferred:
@@ -235,19 +297,21 @@ class BoundaryRunner:
         return produced
 
     def _refusal(
-        self, boundary: str, action: RegisteredAction, reason: str, detail: str, requested_by: str, index: int
+        self,
+        boundary: str,
+        action: RegisteredAction[Any],
+        reason: RefusalReason,
+        detail: str,
+        requested_by: RequestedBy,
+        index: int,
     ) -> BoundaryRefusalReport:
-        refusal = BoundaryRefusal(
-            boundary=boundary,
-            action=action.name,
-            reason=reason,  # type: ignore[arg-type]
-            detail=detail,
-            requested_by=requested_by,  # type: ignore[arg-type]
-            call_index=index,
-        )
+        refusal = BoundaryRefusal(boundary=boundary, action=action.name, reason=reason, detail=detail,
+                                  requested_by=requested_by, call_index=index)  # fmt: skip
         return BoundaryRefusalReport(setup=BoundaryRefusalSetup(boundary_refusal=refusal))
 
-    def refuse_all(self, boundary: str, reason: str, detail: str, requested_by: str, index: int) -> list[Any]:
+    def refuse_all(
+        self, boundary: str, reason: RefusalReason, detail: str, requested_by: RequestedBy, index: int
+    ) -> list[Any]:
         """Record a refusal for every action of ``boundary``; return them."""
         produced = []
         for _, action in self.actions[boundary]:
@@ -277,6 +341,11 @@ class BoundaryRunner:
         self._deferred.clear()
         self.machine.after_fork()
         self.recorder.after_fork()
+
+
+def _is_reason(code: str) -> TypeGuard[RefusalReason]:
+    """Whether ``code`` is a refusal reason a report may hold (:data:`~ddo_hooks.boundaries.REFUSAL_REASONS`)."""
+    return code in REFUSAL_REASONS
 
 
 def _each_runner(what: Callable[[BoundaryRunner], None]) -> None:

@@ -153,7 +153,7 @@ def _device(onload_device: object) -> torch.device:
 
 
 def _component_names(pipe: DiffusionPipeline, components: object) -> list[str]:
-    modules = [n for n, m in pipe.components.items() if isinstance(m, torch.nn.Module)]  # type: ignore[attr-defined]
+    modules = [n for n, m in pipe.components.items() if isinstance(m, torch.nn.Module)]  # type: ignore[attr-defined]  # diffusers ships no types: mypy sees no components on a pipeline
     if components is None:
         if not modules:
             raise InvalidArgumentError(f"{type(pipe).__name__} has no torch.nn.Module components to offload")

@@ -306,7 +306,7 @@ def _copy(plan: _Plan) -> None:
         raw = torch.empty(group.span.nbytes, dtype=torch.uint8)
         if group.span.nbytes:
             offset = group.span.start - source.untyped_storage().data_ptr()
-            raw.copy_(torch.empty(0, dtype=torch.uint8).set_(source.untyped_storage(), offset, (group.span.nbytes,)))  # type: ignore[call-overload]
+            raw.copy_(torch.empty(0, dtype=torch.uint8).set_(source.untyped_storage(), offset, (group.span.nbytes,)))  # type: ignore[call-overload]  # torch's stubs have no set_ overload taking an untyped storage
         storages.append(raw.untyped_storage())
     for group, storage in zip(plan.selected, storages, strict=True):
         for entry in group.entries:
@@ -322,7 +322,7 @@ def _copy(plan: _Plan) -> None:
 
 
 def _report(**fields: Any) -> AuxiliarySourceDetachReport:
-    return AuxiliarySourceDetachReport(setup=AuxiliarySourceDetachSetup(auxiliary_cpu_source_detach=fields))  # type: ignore[arg-type]
+    return AuxiliarySourceDetachReport(setup=AuxiliarySourceDetachSetup(auxiliary_cpu_source_detach=fields))  # type: ignore[arg-type]  # the fields are the report section's own, by name
 
 
 def detach_auxiliary_cpu_sources(

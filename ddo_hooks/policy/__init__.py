@@ -1,8 +1,8 @@
 """The policy layer: the hook policy model and its YAML loader with located errors.
 
 Modules: :mod:`~ddo_hooks.policy.model` (:class:`~ddo_hooks.policy.model.HookPolicy`, loading and
-reading a policy), :mod:`~ddo_hooks.policy.parts` (its sections), :mod:`~ddo_hooks.policy.builtins`
-(the built-in actions and the model of each one's options), :mod:`~ddo_hooks.policy.base` (the base model),
+reading a policy, each action resolved once), :mod:`~ddo_hooks.policy.parts` (its sections; the options
+of each action are its own model, :mod:`ddo_hooks.actions`), :mod:`~ddo_hooks.policy.base` (the base model),
 :mod:`~ddo_hooks.policy.yaml_loader` (a safe, bounded, position-tracking YAML loader) and
 :mod:`~ddo_hooks.policy.messages` (one located line per problem). The packaged policies
 are in ``presets/``. Imports the foundation modules and :mod:`ddo_hooks.release.devices`.

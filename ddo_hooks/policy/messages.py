@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
+from pydantic_core import PydanticCustomError
 
 from ddo_hooks._diagnostics import (
     KeyPath,
@@ -31,6 +32,7 @@ from ddo_hooks._diagnostics import (
     did_you_mean,
     format_key_path,
     keys_at,
+    literal_problem,
     nearest_position,
     show_value,
     type_at,
@@ -42,6 +44,7 @@ __all__ = [
     "describe_validation_error",
     "join_problems",
     "literal_problem",
+    "located_line",
     "validation_problems",
 ]
 
@@ -116,6 +119,32 @@ def _writer(
     return write
 
 
+def located_line(
+    error: PydanticCustomError,
+    at: KeyPath,
+    *,
+    source: str,
+    positions: Positions,
+    written: Mapping[KeyPath, str] | None = None,
+) -> str:
+    """The line of a policy's message for a located error raised below the key path ``at``, outside validation.
+
+    It reads as the line :func:`validation_problems` writes for the same error raised while the policy
+    validates: an action's options checked at attach (its action was registered after the policy was
+    loaded) read as if they had been checked at load.
+
+    Examples:
+        >>> from ddo_hooks._diagnostics import located_error
+        >>> error = located_error("action_option", "unknown option of my.flush", ("options", "x"))
+        >>> located_line(error, ("boundaries", "after_call", "actions", 0), source="p.yaml", positions={})
+        'p.yaml: boundaries.after_call.actions[0].options.x: unknown option of my.flush'
+    """
+    context = error.context or {}
+    loc: KeyPath = (*at, *context.get("at", ()))
+    item = {"type": error.type, "msg": error.message(), "ctx": context}
+    return _writer(item, loc, BaseModel, source, nearest_position(positions, loc), written or {})()
+
+
 def describe_validation_error(
     error: ValidationError,
     *,
@@ -131,19 +160,6 @@ def describe_validation_error(
         :data:`MAX_PROBLEMS`, then a count of the rest).
     """
     return join_problems(validation_problems(error, model=model, source=source, positions=positions, written=written))
-
-
-def literal_problem(shown: str, choices: Iterable[object], value: object) -> str:
-    """``'ful' is not one of full, young, auto; did you mean 'full'?``.
-
-    Examples:
-        >>> literal_problem("yes", ["full", "young", "auto"], True)
-        'yes is not one of full, young, auto'
-    """
-    listed = [str(choice) for choice in choices]
-    text = f"{shown} is not one of {', '.join(listed)}"
-    guess = did_you_mean(value, listed)
-    return f"{text}; did you mean {guess!r}?" if guess else text
 
 
 _EXPECTED = {

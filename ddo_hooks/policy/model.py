@@ -1,4 +1,4 @@
-r"""The hook policy: which phase boundaries act, what they run, and the release settings.
+r"""The hook policy: which phase boundaries act, what they run, and with which options.
 
 :class:`HookPolicy` is a strict, frozen pydantic model of a small YAML file (every key but
 ``version`` optional; ``ddo_hooks/policy/presets/default.yaml`` shows them all). Loading never lets
@@ -36,20 +36,23 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic_core import PydanticCustomError
 
-from ddo_hooks._diagnostics import Positions, did_you_mean, show_value, where
+from ddo_hooks._diagnostics import KeyPath, Positions, below, did_you_mean, show_value, where
+from ddo_hooks.actions.contract import OptionsT, RegisteredAction, ResolvedAction
+from ddo_hooks.actions.host_cache_release import HostCacheReleaseOptions
+from ddo_hooks.actions.registry import registered
 from ddo_hooks.boundaries import BOUNDARIES
 from ddo_hooks.errors import InvalidArgumentError, PolicyError
-from ddo_hooks.policy.messages import join_problems, validation_problems
+from ddo_hooks.policy.messages import join_problems, located_line, validation_problems
 from ddo_hooks.policy.parts import (
     DEVICE_PATTERN,
+    ActionSpec,
     AuxiliarySourcesPolicy,
     BoundariesPolicy,
     BoundaryPolicy,
     Model,
     PinnedCopiesPolicy,
-    ReleasePolicy,
-    ResolvedAction,
     located_error,
     validate_device,
 )
@@ -139,8 +142,8 @@ class HookPolicy(Model):
     """How many reports an attachment keeps in memory (``attachment.reports``, and the tracker it makes
     when given none), the newest; older ones are dropped from memory. ``0`` keeps none: read them
     from ``report_sink``. At most 100,000 (each is a Python object of a few KB)."""
-    release: ReleasePolicy = Field(default_factory=ReleasePolicy)
-    """Settings of the built-in ``host_cache_release`` action at every boundary; the action's
+    release: HostCacheReleaseOptions = Field(default_factory=HostCacheReleaseOptions)
+    """The options of the built-in ``host_cache_release`` action at every boundary; the action's
     ``options`` at one boundary override them there."""
     boundaries: BoundariesPolicy = Field(default_factory=BoundariesPolicy)
     """Each boundary: whether it is enabled and the ordered actions it runs."""
@@ -152,6 +155,8 @@ class HookPolicy(Model):
     _source: str = PrivateAttr(default="<policy>")
     _positions: Positions = PrivateAttr(default_factory=dict)
     _base_dir: Path | None = PrivateAttr(default=None)
+    _written: dict[KeyPath, str] = PrivateAttr(default_factory=dict)
+    _resolved: dict[str, tuple[ResolvedAction[Any], ...]] = PrivateAttr(default_factory=dict)
 
     @field_validator("version", mode="before")
     @classmethod
@@ -176,11 +181,31 @@ class HookPolicy(Model):
         return self
 
     @model_validator(mode="after")
-    def _options_fit(self) -> HookPolicy:
-        """Each built-in action's options, each valid, fit the policy's other settings (``release``) once merged."""
+    def _resolve_actions(self) -> HookPolicy:
+        """Resolve each boundary's actions once: each one's options, valid, over the policy's defaults of them.
+
+        The options of ``host_cache_release`` are merged with the ``release`` section here, by validating,
+        so that a ``core: ddo`` in one with a setting it cannot honour in the other is refused at its line.
+        """
+        resolved = {}
         for name in BOUNDARIES:
-            self.actions(name)
+            found = []
+            for index, spec in enumerate(self.boundary(name).actions):
+                at = ("boundaries", name, "actions", index)
+                found.append(ResolvedAction(spec.name, self._options_of(spec, at), name, index, spec.options))
+            resolved[name] = tuple(found)
+        self._resolved = resolved
         return self
+
+    def _options_of(self, spec: ActionSpec, at: KeyPath) -> Any:
+        if spec.settings is None:
+            return spec.options
+        action = registered(spec.name)
+        defaults = None if action is None or action.defaults is None else getattr(self, action.defaults)
+        try:
+            return spec.settings.with_defaults(defaults, spec.options)
+        except PydanticCustomError as e:
+            raise below(at, e) from e
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, HookPolicy):
@@ -339,6 +364,7 @@ class HookPolicy(Model):
             if len(path) == 4 and path[0] == "boundaries" and path[2] == "actions":
                 known.setdefault((*path, "name"), position)
         policy._source, policy._positions, policy._base_dir = source, known, base_dir
+        policy._written = dict(written)
         return policy
 
     # -- reading -------------------------------------------------------------------------
@@ -394,26 +420,39 @@ class HookPolicy(Model):
             raise InvalidArgumentError(f"unknown boundary {show_value(name)}; {hint}(boundaries: {listed})")
         return getattr(self.boundaries, name)
 
-    def actions(self, name: str) -> tuple[ResolvedAction, ...]:
-        """The actions of one boundary, in order, each with the options it receives when it runs.
+    def actions(self, name: str) -> tuple[ResolvedAction[Any], ...]:
+        """The actions of one boundary, in order, each with the options it receives when it runs, resolved once.
 
-        A built-in action receives its options model (:data:`~ddo_hooks.policy.builtins.BUILT_IN_OPTIONS`):
-        ``host_cache_release`` the ``release`` settings, overridden by its own ``options`` at this boundary;
-        every other action receives its ``options`` as written.
+        An action with an options model (each built-in one but ``malloc_trim``, and one of your own registered
+        with ``options=`` before the policy loaded) receives an instance of it: ``host_cache_release`` the
+        ``release`` settings, overridden by its own ``options`` at this boundary; every other action receives
+        its ``options`` as written.
 
         Examples:
             >>> action = {"name": "host_cache_release", "options": {"collect": "full"}}
             >>> policy = HookPolicy.from_mapping({"version": 1, "release": {"collect": "young"},
             ...                                   "boundaries": {"after_call": {"actions": [action]}}})
-            >>> policy.actions("before_vae")[0].options.collect, policy.actions("after_call")[0].options
-            ('young', ReleasePolicy(collect='full', min_releasable_bytes=0, trigger='always', core='ddo_hooks'))
+            >>> policy.actions("before_vae")[0].options.collect, policy.actions("after_call")[0].options.collect
+            ('young', 'full')
         """
-        found = []
-        for i, spec in enumerate(self.boundary(name).actions):
-            at = ("boundaries", name, "actions", i)
-            options = spec.options if spec.settings is None else spec.settings.in_policy(self, spec.options, at)
-            found.append(ResolvedAction(spec.name, options, name, i, spec.options))
-        return tuple(found)
+        self.boundary(name)  # a known boundary's name
+        return self._resolved[name]
+
+    def fitted(self, resolved: ResolvedAction[Any], action: RegisteredAction[OptionsT]) -> ResolvedAction[OptionsT]:
+        """``resolved`` (one of :meth:`actions`) with the options that ``action``, registered under its name now, takes.
+
+        They are those resolved when the policy loaded, unless the action was registered (or replaced) since:
+        then they are validated now, with the message loading would have given.
+
+        Raises:
+            PolicyError: They do not fit the action's model; the message points at the policy's line.
+        """
+        defaults = None if action.defaults is None else getattr(self, action.defaults)
+        try:
+            return action.fit(resolved, defaults)
+        except PydanticCustomError as e:
+            line = located_line(e, resolved.at, source=self._source, positions=self._positions, written=self._written)
+            raise PolicyError(line) from e
 
     def enabled_boundaries(self) -> tuple[str, ...]:
         """The boundaries that act, in firing order; empty when the policy is disabled."""

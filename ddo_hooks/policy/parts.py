@@ -1,9 +1,10 @@
-"""The sections of a hook policy: boundaries and their actions, the release settings, the diagnostics.
+"""The sections of a hook policy: boundaries and their actions, pinned copies, the diagnostics.
 
 :class:`~ddo_hooks.policy.model.HookPolicy` is made of these models; each is strict and frozen,
-and every validation problem carries the key path where a message should point. The settings of the
-built-in actions (:class:`ReleasePolicy`, the ``release`` section) are in :mod:`ddo_hooks.policy.builtins`,
-and the base of every model in :mod:`ddo_hooks.policy.base`; both are re-exported here.
+and every validation problem carries the key path where a message should point. The options of the
+actions are their own models (:mod:`ddo_hooks.actions`; the ``release`` section holds
+``host_cache_release``'s, :class:`~ddo_hooks.actions.host_cache_release.HostCacheReleaseOptions`), and the
+base of every model is in :mod:`ddo_hooks.policy.base`, re-exported here.
 
 Examples:
     >>> spec = ActionSpec.model_validate({"name": "host_cache_release", "options": {"collect": "full"}})
@@ -15,19 +16,36 @@ Examples:
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, Field, PrivateAttr, StrictBool, WithJsonSchema, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    GetJsonSchemaHandler,
+    PrivateAttr,
+    StrictBool,
+    WithJsonSchema,
+    create_model,
+    field_validator,
+    model_validator,
+)
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema
 
+from ddo_hooks import _moved, actions
 from ddo_hooks._diagnostics import KeyPath, show_value
-from ddo_hooks.boundaries import ACTION_NAME_PATTERN, HOST_CACHE_RELEASE
+from ddo_hooks.actions.contract import ActionOptions, RegisteredAction, ResolvedAction
+from ddo_hooks.actions.host_cache_release import NAME as HOST_CACHE_RELEASE
+from ddo_hooks.actions.registry import validated_options
+from ddo_hooks.boundaries import ACTION_NAME_PATTERN
 from ddo_hooks.errors import InvalidArgumentError
 from ddo_hooks.policy.base import Model, located_error
-from ddo_hooks.policy.builtins import ActionOptions, ReleasePolicy, builtin_options, core_conflict, shown_setting
 from ddo_hooks.release.devices import parse_cuda_device
 from ddo_hooks.sizes import ByteSize
 
@@ -41,10 +59,7 @@ __all__ = [
     "BoundariesPolicy",
     "BoundaryPolicy",
     "Model",
-    "ReleasePolicy",
     "ResolvedAction",
-    "core_conflict",
-    "shown_setting",
     "located_error",
     "parse_duration",
     "validate_device",
@@ -140,7 +155,11 @@ Duration = Annotated[
 
 
 class ActionSpec(Model):
-    """One action a boundary runs; in YAML either its name or ``{name: ..., options: {...}}``."""
+    """One action a boundary runs; in YAML either its name or ``{name: ..., options: {...}}``.
+
+    Its options are validated where the policy loads, against the model of the action registered under
+    its name then (:attr:`settings`); the JSON Schema lists each built-in action's options.
+    """
 
     name: ActionName
     """The action's registered name. Whether it exists is checked when the policy is attached."""
@@ -155,15 +174,15 @@ class ActionSpec(Model):
     _settings: ActionOptions | None = PrivateAttr(default=None)
 
     @model_validator(mode="after")
-    def _builtin_options(self) -> ActionSpec:
-        self._settings = builtin_options(self.name, self.options)
+    def _validated_options(self) -> ActionSpec:
+        self._settings = validated_options(self.name, self.options)
         return self
 
     @property
     def settings(self) -> ActionOptions | None:
-        """A built-in action's options as its model holds them, validated once, with the policy.
+        """Its options as the model of its action holds them, validated once, with the policy.
 
-        ``None`` for an action without a model (:data:`~ddo_hooks.policy.builtins.BUILT_IN_OPTIONS`).
+        ``None`` for an action without a model (or not registered when the policy loaded).
 
         Examples:
             >>> ActionSpec(name="host_cache_release", options={"collect": "full"}).settings.collect
@@ -171,39 +190,55 @@ class ActionSpec(Model):
         """
         return self._settings
 
+    @classmethod
+    def __get_pydantic_json_schema__(cls, core_schema: CoreSchema, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
+        """One of: a built-in action's entry, with the options its model takes, or an entry of another action.
+
+        The built-in actions are those of :data:`~ddo_hooks.actions.BUILT_IN` when the schema is made.
+        """
+        built_in = actions.BUILT_IN
+        entries = [*(_entry_model(action) for action in built_in), _other_entry_model(tuple(a.name for a in built_in))]
+        variants = [handler(entry.__pydantic_core_schema__) for entry in entries]
+        return {"oneOf": variants, "description": " ".join(str(cls.__doc__).split("\n\n", 1)[0].split())}
+
+
+_ENTRY = ConfigDict(extra="forbid", frozen=True)
+
+
+@functools.cache
+def _entry_model(action: RegisteredAction[Any]) -> type[BaseModel]:
+    """The schema's model of an entry that names the built-in ``action``: its name, and its options model."""
+    title = "".join(part.capitalize() for part in re.split(r"[_.\-]", action.name)) + "Entry"
+    summary = " ".join((action.run.__doc__ or "").strip().split("\n\n", 1)[0].split())
+    named: Any = Literal[action.name]  # one name, known when the schema is made
+    options: Any = dict[str, Any] if action.options is None else action.options
+    takes = "any JSON data, as written" if action.options is None else f"the keys of ``{action.options.__name__}``"
+    return create_model(
+        title,
+        __config__=_ENTRY,
+        __doc__=f"An entry of the built-in ``{action.name}``: {summary}",
+        name=(named, Field(description="The action's name.")),
+        options=(options, Field(default={}, description=f"Its options: {takes}.")),
+    )
+
+
+@functools.cache
+def _other_entry_model(built_in: tuple[str, ...]) -> type[BaseModel]:
+    """The schema's model of an entry that names an action of your own (registered, or an entry point's)."""
+    name = {"type": "string", "pattern": ACTION_NAME_PATTERN, "not": {"enum": list(built_in)}}
+    return create_model(
+        "OtherActionEntry",
+        __config__=_ENTRY,
+        __doc__="An entry of an action of your own: registered (``register_action``) or an entry point's.",
+        name=(Annotated[str, WithJsonSchema(name)], Field(description="The action's registered name.")),
+        options=(
+            dict[str, Any],
+            Field(default={}, description="Its options, validated by its own model if it has one."),
+        ),
+    )
+
 
 ActionEntry = Annotated[ActionSpec, BeforeValidator(_action_entry, json_schema_input_type=ActionName | ActionSpec)]
-
-
-@dataclass(frozen=True)
-class ResolvedAction:
-    """One action of a boundary as it runs: what :meth:`~ddo_hooks.policy.model.HookPolicy.actions` gives.
-
-    Attributes:
-        name: The action's name.
-        options: What the action receives as ``ctx.options``: for a built-in action with an options
-            model, an instance of it (``host_cache_release``'s: the ``release`` settings overridden by
-            this boundary's own); for any other action, its options as written.
-        boundary: The boundary it runs at.
-        index: Its position in that boundary's ``actions``.
-        written: Its options as the policy wrote them.
-
-    Examples:
-        >>> action = ResolvedAction("my_pkg.flush", {"label": "x"}, "after_call", 1)
-        >>> action.at
-        ('boundaries', 'after_call', 'actions', 1)
-    """
-
-    name: str
-    options: Any
-    boundary: str
-    index: int
-    written: Mapping[str, Any] = field(default_factory=dict)
-
-    @property
-    def at(self) -> KeyPath:
-        """Its key path in the policy (:meth:`~ddo_hooks.policy.model.HookPolicy.locate` finds its line)."""
-        return ("boundaries", self.boundary, "actions", self.index)
 
 
 class BoundaryPolicy(Model):
@@ -295,3 +330,7 @@ class PinnedCopiesPolicy(Model):
             message = "keep_encoders_pinned pins the encoders from their files: set from_files (register or stage)"
             raise located_error("encoders_without_from_files", message, ("keep_encoders_pinned",))
         return self
+
+
+def __getattr__(name: str) -> Any:
+    return _moved.old_attribute(__name__, name)

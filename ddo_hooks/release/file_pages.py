@@ -89,7 +89,7 @@ def supported() -> str | None:
 
 
 @functools.cache
-def _madvise() -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]
+def _madvise() -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]  # ctypes' function pointer type is private, and typeshed has it only as _ctypes.CFuncPtr
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
     except OSError:
@@ -191,8 +191,8 @@ def _entries(pagemap: object, start: int, end: int) -> Iterator[torch.Tensor]:
     chunk = 1 << 16
     for page in range(start // PAGE_SIZE, end // PAGE_SIZE, chunk):
         count = min(chunk, end // PAGE_SIZE - page)
-        pagemap.seek(page * 8)  # type: ignore[attr-defined]
-        yield torch.frombuffer(bytearray(pagemap.read(count * 8)), dtype=torch.int64)  # type: ignore[attr-defined]
+        pagemap.seek(page * 8)  # type: ignore[attr-defined]  # a file opened in binary mode, typed as an object by its caller
+        yield torch.frombuffer(bytearray(pagemap.read(count * 8)), dtype=torch.int64)  # type: ignore[attr-defined]  # the same binary file: read() is there
 
 
 def _census(runs: list[tuple[int, int]]) -> tuple[int, int]:
@@ -226,7 +226,7 @@ def _left(name: str, reason: str, detail: str, file_bytes: int, other_bytes: int
     return ComponentPages(
         component=name,
         outcome="left",
-        reason=reason,  # type: ignore[arg-type]
+        reason=reason,  # type: ignore[arg-type]  # the reasons a caller passes are a Literal's; the callers pass them as str
         detail=detail,
         file_bytes=file_bytes,
         other_bytes=other_bytes,
@@ -328,7 +328,7 @@ def give_back_file_pages(
         return _left(name, "modified", detail, file_bytes, other_bytes, started)
     advise = _madvise()
     for start, end in runs:
-        if advise(start, end - start, _MADV_DONTNEED) != 0:  # type: ignore[misc]
+        if advise(start, end - start, _MADV_DONTNEED) != 0:  # type: ignore[misc]  # a ctypes function: mypy sees no signature to call
             error = ctypes.get_errno()
             raise OSError(error, f"madvise(MADV_DONTNEED) of {name}'s pages {start:#x}-{end:#x}: {os.strerror(error)}")
     if evict:

@@ -123,12 +123,12 @@ def _collect(strategy: CollectStrategy, expect_freed: Mapping[str, weakref.ref])
 
 
 def _threshold(before: AllocatorSnapshot, minimum: int, torch_version: str) -> ThresholdDecision:
-    trusted = before.active_bytes is not None and version_at_least(torch_version, _TRUSTED_ACTIVE_COUNTER)
-    if not trusted or before.allocated_bytes is None:
+    active, allocated = before.active_bytes, before.allocated_bytes
+    if active is None or allocated is None or not version_at_least(torch_version, _TRUSTED_ACTIVE_COUNTER):
         return ThresholdDecision(
             min_releasable_bytes=minimum, releasable_bytes=None, decision="release_counter_untrusted"
         )
-    releasable = before.allocated_bytes - before.active_bytes  # type: ignore[operator]
+    releasable = allocated - active
     decision: Literal["release", "skip_below_threshold"] = (
         "release" if releasable >= minimum else "skip_below_threshold"
     )
@@ -331,7 +331,7 @@ def _execute(
         detail = f"released unused pinned host blocks through {entry.name}"
     else:
         detail = (
-            f"{threshold.releasable_bytes} releasable bytes cached, below min_releasable_bytes="  # type: ignore[union-attr]
+            f"{threshold.releasable_bytes} releasable bytes cached, below min_releasable_bytes="  # type: ignore[union-attr]  # a skipped release had a threshold: it is what skipped it
             f"{min_releasable_bytes}: not released"
         )
     if not may_synchronize:

@@ -88,7 +88,7 @@ def _last_error() -> int | None:
 
 
 def _windows_kernel32() -> Any:
-    return ctypes.WinDLL("kernel32", use_last_error=True)  # type: ignore[attr-defined]
+    return ctypes.WinDLL("kernel32", use_last_error=True)  # type: ignore[attr-defined]  # WinDLL exists only on Windows, where this runs
 
 
 def _windows_fields(kernel32: Any, values: dict[str, int | None], unavailable: dict[str, str]) -> None:
@@ -212,4 +212,4 @@ def observe_host(
                 unavailable[name] = f"kernel32 could not be loaded: {e}"
         else:
             _windows_fields(lib, values, unavailable)
-    return HostObservation(platform=platform, unavailable=unavailable, **values)  # type: ignore[arg-type]
+    return HostObservation(platform=platform, unavailable=unavailable, **values)  # type: ignore[arg-type]  # the values are the HostObservation's own fields, by name

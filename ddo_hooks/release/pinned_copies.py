@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import weakref
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
@@ -97,7 +97,7 @@ class Component:
 class Left(Exception):
     """A component is left as it was: skipped or refused, with the reason, a sentence and what was found."""
 
-    def __init__(self, status: str, reason: RepackReason, detail: str) -> None:
+    def __init__(self, status: Literal["skipped", "refused"], reason: RepackReason, detail: str) -> None:
         super().__init__(detail)
         self.status, self.reason, self.detail = status, reason, detail
         self.groups: list[Any] = []

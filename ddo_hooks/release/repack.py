@@ -111,7 +111,7 @@ def _left_as_it_was(name: str, left: Left, started: float) -> ComponentRepack:
     owned = sum(rounded_size(entry.nbytes) for entry in stored)
     return ComponentRepack(
         component=name,
-        status=left.status,  # type: ignore[arg-type]
+        status=left.status,
         reason=left.reason,
         detail=left.detail,
         groups=len(left.groups),

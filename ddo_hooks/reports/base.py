@@ -132,7 +132,7 @@ class RouteReport(ReportModel):
     @property
     def body(self) -> ReportModel:
         """The one section under ``setup``, whatever the route."""
-        setup = self.setup  # type: ignore[attr-defined]
+        setup = self.setup  # type: ignore[attr-defined]  # every route's model declares its setup; the base does not
         return getattr(setup, next(iter(type(setup).model_fields)))
 
 

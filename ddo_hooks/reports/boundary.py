@@ -47,8 +47,12 @@ __all__ = [
     "BoundaryRefusalReport",
     "BoundaryRefusalSetup",
     "OBSERVED",
+    "RequestedBy",
 ]
 
+
+RequestedBy = Literal["pipeline", "host"]
+"""Who asked for a boundary: the pipeline's call (its signal) or the host (a request)."""
 
 _HOST_FIELDS = ("rss_bytes", "rss_anon_bytes", "rss_file_bytes", "rss_shmem_bytes", "cgroup_memory_bytes")
 OBSERVED = ("rss_before", "rss_after", "rss_bytes", "seconds", *_HOST_FIELDS[1:])
@@ -76,7 +80,7 @@ class BoundaryRefusal(ReportModel):
     """Why it was refused."""
     detail: str
     """A sentence saying what was going on, for people."""
-    requested_by: Literal["pipeline", "host"]
+    requested_by: RequestedBy
     """``pipeline``: fired by a pipeline call; ``host``: a manual ``Attachment.boundary`` request."""
     call_index: Bytes
     """How many pipeline calls the attachment had seen when the request came."""

@@ -40,6 +40,12 @@ __all__ = ["diagnose_report_file", "json_positions"]
 _WS = re.compile(r"[ \t\n\r]*")
 
 
+def _after_space(text: str, i: int) -> int:
+    """The index of the first character at or after ``i`` that is not JSON whitespace."""
+    space = _WS.match(text, i)
+    return i if space is None else space.end()
+
+
 def json_positions(text: str) -> Positions:
     r"""The 1-based (line, column) of every key path of a valid JSON document (keys, list items).
 
@@ -51,21 +57,21 @@ def json_positions(text: str) -> Positions:
     scan = json.JSONDecoder().raw_decode
 
     def value(i: int, path: KeyPath) -> int:
-        i = _WS.match(text, i).end()  # type: ignore[union-attr]
+        i = _after_space(text, i)
         offsets.setdefault(path, i)
         opener = text[i]
         if opener not in "[{":
             return scan(text, i)[1]
         i, index = i + 1, 0
         while True:
-            i = _WS.match(text, i).end()  # type: ignore[union-attr]
+            i = _after_space(text, i)
             if text[i] in "]}":
                 return i + 1
             if text[i] == ",":
                 i += 1
                 continue
             if opener == "{":
-                key, end = json.decoder.scanstring(text, i + 1)  # type: ignore[attr-defined]
+                key, end = json.decoder.scanstring(text, i + 1)  # type: ignore[attr-defined]  # typeshed leaves out json.decoder.scanstring
                 offsets[(*path, key)] = i
                 i = value(text.index(":", end) + 1, (*path, key))
             else:

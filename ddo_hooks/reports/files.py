@@ -161,7 +161,7 @@ def iter_report_lines(text: str, *, on_cut_line: Callable[[int], None] | None = 
                 continue
             _raise_past_limits(number, line)
             raise ReportError(f"line {number}: {e}") from e
-        yield Entry(None, report)  # type: ignore[arg-type]
+        yield Entry(None, report)  # type: ignore[arg-type]  # a file without envelopes names no component
 
 
 def _raise_past_limits(number: int, line: str) -> None:
@@ -257,7 +257,7 @@ def open_report_file(
         if form == "tracker JSON":
             entries = MetricsTracker.from_json(text).entries()
         else:
-            entries = [Entry(None, parse_report(data))]  # type: ignore[arg-type]
+            entries = [Entry(None, parse_report(data))]  # type: ignore[arg-type]  # a file without envelopes names no component
     return OpenReportFile(source, form, _some(source, entries), warnings)
 
 

@@ -1,4 +1,4 @@
-"""Any DDO report: the union of every route, its parser and its JSON Schema; and DDO's own shape beside it.
+"""Any report: the union of every route of ddo_hooks' shape, its parser and JSON Schema; DDO's own shape beside it.
 
 Every public result of ddo_hooks is a *DDO report*: a frozen, strictly validated model with
 ``schema_version``, a ``route`` naming what produced it, and one section under ``setup``
@@ -34,6 +34,7 @@ from typing import Annotated, Any, Literal, TypeAlias, get_args
 from pydantic import BaseModel, Discriminator, Field, Tag, TypeAdapter, ValidationError
 from pydantic_core import from_json
 
+from ddo_hooks import _moved
 from ddo_hooks.errors import ReportError
 from ddo_hooks.reports.auxiliary_sources import AuxiliarySourceDetachReport
 from ddo_hooks.reports.base import describe_errors
@@ -56,7 +57,7 @@ __all__ = [
     "ROUTES",
     "ROUTE_TYPES",
     "AnyReport",
-    "DDOReport",
+    "DdoHooksReport",
     "EitherShapeReport",
     "ReportShape",
     "parse_report",
@@ -74,8 +75,9 @@ OurReport: TypeAlias = (
 )
 """A report of ddo_hooks' shape: one model per route."""
 
-DDOReport: TypeAlias = Annotated[OurReport, Field(discriminator="route")]
-"""Any DDO report of schema version 1, told apart by ``route``."""
+DdoHooksReport: TypeAlias = Annotated[OurReport, Field(discriminator="route")]
+"""Any report of ddo_hooks' own shape, schema version 1, told apart by ``route`` (``DDOReport`` until 0.1:
+every other ``DDO*`` model is of DDO's shape)."""
 
 REPORT_TYPES: tuple[type[Any], ...] = get_args(OurReport)
 """Every report model, one per route."""
@@ -86,8 +88,8 @@ ROUTES: tuple[str, ...] = tuple(cls.model_fields["route"].default for cls in REP
 ROUTE_TYPES: dict[str, type[Any]] = dict(zip(ROUTES, REPORT_TYPES, strict=True))
 """Each route and its report type (error messages look up field names in it)."""
 
-REPORT_ADAPTER: TypeAdapter[Any] = TypeAdapter(DDOReport)
-"""The pydantic adapter of :data:`DDOReport` (its ``validate_python`` lists every problem)."""
+REPORT_ADAPTER: TypeAdapter[Any] = TypeAdapter(DdoHooksReport)
+"""The pydantic adapter of :data:`DdoHooksReport` (its ``validate_python`` lists every problem)."""
 
 AnyReport: TypeAlias = (
     OurReport
@@ -100,7 +102,7 @@ AnyReport: TypeAlias = (
 """What :func:`parse_report` returns: a report of ddo_hooks' shape or of DDO's own."""
 
 ReportShape = Literal["ddo_hooks", "ddo"]
-"""The two shapes: ddo_hooks' own (:data:`DDOReport`) and DDO's
+"""The two shapes: ddo_hooks' own (:data:`DdoHooksReport`) and DDO's
 (:data:`~ddo_hooks.reports.ddo.routes.DDOPackageReport`)."""
 
 
@@ -122,7 +124,7 @@ def report_shape(data: Any) -> ReportShape:
 
 
 EitherShapeReport: TypeAlias = Annotated[
-    Annotated[DDOReport, Tag("ddo_hooks")] | Annotated[DDOPackageReport, Tag("ddo")],
+    Annotated[DdoHooksReport, Tag("ddo_hooks")] | Annotated[DDOPackageReport, Tag("ddo")],
     Discriminator(report_shape),
 ]
 """A report of either shape, told apart by :func:`report_shape`: what a tracker's record holds."""
@@ -213,3 +215,7 @@ def report_json_schema() -> dict[str, Any]:
     schema["title"] = "DDOReport"
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     return schema
+
+
+def __getattr__(name: str) -> Any:
+    return _moved.old_attribute(__name__, name)

@@ -260,19 +260,19 @@ def embed_prompt(
     settings = _CALL[_check_family(family)]
     with torch.no_grad():
         if family == "flux":
-            embeds, pooled, _ = pipe.encode_prompt(  # type: ignore[attr-defined]
+            embeds, pooled, _ = pipe.encode_prompt(  # type: ignore[attr-defined]  # diffusers ships no types: mypy sees no encode_prompt
                 prompt=prompt, prompt_2=None, max_sequence_length=settings["max_sequence_length"]
             )
             return {"prompt_embeds": embeds, "pooled_prompt_embeds": pooled}
         if family == "sd":
-            embeds, negative = pipe.encode_prompt(  # type: ignore[attr-defined]
+            embeds, negative = pipe.encode_prompt(  # type: ignore[attr-defined]  # diffusers ships no types: mypy sees no encode_prompt
                 prompt,
                 diffusers_compat.execution_device(pipe),
                 num_images_per_prompt=1,
                 do_classifier_free_guidance=True,
             )
         else:
-            embeds, negative = pipe.encode_prompt(  # type: ignore[attr-defined]
+            embeds, negative = pipe.encode_prompt(  # type: ignore[attr-defined]  # diffusers ships no types: mypy sees no encode_prompt
                 prompt, do_classifier_free_guidance=True, max_sequence_length=settings["max_sequence_length"]
             )
     return {"prompt_embeds": embeds, "negative_prompt_embeds": negative}

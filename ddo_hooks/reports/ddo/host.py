@@ -143,7 +143,7 @@ class DDOHostCacheRelease(DDOModel):
         if not self.released and given:
             raise ValueError(f"only a released report has {', '.join(given)}; status is {self.status!r}")
         if self.released:
-            before, after = self.before.allocated_bytes, self.after.allocated_bytes  # type: ignore[union-attr]
+            before, after = self.before.allocated_bytes, self.after.allocated_bytes  # type: ignore[union-attr]  # a released report has both snapshots (checked just above)
             expected = before - after if before is not None and after is not None else None
             if self.allocator_bytes_delta != expected:
                 raise ValueError(f"allocator_bytes_delta must be {expected} (before minus after allocated_bytes)")

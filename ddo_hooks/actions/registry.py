@@ -1,0 +1,220 @@
+"""Actions by name: the built-in ones (:data:`~ddo_hooks.actions.BUILT_IN`) and the ones users plug in.
+
+Register your own with :func:`register_action` (a decorator, or called with the function), or from
+another package through the ``ddo_hooks.actions`` entry-point group (``my_action = "my_pkg.module:function"``,
+or a :class:`~ddo_hooks.actions.contract.RegisteredAction`). The YAML policy names the actions per
+boundary. An action receives a :class:`~ddo_hooks.actions.contract.BoundaryContext` and returns a report
+or ``None``; the same refusal rules apply to every action (it never runs while loading or denoising).
+An action registered with an options model (``options=``) has its options validated where a policy
+loads, with the located messages a built-in's get (or at attach, when it was registered after the
+policy loaded).
+
+Examples:
+    >>> from ddo_hooks import register_action, unregister_action
+    >>> @register_action("count_calls")
+    ... def count_calls(ctx):
+    ...     return ctx.action_report("executed", data={"call": ctx.call_index})
+    >>> "count_calls" in available_actions()
+    True
+    >>> unregister_action("count_calls")
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Callable, Mapping
+from importlib.metadata import entry_points
+from typing import Any, TypeVar, overload
+
+from ddo_hooks import actions
+from ddo_hooks.actions.contract import ActionFunction, ActionOptions, RegisteredAction
+from ddo_hooks.boundaries import ACTION_NAME_PATTERN
+from ddo_hooks.errors import InvalidArgumentError, PolicyError
+
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "available_actions",
+    "options_model",
+    "register_action",
+    "registered",
+    "resolve_action",
+    "unregister_action",
+    "validated_options",
+]
+
+ENTRY_POINT_GROUP = "ddo_hooks.actions"
+"""The entry-point group of the actions other packages provide."""
+
+_NAME_RE = re.compile(ACTION_NAME_PATTERN)
+_REGISTRY: dict[str, RegisteredAction[Any]] = {}  # the actions users registered (or built-ins they replaced)
+
+F = TypeVar("F", bound=ActionFunction)
+
+
+def registered(name: str) -> RegisteredAction[Any] | None:
+    """The action registered under ``name`` (a user's first, then a built-in), or ``None``; entry points aside."""
+    return _REGISTRY.get(name) or actions.by_name().get(name)
+
+
+def options_model(name: str) -> type[ActionOptions] | None:
+    """The options model of the action registered under ``name`` now; ``None`` for none, or no such action yet.
+
+    Examples:
+        >>> options_model("host_cache_release").__name__, options_model("my_pkg.flush")
+        ('HostCacheReleaseOptions', None)
+    """
+    action = registered(name)
+    return None if action is None else action.options
+
+
+def validated_options(name: str, options: Mapping[str, Any]) -> ActionOptions | None:
+    """The options of the action ``name`` as its model holds them; ``None`` for an action without a model (yet).
+
+    Raises:
+        PydanticCustomError: As :meth:`~ddo_hooks.actions.contract.ActionOptions.from_options`.
+
+    Examples:
+        >>> validated_options("host_cache_release", {"collect": "full"}).collect
+        'full'
+        >>> validated_options("my_pkg.flush", {"label": "x"}) is None  # not registered: as written
+        True
+    """
+    model = options_model(name)
+    return None if model is None else model.from_options(name, options)
+
+
+@overload
+def register_action(
+    name: str,
+    function: None = None,
+    *,
+    component_prefix: str | None = None,
+    replace: bool = False,
+    options: type[ActionOptions] | None = None,
+) -> Callable[[F], F]: ...
+
+
+@overload
+def register_action(
+    name: str,
+    function: F,
+    *,
+    component_prefix: str | None = None,
+    replace: bool = False,
+    options: type[ActionOptions] | None = None,
+) -> F: ...
+
+
+def register_action(
+    name: str,
+    function: F | None = None,
+    *,
+    component_prefix: str | None = None,
+    replace: bool = False,
+    options: type[ActionOptions] | None = None,
+) -> Callable[[F], F] | F:
+    """Register a boundary action under ``name``: ``@register_action(name)``, or ``register_action(name, function)``.
+
+    Args:
+        name: Lowercase letters, digits, ``_ . -``, starting with a letter.
+        function: The action; without it, a decorator that registers the function it decorates.
+        component_prefix: Prefix of the tracker component (default: ``name``).
+        replace: Allow replacing an action already registered under ``name``.
+        options: The model of its options, a subclass of
+            :class:`~ddo_hooks.actions.contract.ActionOptions`: a policy that names the action then
+            has its options validated where it loads (or at attach, for a policy loaded before), with
+            located messages, and the action receives an instance of it as ``ctx.options``. ``None``
+            (the default): the mapping the policy writes.
+
+    Raises:
+        InvalidArgumentError: A malformed name, the name is taken and ``replace`` is False, the action is
+            not callable, or ``options`` is not an options model (when the action is registered).
+
+    Examples:
+        >>> from ddo_hooks.actions.contract import ActionOptions, BoundaryContext
+        >>> class Depth(ActionOptions):
+        ...     depth: int = 1
+        >>> def flush(ctx: BoundaryContext[Depth]) -> None:
+        ...     print(ctx.options.depth)
+        >>> register_action("my_pkg.flush", flush, options=Depth) is flush
+        True
+        >>> from ddo_hooks import HookPolicy
+        >>> HookPolicy.from_mapping({"version": 1, "boundaries": {"after_call": {"actions": [
+        ...     {"name": "my_pkg.flush", "options": {"depth": "deep"}}]}}})
+        Traceback (most recent call last):
+        ...
+        ddo_hooks.errors.PolicyError: <mapping>: boundaries.after_call.actions[0].options.depth: 'deep': ...
+        >>> unregister_action("my_pkg.flush")
+    """
+    if not isinstance(name, str) or not _NAME_RE.match(name):
+        raise InvalidArgumentError(f"action name {name!r} must match {_NAME_RE.pattern}")
+    if registered(name) is not None and not replace:
+        raise InvalidArgumentError(f"an action named {name!r} is already registered; pass replace=True to replace it")
+
+    def decorator(run: F) -> F:
+        if not callable(run):
+            raise InvalidArgumentError(f"action {name!r} must be callable, got {type(run).__name__}")
+        _REGISTRY[name] = RegisteredAction(name, run, component_prefix or name, options=options)
+        return run
+
+    return decorator if function is None else decorator(function)
+
+
+def unregister_action(name: str) -> None:
+    """Remove a registered action.
+
+    Raises:
+        InvalidArgumentError: No action is registered under ``name`` (or it is built in).
+    """
+    if name in actions.names():
+        raise InvalidArgumentError(f"the built-in action {name!r} cannot be unregistered")
+    if name not in _REGISTRY:
+        known = sorted({*_REGISTRY, *actions.names()})
+        raise InvalidArgumentError(f"no action named {name!r} is registered (registered: {known})")
+    del _REGISTRY[name]
+
+
+def _entry_point_names() -> dict[str, Any]:
+    return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
+
+
+def available_actions() -> tuple[str, ...]:
+    """Every action name a policy can use: the built-in ones, registered ones and installed entry points."""
+    return tuple(sorted({*actions.names(), *_REGISTRY, *_entry_point_names()}))
+
+
+def resolve_action(name: str, *, where: str = "") -> RegisteredAction[Any]:
+    """Find the action a policy names: the registry first (the built-in ones included), then the entry-point group.
+
+    Args:
+        name: The action name.
+        where: The policy position (``file:line:col``) for the error message.
+
+    Raises:
+        PolicyError: No such action; the message suggests the closest names.
+    """
+    found = registered(name)
+    if found is not None:
+        return found
+    eps = _entry_point_names()
+    if name in eps:
+        try:
+            loaded = eps[name].load()
+        except Exception as e:
+            raise PolicyError(f"{where}: action {name!r}: loading entry point {eps[name].value!r} failed: {e}") from e
+        if isinstance(loaded, RegisteredAction):
+            action = loaded
+        elif callable(loaded):
+            action = RegisteredAction(name, loaded, name)
+        else:
+            raise PolicyError(f"{where}: entry point {eps[name].value!r} for action {name!r} is not callable")
+        _REGISTRY.setdefault(name, action)
+        return _REGISTRY[name]
+    known = available_actions()
+    close = difflib.get_close_matches(name, known, n=1)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    raise PolicyError(
+        f"{where}: unknown action {name!r}; {hint}known actions: {', '.join(known)}. Register it with "
+        f"@ddo_hooks.register_action({name!r}) or the {ENTRY_POINT_GROUP!r} entry-point group before attaching"
+    )
