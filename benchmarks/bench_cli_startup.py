@@ -1,9 +1,10 @@
 """How long ``ddo-hooks`` takes to start, next to the interpreter's own start.
 
 Runs each command in a fresh process, the commands interleaved, several times, and prints the
-median and the spread (min-max) of each, and the median beyond ``python -c pass``. Target: the
-file commands (``--help``, ``schema``, ``validate-policy``, ``validate-report``) under 0.5 s
-beyond the interpreter's start.
+median and the spread (min-max) of each, and the median beyond ``python -c pass``. Targets,
+beyond the interpreter's start: ``--help`` under 0.3 s (it imports no model: ``tests/test_layers.py``
+checks what it imports), the file commands (``schema``, ``validate-policy``, ``validate-report``)
+under 0.5 s.
 
 Run: ``python benchmarks/bench_cli_startup.py [--repeats 7] [--out DIR]``.
 """
@@ -20,6 +21,10 @@ import time
 from pathlib import Path
 
 TARGET_S = 0.5
+"""The file commands' target, beyond the interpreter's start."""
+
+HELP_TARGET_S = 0.3
+"""``--help``'s target, beyond the interpreter's start."""
 
 
 def commands(folder: Path) -> dict[str, list[str]]:
@@ -58,7 +63,8 @@ def main() -> int:
     for name, values in times.items():
         median = statistics.median(values)
         beyond = median - base
-        verdict = "" if name == "python -c pass" else ("met" if beyond < TARGET_S else "not met")
+        target = HELP_TARGET_S if name == "ddo-hooks --help" else TARGET_S
+        verdict = "" if name == "python -c pass" else ("met" if beyond < target else "not met")
         print(f"{name:<28} {median:9.3f} {min(values):6.3f}-{max(values):6.3f} {beyond:16.3f}  {verdict}")
         results[name] = {"median_s": median, "min_s": min(values), "max_s": max(values), "beyond_python_s": beyond}
     if args.out is not None:

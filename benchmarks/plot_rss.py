@@ -2,7 +2,9 @@
 
 One panel per workflow and offload mode, one panel per row, each titled in words; time runs from the start
 of each arm's work (the encoding or the first call); triangles mark each call's start, dots the executed
-ddo_hooks boundaries (right after each release), as the legend says. The GPU is named once, in the title.
+ddo_hooks boundaries (right after each release). The legend of every panel sits under the title, above
+the first panel, where a reader looks before reading a line; the GPU is named once, in the title. Drawn
+688 pixels wide, the docs' content column at 1280 px, so that it is shown at the size it is drawn.
 
 Run: ``python benchmarks/plot_rss.py OUT/bench_pinned_memory.json --out docs/img/rss-over-time.png``
 (``--config b/group_lcmu_true`` to draw only some panels, ``--whole`` to start at loading).
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +75,15 @@ def marks(result: dict[str, Any]) -> tuple[list[float], list[float]]:
     return starts, executed
 
 
+SHOWN_WIDTH = 688
+"""Pixels: the docs' content column at 1280 px (tests/test_site.py). The figure is drawn at this width, so
+that it is shown at its size and each text at the size it was drawn at."""
+
+DPI = 100
+FONT = {"title": 11, "panel": 10, "legend": 10, "label": 9.5, "tick": 9}
+"""Points, at :data:`DPI`: 9 points are 12.5 pixels, the smallest text of the figure."""
+
+
 def draw_panel(ax: Any, title: str, runs: list[dict[str, Any]], whole: bool) -> None:
     top = 0.0
     for run in sorted(runs, key=lambda r: list(ARMS).index(r["arm"])):
@@ -85,13 +97,72 @@ def draw_panel(ax: Any, title: str, runs: list[dict[str, Any]], whole: bool) -> 
         for times, marker in ((starts, CALL_MARKER), (executed, RELEASE_MARKER)):
             at = [x - origin for x in times]
             near = [rss[min(range(len(t)), key=lambda i, a=a: abs(t[i] - a))] for a in at]
-            ax.plot(at, near, marker, color=color, ms=4, ls="none")
-    ax.set_title(title, fontsize=10, loc="left")
-    ax.set_xlabel("seconds since loading started" if whole else "seconds since the work started", fontsize=9)
-    ax.set_ylabel("RSS (GiB)", fontsize=9)
-    ax.tick_params(labelsize=8)
+            ax.plot(at, near, marker, color=color, ms=4.5, ls="none")
+    ax.set_title(title.replace("; ", ";\n", 1), fontsize=FONT["panel"], loc="left")  # two lines fit 688 px
+    ax.set_xlabel(
+        "seconds since loading started" if whole else "seconds since the work started", fontsize=FONT["label"]
+    )
+    ax.set_ylabel("RSS (GiB)", fontsize=FONT["label"])
+    ax.tick_params(labelsize=FONT["tick"])
     ax.set_ylim(0, top * 1.08 or 1)
     ax.grid(alpha=0.3)
+
+
+def draw(doc: dict[str, Any], *, configs: Sequence[str] = (), whole: bool = False) -> Any:
+    """The figure: the title, then the legend of every panel (read before the panels), then a panel per row.
+
+    Args:
+        doc: ``bench_pinned_memory.json``.
+        configs: ``WORKFLOW/MODE`` panels to draw (default: every finished one).
+        whole: Time from each process's start, loading included.
+
+    Returns:
+        The matplotlib figure, :data:`SHOWN_WIDTH` pixels wide at :data:`DPI`.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+
+    panels: dict[str, list[dict[str, Any]]] = {}
+    for run in doc["runs"]:
+        config = f"{run['workflow']}/{run['mode']}"
+        if run["status"] == "ok" and (not configs or config in configs):
+            panels.setdefault(config, []).append(run)
+    if not panels:
+        raise ValueError("no finished arm to draw")
+    rows = len(panels)  # one panel per row: readable at the width of a docs page
+    title, legend, panel, bottom = 0.62, 0.4, 2.9, 0.1  # inches: the title, the legend, each panel, the margin
+    height = title + legend + panel * rows + bottom
+    fig, axes = plt.subplots(rows, 1, figsize=(SHOWN_WIDTH / DPI, height), dpi=DPI, squeeze=False)
+    for ax, (config, runs) in zip(axes.flat, panels.items(), strict=True):
+        workflow, mode = config.split("/")
+        draw_panel(ax, panel_title(workflow, mode, doc), runs, whole)
+    handles = {label: h for ax in axes.flat for h, label in zip(*ax.get_legend_handles_labels(), strict=True)}
+    handles["a call starts"] = Line2D([], [], color="0.3", marker=CALL_MARKER, ls="none", ms=6)
+    handles["a ddo_hooks boundary executed"] = Line2D([], [], color="0.3", marker=RELEASE_MARKER, ls="none", ms=6)
+    fig.legend(
+        handles.values(),
+        handles.keys(),
+        loc="upper center",
+        bbox_to_anchor=(0.5, 1 - title / height),
+        ncol=2,
+        fontsize=FONT["legend"],
+        frameon=False,
+        columnspacing=1.2,
+        handlelength=1.6,
+    )
+    versions = (doc.get("workload") or {}).get("versions", {})
+    fig.suptitle(
+        f"Process RSS over time: four ways of handling pinned memory\non an {machine(doc)}, "
+        f"torch {versions.get('torch')}",
+        fontsize=FONT["title"],
+        y=1 - 0.06 / height,
+        va="top",
+    )
+    fig.tight_layout(rect=(0, bottom / height, 1, 1 - (title + legend) / height), h_pad=1.4)
+    return fig
 
 
 def main() -> None:
@@ -102,43 +173,14 @@ def main() -> None:
     parser.add_argument("--whole", action="store_true", help="from each process's start, loading included")
     args = parser.parse_args()
 
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.lines import Line2D
-
     doc = json.loads(args.json.read_text())
-    panels: dict[str, list[dict[str, Any]]] = {}
-    for run in doc["runs"]:
-        config = f"{run['workflow']}/{run['mode']}"
-        if run["status"] == "ok" and (not args.config or config in args.config):
-            panels.setdefault(config, []).append(run)
-    if not panels:
-        raise SystemExit(f"{args.json}: no finished arm to draw")
-    rows = len(panels)  # one panel per row: readable at the width of a docs page
-    top, bottom, panel = 0.75, 1.05, 2.7  # inches: the title, the legend, each panel
-    height = top + bottom + panel * rows
-    fig, axes = plt.subplots(rows, 1, figsize=(8.0, height), squeeze=False)
-    for ax, (config, runs) in zip(axes.flat, panels.items(), strict=True):
-        workflow, mode = config.split("/")
-        draw_panel(ax, panel_title(workflow, mode, doc), runs, args.whole)
-    handles = {label: h for ax in axes.flat for h, label in zip(*ax.get_legend_handles_labels(), strict=True)}
-    handles["a call starts"] = Line2D([], [], color="0.3", marker=CALL_MARKER, ls="none", ms=5)
-    handles["a ddo_hooks boundary executed (right after its release)"] = Line2D(
-        [], [], color="0.3", marker=RELEASE_MARKER, ls="none", ms=5
-    )
-    fig.legend(handles.values(), handles.keys(), loc="lower center", ncol=2, fontsize=8.5, frameon=False)
-    versions = (doc.get("workload") or {}).get("versions", {})
-    torch = versions.get("torch")
-    fig.suptitle(
-        f"Process RSS over time: four ways of handling pinned memory\non an {machine(doc)}, torch {torch}",
-        fontsize=11,
-    )
-    fig.tight_layout(rect=(0, bottom / height, 1, 1 - top / height * 0.8), h_pad=1.6)
+    try:
+        fig = draw(doc, configs=args.config, whole=args.whole)
+    except ValueError as e:
+        raise SystemExit(f"{args.json}: {e}") from e
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(args.out, dpi=110)
-    print(f"wrote {args.out} ({len(panels)} panels)")
+    fig.savefig(args.out, dpi=DPI)
+    print(f"wrote {args.out} ({len(fig.axes)} panels)")
 
 
 if __name__ == "__main__":

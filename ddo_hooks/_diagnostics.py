@@ -28,12 +28,13 @@ import types
 import typing
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, Union
-
-from pydantic import BaseModel
-from pydantic_core import PydanticCustomError
+from typing import TYPE_CHECKING, Any, Union
 
 from ddo_hooks.errors import DdoHooksError
+
+if TYPE_CHECKING:  # pydantic is imported where a model is read: the command line's --help needs none
+    from pydantic import BaseModel
+    from pydantic_core import PydanticCustomError
 
 __all__ = [
     "MAX_SHOWN",
@@ -210,6 +211,8 @@ def located_error(kind: str, message: str, at: KeyPath = (), *, value: object = 
         >>> located_error("device", "{value} is not a CUDA device", value=True).message()
         'true is not a CUDA device'
     """
+    from pydantic_core import PydanticCustomError
+
     context: dict[str, Any] = {"message": message.replace("{value}", show_value(value)), "at": at}
     if "{value}" in message:
         context["template"] = message
@@ -223,6 +226,8 @@ def below(prefix: KeyPath, error: PydanticCustomError) -> PydanticCustomError:
         >>> below(("boundaries", "after_call"), located_error("x", "wrong", ("idle",))).context["at"]
         ('boundaries', 'after_call', 'idle')
     """
+    from pydantic_core import PydanticCustomError
+
     context = dict(error.context or {})
     context["at"] = (*prefix, *context.get("at", ()))
     return PydanticCustomError(error.type, error.message_template, context)
@@ -244,6 +249,8 @@ def _unwrap(annotation: Any) -> Any:
 
 def type_at(model: type[BaseModel], loc: KeyPath) -> Any:
     """The annotation (unwrapped of ``Optional`` and ``Annotated``) at ``loc`` inside ``model``, or ``None``."""
+    from pydantic import BaseModel
+
     current: Any = model
     for part in loc:
         current = _unwrap(current)
@@ -270,6 +277,8 @@ def keys_at(model: type[BaseModel], loc: KeyPath) -> list[str]:
         >>> keys_at(HookPolicy, ("release",))[:3]
         ['collect', 'min_releasable_bytes', 'trigger']
     """
+    from pydantic import BaseModel
+
     found = type_at(model, loc)
     if isinstance(found, type) and issubclass(found, BaseModel):
         return list(found.model_fields)

@@ -17,6 +17,8 @@ Examples:
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = [
     "BoundaryRefusedError",
     "DdoHooksError",
@@ -45,7 +47,15 @@ class InvalidArgumentError(DdoHooksError, ValueError):
 
 
 class PolicyError(DdoHooksError, ValueError):
-    """A hook policy (a YAML file or a mapping) is invalid; the message names file, line and key."""
+    """A hook policy (a YAML file or a mapping) is invalid; the message names file, line and key.
+
+    Attributes:
+        problems: When the policy was checked whole, each problem's ``(line, column)`` and its line of
+            the message (or a function that writes it), so that a caller can add its own in file order
+            (``ddo-hooks validate-policy`` adds the action names no action has); else empty.
+    """
+
+    problems: tuple[tuple[tuple[int, int], Any], ...] = ()
 
 
 class ReportError(DdoHooksError, ValueError):

@@ -62,6 +62,42 @@ def test_the_figure_has_one_panel_per_row_and_is_drawn_from_the_checked_in_resul
     assert height > 1.5 * width  # five panels, one per row
 
 
+SHOWN_WIDTH = 688  # the content column at 1280 px (tests/test_site.py)
+SMALLEST_TEXT_PX = 12  # each text of the figure, as shown in that column
+
+
+def test_the_legend_is_under_the_title_above_the_first_panel_and_every_text_is_readable_at_688_px():
+    pytest.importorskip("matplotlib", reason="the plot extra is not installed (pip install -e '.[dev]' adds it)")
+    plot = _plot_module()
+    fig = plot.draw(json.loads(RESULTS.read_text(encoding="utf-8")))
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    (legend,) = fig.legends
+    box = legend.get_window_extent(renderer)
+    first = fig.axes[0]
+    first_title = max((first.title, first._left_title), key=lambda t: len(t.get_text()))
+    assert box.y0 > first_title.get_window_extent(renderer).y1, "the legend should come before the first panel"
+    assert box.y1 < fig._suptitle.get_window_extent(renderer).y0, "the legend should come after the title"
+    assert {text.get_text() for text in legend.get_texts()} >= {"1 nothing", "4 ddo_hooks, three boundaries"}
+    width = fig.bbox.width
+    shown = min(1.0, SHOWN_WIDTH / width)  # a wider figure is shrunk to the column, and its text with it
+    small = sorted(
+        {
+            (round(text.get_fontsize() * fig.dpi / 72 * shown, 1), text.get_text())
+            for text in fig.findobj(lambda a: hasattr(a, "get_fontsize") and hasattr(a, "get_text"))
+            if text.get_text() and text.get_visible() and text.get_fontsize() * fig.dpi / 72 * shown < SMALLEST_TEXT_PX
+        }
+    )
+    assert not small, f"text under {SMALLEST_TEXT_PX} px at {SHOWN_WIDTH} px: {small[:5]}"
+    for ax in fig.axes:  # each panel's title fits its line: nothing is cut at the right edge
+        for title in (ax.title, ax._left_title):
+            if title.get_text():
+                assert title.get_window_extent(renderer).x1 <= width, title.get_text()
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+
+
 def test_headings_mean_something_to_an_outsider():
     pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
     vague = []

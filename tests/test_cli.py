@@ -22,7 +22,7 @@ from support.fakes import FakeHostAllocator
 
 from ddo_hooks import MetricsTracker, release_pytorch_host_cache
 from ddo_hooks.cli import main
-from ddo_hooks.cli.demo import CPU_RUN, H200_FIGURES
+from ddo_hooks.cli.demo import CPU_RUN, H200_ARMS, H200_FIGURES
 from ddo_hooks.cli.table import boundary_rows, infer_calls
 from ddo_hooks.release.allocator import use_backend
 from ddo_hooks.reports.boundary import BoundaryRefusal, BoundaryRefusalReport, BoundaryRefusalSetup
@@ -91,7 +91,7 @@ USER_ERRORS = {
 }
 
 USAGE_ERRORS = {
-    "usage: unknown command": "invalid choice: 'clean-cache'",
+    "usage: unknown command": "'clean-cache' is not a command; the commands: demo, validate-policy, validate-report",
     "usage: bad device": "'tpu' is not a demo device; use 'cpu', 'cuda' or 'cuda:N'",
 }
 
@@ -247,9 +247,57 @@ def test_demo_on_a_cpu_shows_the_rss_at_each_boundary_and_what_each_component_ho
     assert "On a CUDA machine the table also shows, at each boundary, the pinned bytes" in _flat(result.stdout)
     assert H200_FIGURES in _flat(result.stdout)
     assert "README" not in result.stdout
-    # the first words say what a CPU run shows and what a GPU run would
-    assert _flat(result.stderr).startswith(_flat(CPU_RUN + H200_FIGURES))
+    # the first words say what a CPU run shows and what a GPU run would; the H200's figures come once, at the end
+    assert _flat(result.stderr).startswith(_flat(CPU_RUN))
+    assert (_flat(result.stdout) + _flat(result.stderr)).count("on an H200, a Flux-shaped pipeline") == 1
     assert max(len(line) for line in result.stdout.splitlines()) <= 100
+
+
+def test_the_demo_numbers_what_attach_did_as_no_call_and_tells_two_observations_at_a_boundary_apart(tmp_path):
+    from ddo_hooks.cli.cells import ATTACH_CALL
+    from ddo_hooks.cli.demo import run_demo
+    from ddo_hooks.cli.demo_view import format_result
+    from ddo_hooks.policy.model import HookPolicy
+
+    for preset, calls in (("smallest-box", [ATTACH_CALL] + [1] * 6), ("lowest-peak", [1] * 10)):
+        result = run_demo(
+            family="sd",
+            policy=HookPolicy.preset(preset),
+            device=torch.device("cpu"),
+            steps=1,
+            calls=1,
+            report=tmp_path / f"{preset}.jsonl",
+            progress=False,
+            log=__import__("io").StringIO(),
+        )
+        assert result.calls == calls, preset
+        text = format_result(result)
+        assert "left the pipeline" not in text  # one call: nothing was dropped
+        if preset == "smallest-box":
+            assert re.search(r"^attach +attach/repack +no-op: ", text, flags=re.MULTILINE)
+        else:  # release_done_components and the demo's own observer both observe before the transformer
+            memory = text.split("cgroup\n", 1)[1]
+            assert re.search(r"^1 +before_transformer/ +", memory, flags=re.MULTILINE)
+            assert re.search(r"^1 +\+ ddo_demo\.rss ", memory, flags=re.MULTILINE)
+
+
+def test_the_h200_figures_the_demo_quotes_name_the_arms_they_come_from():
+    arms = json.loads((ROOT / "benchmarks" / "results" / "bench_pinned_floor-flux.json").read_text("utf-8"))["arms"]
+    rest = {arm: arms[f"flux/lcmu=false/{arm.replace(' ', '')}"]["calls"][-1]["rest"] for arm in H200_ARMS}
+    repacked, nothing = (rest[arm] for arm in H200_ARMS)
+    assert len(arms["flux/lcmu=false/default+repack"]["calls"]) == 2  # "after two plain calls"
+    pinned = (
+        f"{repacked['pinned_owned'] / 2**30:.2f} GiB of pinned memory instead of {nothing['pinned_owned'] / 2**30:.2f}"
+    )
+    rss = f"an RSS of {repacked['rss'] / 2**30:.2f} GiB instead of {nothing['rss'] / 2**30:.2f}"
+    assert pinned in H200_FIGURES
+    assert rss in H200_FIGURES
+    assert f"the arm '{H200_ARMS[0]}' (the default preset)" in H200_FIGURES
+    assert f"against the arm '{H200_ARMS[1]}'" in H200_FIGURES
+    page = (ROOT / "docs" / "benchmarks.md").read_text(encoding="utf-8")
+    assert all(f"| {arm} | " in page for arm in H200_ARMS)  # the arms as the page's table names them
+    assert "Which memory a plain call wins" in page
+    assert H200_FIGURES not in CPU_RUN
 
 
 def test_demo_shows_progress_and_drops_the_text_encoders_after_the_first_call(runs: Runs):
@@ -429,7 +477,7 @@ def test_an_invalid_record_in_tracker_json_is_located_at_its_line(tmp_path: Path
     status, _, err = _main(capsys, "validate-report", str(path))
     assert status == 1
     where = f"{path}:{line}:{column}: records[4].report.setup.host_cache_release.elapsed_seconds:"
-    assert err.startswith(f"{where} Input should be greater than or equal to 0")
+    assert err.startswith(f"{where} -1.0 is out of range; expected a value of at least 0.0")
 
 
 @pytest.mark.parametrize(
@@ -486,9 +534,11 @@ def test_files_that_are_not_utf8_are_refused(tmp_path: Path, capsys: pytest.Capt
         ((), "the following arguments are required: COMMAND"),
         (("demo", "--steps", "0"), "argument --steps: must be a whole number >= 1, got '0'"),
         (("demo", "--calls", "two"), "argument --calls: must be a whole number >= 1, got 'two'"),
-        (("demo", "--family", "sdxl"), "argument --family: invalid choice: 'sdxl'"),
+        (("demo", "--family", "sdxl"), "--family: 'sdxl' is not a demo pipeline; did you mean 'sd'? use one of flux,"),
         (("demo", "--device", "cuda:x"), "'cuda:x' is not a demo device"),
-        (("schema", "drawing"), "argument which: invalid choice: 'drawing'"),
+        (("schema", "drawing"), "'drawing' is not a schema; print one of policy, report or record"),
+        (("schema", "polcy"), "'polcy' is not a schema; did you mean 'policy'?"),
+        (("validate-polcy", "p.yaml"), "'validate-polcy' is not a command; did you mean 'validate-policy'?"),
         (("validate-policy",), "the following arguments are required: FILE"),
     ],
 )
@@ -496,6 +546,14 @@ def test_usage_errors_name_the_argument(capsys: pytest.CaptureFixture[str], argv
     status, _, err = _main(capsys, *argv)
     assert status == 2
     assert expected in err
+    assert not any(phrase in err for phrase in ("invalid choice", "argument which", "choose from"))
+
+
+def test_the_commands_named_in_usage_errors_are_the_parsers():
+    from ddo_hooks.cli.main import COMMANDS, build_parser
+
+    commands = next(a for a in build_parser()._actions if isinstance(a, __import__("argparse")._SubParsersAction))
+    assert tuple(commands.choices) == COMMANDS
 
 
 def test_demo_checks_its_arguments_before_building_anything(tmp_path: Path, capsys: pytest.CaptureFixture[str]):

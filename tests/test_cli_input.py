@@ -156,9 +156,9 @@ def test_validate_policy_still_allows_an_action_the_host_will_register(tmp_path,
 
 def test_demo_takes_a_preset_name_and_names_the_presets_when_neither_a_file_nor_a_preset_matches(capsys):
     from ddo_hooks import HookPolicy
-    from ddo_hooks.cli.main import _policy_or_preset
+    from ddo_hooks.cli.policies import policy_or_preset
 
-    assert _policy_or_preset("lowest-peak") == HookPolicy.preset("lowest-peak")
+    assert policy_or_preset("lowest-peak") == HookPolicy.preset("lowest-peak")
     assert main(["demo", "--policy", "lowest-peek"]) == 1
     assert capsys.readouterr().err == (
         "lowest-peek: no such policy file, and no preset of that name; did you mean 'lowest-peak'? check the path, "

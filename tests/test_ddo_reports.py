@@ -110,7 +110,11 @@ def test_the_handwritten_payloads_are_marked_and_are_the_gpu_statuses():
             1.5,
             r"before.allocated_bytes: expected an integer, got 1.5",
         ),
-        (("setup", "host_cache_release", "host_after", "process_rss_bytes"), -1, r"greater than or equal to 0"),
+        (
+            ("setup", "host_cache_release", "host_after", "process_rss_bytes"),
+            -1,
+            r"process_rss_bytes: -1 is out of range; expected a value of at least 0",
+        ),
         (("setup", "host_cache_release", "host_after"), None, r"host_after is null; DDO leaves this key out"),
         (
             ("setup", "host_cache_release", "extra"),
@@ -120,7 +124,7 @@ def test_the_handwritten_payloads_are_marked_and_are_the_gpu_statuses():
         (("configuration", "enabled"), False, r"status is 'disabled' exactly when configuration.enabled is false"),
         (("configuration", "enabled"), "true", r"configuration.enabled: expected true or false, got 'true'"),
         (("runtime",), {"vmm": {}}, r"runtime.vmm: unknown key"),
-        (("schema_version",), True, r"schema_version: Input should be 1, got true"),
+        (("schema_version",), True, r"schema_version: expected 1, got true"),
         (("bogus",), 1, r"bogus: unknown key: this report has no such field"),
     ],
 )

@@ -32,7 +32,8 @@ from ddo_hooks.cli import main
 from ddo_hooks.errors import DdoHooksError
 from ddo_hooks.reports.envelope import RecordEnvelope
 from ddo_hooks.reports.files import load_report_file
-from ddo_hooks.reports.tracker import _checked_entry, _record_from_json, text_lines
+from ddo_hooks.reports.json_lines import text_lines
+from ddo_hooks.reports.records import _checked_entry, record_from_json
 
 EXAMPLES = int(os.environ.get("DDO_FUZZ_EXAMPLES", "150"))
 fuzz = settings(
@@ -140,7 +141,7 @@ def test_fuzz_a_line_the_fast_reader_takes_reads_the_same_the_careful_way(line: 
     """iter_entries tries pydantic_core's parser first and skips a check it proved; json.loads must agree."""
     fast = _checked_entry(line)
     if fast is not None:
-        assert _record_from_json(json.loads(line), "line 1") == fast
+        assert record_from_json(json.loads(line), "line 1") == fast
 
 
 @fuzz

@@ -228,3 +228,61 @@ def test_every_type_ignore_names_its_error_and_says_why_and_there_are_fewer_than
                 unexplained.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
     assert unexplained == [], "type: ignore without its error code and a reason in words:\n" + "\n".join(unexplained)
     assert 0 < found < 38, found
+
+
+# What `ddo-hooks --help` may not import: it printed in 0.8-1.1 s while it built the policy and report
+# models to list the presets (issue 44). The help is text: no model, no pydantic, no YAML, no torch.
+NOT_FOR_HELP = ("torch", "diffusers", "transformers", "numpy", "pydantic", "pydantic_core", "yaml")
+NOT_FOR_HELP_PACKAGES = (
+    "ddo_hooks.policy.",
+    "ddo_hooks.reports.",
+    "ddo_hooks.release.host",
+    "ddo_hooks.hooks.actions",
+    "ddo_hooks.actions",
+)
+
+
+COMMANDS = ("demo", "validate-policy", "validate-report", "schema", "summarize", "plot")
+
+
+def _too_heavy_for_help(modules: list[str]) -> list[str]:
+    return sorted(
+        m for m in modules if m.split(".")[0] in NOT_FOR_HELP or any(m.startswith(p) for p in NOT_FOR_HELP_PACKAGES)
+    )
+
+
+def test_help_imports_no_model_and_nothing_heavy(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "ddo_hooks", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "validate-policy" in done.stdout
+    imported = [line.split("|")[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")]
+    assert "ddo_hooks.cli.main" in imported  # the log is what was imported
+    assert _too_heavy_for_help(imported) == []
+
+
+HELP_ONLY = textwrap.dedent(
+    """
+    import contextlib, io, sys
+    from ddo_hooks.cli.main import build_parser, main
+    build_parser().format_help()
+    for argv in {commands!r}:
+        with contextlib.redirect_stdout(io.StringIO()) as out:
+            assert main(argv) == 0, argv
+        assert "usage: ddo-hooks" in out.getvalue(), argv
+    print("\\n".join(sorted(sys.modules)))
+    """
+)
+
+
+def test_every_commands_help_imports_no_model_and_nothing_heavy(tmp_path):
+    commands = [["--help"], *([name, "--help"] for name in COMMANDS)]
+    script = HELP_ONLY.format(commands=commands)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert _too_heavy_for_help(done.stdout.split()) == []

@@ -91,6 +91,62 @@ def test_write_jsonl_writes_a_file_that_reads_back(tracker: MetricsTracker, tmp_
     assert read_reports(path.read_text(encoding="utf-8")) == tracker.records()
 
 
+def test_read_jsonl_reads_back_what_write_jsonl_wrote(tracker: MetricsTracker, tmp_path):
+    path = tracker.write_jsonl(tmp_path / "run.jsonl")
+    assert MetricsTracker.read_jsonl(path).entries() == tracker.entries()
+    assert MetricsTracker.read_jsonl(str(path)).records() == tracker.records()
+    assert MetricsTracker.read_jsonl(MetricsTracker().write_jsonl(tmp_path / "none.jsonl")).entries() == []
+
+
+def test_read_jsonl_leaves_out_a_cut_line_naming_the_file_and_line(tracker: MetricsTracker, tmp_path):
+    lines = tracker.to_jsonl().splitlines()
+    path = tmp_path / "run.jsonl"
+    path.write_text("\n".join([lines[0], lines[1][:40], lines[2]]) + "\n", encoding="utf-8")
+    with pytest.warns(UserWarning, match=r"run\.jsonl:2: the line is cut off"):
+        read = MetricsTracker.read_jsonl(path)
+    assert read.records() == [tracker.records()[0], tracker.records()[2]]
+
+
+def test_read_jsonl_names_the_file_the_line_and_the_key_of_an_invalid_record(tracker: MetricsTracker, tmp_path):
+    lines = tracker.to_jsonl().splitlines()
+    record = json.loads(lines[1])
+    record["report"]["setup"]["host_cache_release"]["status"] = "exploded"
+    path = tmp_path / "run.jsonl"
+    path.write_text("\n".join([lines[0], json.dumps(record)]) + "\n", encoding="utf-8")
+    with pytest.raises(ReportError, match=r"run\.jsonl:2:\d+: report\.setup\.host_cache_release\.status: "):
+        MetricsTracker.read_jsonl(path)
+    with pytest.raises(ReportError, match=r"no such report file"):
+        MetricsTracker.read_jsonl(tmp_path / "missing.jsonl")
+
+
+def test_read_jsonl_refuses_another_form_of_report_file_naming_its_reader(tracker: MetricsTracker, tmp_path):
+    path = tmp_path / "run.json"
+    path.write_text(tracker.to_json(), encoding="utf-8")
+    with pytest.raises(ReportError, match=r"run\.json: holds tracker JSON, not JSON Lines .*load_report_file"):
+        MetricsTracker.read_jsonl(path)
+
+
+@pytest.mark.parametrize("given", ["run.jsonl", "  results/run.json\n", "EXISTING"])
+def test_from_jsonl_given_a_path_says_to_use_read_jsonl(given: str, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "reports.txt").write_text("", encoding="utf-8")
+    given = given.replace("EXISTING", "reports.txt")
+    with pytest.raises(ReportError, match=r"looks like a file's path; read the file with MetricsTracker\.read_jsonl\("):
+        MetricsTracker.from_jsonl(given)
+    with pytest.raises(ReportError, match=r"looks like a file's path; read the file with MetricsTracker\.from_json\("):
+        MetricsTracker.from_json(given)
+
+
+def test_from_jsonl_given_a_path_object_says_to_use_read_jsonl(tmp_path):
+    with pytest.raises(ReportError, match=r"read the file with MetricsTracker\.read_jsonl\("):
+        MetricsTracker.from_jsonl(tmp_path / "run.jsonl")  # type: ignore[arg-type]
+
+
+def test_text_that_is_not_json_and_not_a_path_is_still_refused_as_not_json():
+    with pytest.raises(ReportError, match=r"^line 1, column 1: not JSON"):
+        MetricsTracker.from_jsonl("not json at all")
+
+
 @pytest.mark.parametrize("report", [{"schema_version": 1}, "report", None])
 def test_recording_something_that_is_not_a_report_is_refused(report: object):
     with pytest.raises(InvalidArgumentError, match=r"^record_ddo_metrics expects a DDO report model, got \w+; pass"):

@@ -168,14 +168,71 @@ def test_without_matplotlib_plot_says_how_to_install_it(
     assert not out.exists()
 
 
-def test_a_run_without_readings_has_nothing_to_plot(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+def test_a_run_without_readings_has_nothing_to_plot_and_plot_says_what_it_needs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
     tracker = MetricsTracker()
     tracker.record_ddo_metrics(release_pytorch_host_cache(phase="after_call"), component="host_cache_after_call")
     cpu = tracker.write_jsonl(tmp_path / "cpu.jsonl")
     assert main(["plot", str(cpu), "-o", str(tmp_path / "run.png")]) == 1
-    err = capsys.readouterr().err
-    assert err.startswith(f"{cpu}: no host_cache_release report holds a reading of pinned bytes or RSS")
-    assert "on a CPU-only torch every release is a no-op" in err
+    err = " ".join(capsys.readouterr().err.split())
+    assert err.startswith(f"{cpu}: no report holds a reading of pinned bytes or of the process RSS")
+    assert "host_cache_release reports that read the allocator (a run on a CUDA machine)" in err
+    assert "or an action's report that observed the RSS (data.rss_bytes, as ddo-hooks demo's ddo_demo.rss" in err
+
+
+@pytest.fixture(scope="module")
+def cpu_demo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """What `ddo-hooks demo` writes on a CPU: no-op releases, and the RSS its own action observed at each boundary."""
+    import io
+
+    import torch
+
+    from ddo_hooks.cli.demo import run_demo
+    from ddo_hooks.policy.model import HookPolicy
+
+    folder = tmp_path_factory.mktemp("cpu-demo")
+    result = run_demo(
+        family="sd",
+        policy=HookPolicy.preset("lowest-peak"),  # malloc_trim observes the RSS before and after too
+        device=torch.device("cpu"),
+        steps=1,
+        calls=2,
+        report=folder / "run.jsonl",
+        progress=False,
+        log=io.StringIO(),
+    )
+    return result.report_path
+
+
+def test_the_cpu_demos_reports_are_drawn_as_the_rss_its_actions_observed(
+    tmp_path: Path, cpu_demo: Path, capsys: pytest.CaptureFixture[str]
+):
+    pytest.importorskip("matplotlib", reason="the plot extra is not installed (pip install -e '.[dev]' adds it)")
+    out = tmp_path / "cpu.png"
+    assert main(["plot", str(cpu_demo), "-o", str(out)]) == 0
+    assert capsys.readouterr().out == f"wrote {out}\n"
+    width, height = _png_size(out)
+    assert 900 <= width <= 3500
+    assert 400 <= height <= 700  # one panel: the RSS (no pinned memory was read)
+    assert out.stat().st_size > 15_000
+
+
+def test_observed_points_are_the_first_and_last_rss_reading_at_each_boundary(cpu_demo: Path):
+    from ddo_hooks.cli.plot import observed_points, positions, release_points
+    from ddo_hooks.cli.summarize import collect_runs
+    from ddo_hooks.reports.files import load_report_file
+
+    (run,), _ = collect_runs([load_report_file(cpu_demo)])
+    assert release_points(run) == []  # a CPU run's releases read nothing
+    points = observed_points(run)
+    assert positions([points]) == [
+        (call, boundary, 1) for call in (1, 2) for boundary in ("before_transformer", "before_vae", "after_call")
+    ]
+    rows = [row for row in run.rows() if row.call == 1 and row.boundary == "before_vae"]
+    observed = [v for row in rows for v in (row.rss_before, row.rss_after) if v is not None]
+    first = next(p.row for p in points if (p.call, p.boundary) == (1, "before_vae"))
+    assert (first.rss_before, first.rss_after) == (observed[0], observed[-1])
 
 
 @pytest.mark.parametrize(

@@ -486,6 +486,29 @@ def test_from_mapping_reports_like_from_yaml_without_positions(data, message):
         HookPolicy.from_mapping(data)  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize(
+    ("data", "message"), [(d, m) for d, m in BAD_MAPPINGS if isinstance(d, dict) and all(isinstance(k, str) for k in d)]
+)
+def test_constructing_the_model_directly_reports_like_from_mapping(data, message):
+    with pytest.raises(PolicyError, match=message.replace("<mapping>", r"HookPolicy\(\.\.\.\)")) as info:
+        HookPolicy(**data)
+    assert not isinstance(info.value, ValidationError)
+    with pytest.raises(PolicyError) as mapped:
+        HookPolicy.from_mapping(data)
+    assert str(info.value) == str(mapped.value).replace("<mapping>", "HookPolicy(...)")
+
+
+def test_constructing_the_model_directly_says_every_problem_in_words():
+    with pytest.raises(PolicyError) as info:
+        HookPolicy(version=1, device="tpu", keep_reports=-1, release={"collect": "sometimes"})
+    lines = str(info.value).splitlines()
+    assert sorted(line.split(": ")[1] for line in lines) == ["device", "keep_reports", "release.collect"]
+    assert all(line.startswith("HookPolicy(...): ") for line in lines)
+    assert "validation error" not in str(info.value)
+    assert "Input should" not in str(info.value)
+    assert HookPolicy(version=1, device="cuda:1").device == "cuda:1"
+
+
 def test_the_loader_is_a_safe_loader_and_builds_no_python_objects():
     assert issubclass(PolicyLoader, yaml.SafeLoader)
     with pytest.raises(PolicyError, match="unsupported YAML tag"):

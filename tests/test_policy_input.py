@@ -112,6 +112,86 @@ def test_problems_of_the_yaml_and_of_the_settings_come_in_one_message_in_file_or
     ]
 
 
+OFF = "  before_transformer: {enabled: false}\n  before_vae: {enabled: false}\n  after_call: {enabled: false}\n"
+RELEASE_ACTION = "boundaries:\n  after_call:\n    actions:\n      - name: host_cache_release\n"
+
+
+# Two mistakes that pydantic's first pass reported one at a time: a check of several settings (every
+# boundary disabled; an action's options against release; a duplicate action) runs only once every
+# setting it reads passed, and an action's options stopped at their first problem.
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            V + "release: {collect: sometimes}\nboundaries:\n" + OFF,
+            [["policy.yaml:2:11", "release.collect"], ["policy.yaml:3:1", "boundaries"]],
+        ),
+        (
+            V + "keep_reports: -1\nrelease: {collect: young}\n" + RELEASE_ACTION + "        options: {core: ddo}\n",
+            [
+                ["policy.yaml:2:1", "keep_reports"],
+                ["policy.yaml:8:19", "boundaries.after_call.actions[0].options.core"],
+            ],
+        ),
+        (
+            V + RELEASE_ACTION + "        options: {collect: sometimes, trigger: never}\n",
+            [
+                ["policy.yaml:6:19", "boundaries.after_call.actions[0].options.collect"],
+                ["policy.yaml:6:39", "boundaries.after_call.actions[0].options.trigger"],
+            ],
+        ),
+        (
+            V + RELEASE_ACTION + "        options: {colour: red, shade: blue}\n",
+            [
+                ["policy.yaml:6:19", "boundaries.after_call.actions[0].options.colour"],
+                ["policy.yaml:6:32", "boundaries.after_call.actions[0].options.shade"],
+            ],
+        ),
+        (
+            V + "boundaries:\n  before_vae:\n    actions: [{name: malloc_trim, options: {}}, {name: malloc_trim, "
+            "options: {}}, {name: host_cache_release, options: {collect: x}}]\n",
+            [
+                ["policy.yaml:4:49", "boundaries.before_vae.actions[1]"],
+                ["policy.yaml:4:120", "boundaries.before_vae.actions[2].options.collect"],
+            ],
+        ),
+    ],
+    ids=["inert and a bad value", "a conflict and a bad value", "two bad options", "two unknown options", "twice"],
+)
+def test_a_check_of_several_settings_and_a_bad_value_are_reported_together(text: str, expected: list[list[str]]):
+    assert [line.split(": ")[0:2] for line in problem(text).splitlines()] == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "only"),
+    [
+        (V + "pinned_copies: {from_files: always, keep_encoders_pinned: true}\n", "pinned_copies.from_files"),
+        (V + "boundaries:\n  before_vae: {enabled: maybe, actions: []}\n", "boundaries.before_vae.enabled"),
+        (V + "boundaries:\n  after_call: {actions: [{name: 5}]}\n", "boundaries.after_call.actions[0].name"),
+    ],
+)
+def test_a_problem_that_follows_from_another_one_is_not_reported_with_it(text: str, only: str):
+    # keep_encoders_pinned needs from_files, which was wrong; a boundary that acts needs an action,
+    # and whether it acts was wrong; a name that was wrong is not also missing.
+    assert [line.split(": ")[1] for line in problem(text).splitlines()] == [only]
+
+
+def test_validate_policy_says_each_nearly_right_action_name_with_the_other_problems(tmp_path: Path, capsys):
+    path = tmp_path / "policy.yaml"
+    text = V + "boundaries:\n  before_vae:\n    actions: [host_cache_relase, malloc_trimm]\n"
+    path.write_text(text + RELEASE_ACTION[len("boundaries:\n") :] + "        options: {collect: x}\n", encoding="utf-8")
+    assert main(["validate-policy", str(path)]) == 1
+    lines = capsys.readouterr().err.splitlines()
+    assert [line.removeprefix(str(tmp_path) + "/").split(": ")[0:2] for line in lines] == [
+        ["policy.yaml:4:15", "unknown action 'host_cache_relase'; did you mean 'host_cache_release'? known actions"],
+        ["policy.yaml:4:34", "unknown action 'malloc_trimm'; did you mean 'malloc_trim'? known actions"],
+        ["policy.yaml:8:19", "boundaries.after_call.actions[0].options.collect"],
+    ]
+    path.write_text(text, encoding="utf-8")  # a valid policy but for the names: both said too
+    assert main(["validate-policy", str(path)]) == 1
+    assert len(capsys.readouterr().err.splitlines()) == 2
+
+
 # -- A.4: values are shown as written ------------------------------------------------------------
 
 

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
 from pathlib import Path
+
+from support.file_modules import load_file
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 TEXT = README.read_text(encoding="utf-8")
@@ -80,3 +83,31 @@ def test_pip_install_ddo_hooks_appears_only_as_what_it_will_be_once_published():
     everywhere = _flat(TEXT) + " ".join(p.read_text(encoding="utf-8") for p in README.parent.glob("docs/*.md"))
     assert everywhere.count("pip install ddo-hooks") == 1
     assert "ddo-hooks[plot]" not in everywhere
+
+
+GIB = 2**30
+
+
+def test_the_problem_sections_figures_of_dropped_encoders_are_those_of_the_checked_in_run():
+    """'What problem it solves': the encoders dropped, each setting, from bench_pinned_memory.json (one run)."""
+    root = README.parent
+    bench = load_file(root / "benchmarks" / "bench_pinned_memory.py", "bench_pinned_memory", beside=True)
+    doc = json.loads((root / "benchmarks" / "results" / "bench_pinned_memory.json").read_text(encoding="utf-8"))
+    summary = bench.summarize(doc["runs"])
+    text = _flat(TEXT)
+    false, true = summary["b/group_lcmu_false"], summary["b/group_lcmu_true"]
+    release = false["ddo_hooks"]["boundaries"][0]
+    assert release["boundary"] == "before_transformer"
+    assert release["allocator_bytes_delta"] == false["ddo_hooks"]["encoders_pinned"]
+    expected = [
+        f"leave {false['ddo_hooks']['encoders_pinned'] / GIB:.2f} GiB of pinned copies cached",
+        f"gives them back in {release['timings']['release_seconds']:.2f} s ({release['elapsed_seconds']:.2f} s with",
+        f"after the second call is {false['ddo_hooks']['resting_rss'][-1] / GIB:.2f} GiB instead of "
+        f"{false['nothing']['resting_rss'][-1] / GIB:.2f};",
+        f"lowered the peak RSS from {true['nothing']['peak_rss'] / GIB:.2f} GiB to "
+        f"{true['ddo_hooks']['peak_rss'] / GIB:.2f} GiB",
+        f"call from {true['nothing']['resting_rss'][-1] / GIB:.2f} GiB to "
+        f"{true['ddo_hooks']['resting_rss'][-1] / GIB:.2f} GiB.",
+    ]
+    missing = [piece for piece in expected if piece not in text]
+    assert not missing, f"the README should say, from the checked-in run: {missing}"

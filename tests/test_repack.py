@@ -390,10 +390,10 @@ def test_summarize_and_plot_show_the_repack_and_which_memory(fake: FakeHostAlloc
     assert main(["summarize", str(saved)]) == 0
     out = capsys.readouterr().out
     repack = attachment.repack_report.repack
-    row = next(line for line in out.splitlines() if re.match(r"0 +attach/repack +executed", line))
+    row = next(line for line in out.splitlines() if re.match(r"attach +attach/repack +executed", line))
     assert f"{repack.allocator_bytes_delta / 1024:.1f} KiB" in row  # the bytes the repack gave back
     assert "which memory, after each boundary" in out
-    assert re.search(r"^call  boundary +RSS", out, re.MULTILINE)
+    assert re.search(r"^call +boundary +RSS", out, re.MULTILINE)
     (run,) = collect_runs([load_report_file(saved)])[0]
     points = release_points(run)
     assert (points[0].call, points[0].boundary, points[0].row.delta) == (0, "attach", repack.allocator_bytes_delta)

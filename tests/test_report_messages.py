@@ -259,3 +259,38 @@ def test_the_file_readers_say_which_line_is_past_pythons_limits(tmp_path: Path, 
         with pytest.raises(ReportError, match=rf"^line 2, column {column}: {said}"):
             list(iter_report_lines(f"{first}\n{record}\n"))
     assert message.endswith("check that this is the report file you meant") or "check the brackets" in message
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "says"),
+    [
+        (("schema_version",), "1", "schema_version: expected 1, got '1' (a string: write 1 without quotes)"),
+        (("schema_version",), 2, "schema_version: expected 1, got 2"),
+        (("elapsed_seconds",), -1, "elapsed_seconds: -1 is out of range; expected a value of at least 0.0"),
+        (("phase",), "Before VAE", "phase: 'Before VAE' is not a phase label: a lowercase letter, then up to 63"),
+    ],
+)
+def test_validate_report_says_a_fixed_value_a_range_and_a_form_in_our_words(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], key: tuple[str, ...], value: object, says: str
+):
+    data = report()
+    (data if key == ("schema_version",) else data["setup"]["host_cache_release"])[key[0]] = value
+    path = tmp_path / "r.jsonl"
+    path.write_text(line(data=data) + "\n", encoding="utf-8")
+    assert main(["validate-report", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert says in err, err
+    assert not any(phrase in err for phrase in ("Input should", "should match pattern", "greater than or equal"))
+
+
+def test_the_first_example_of_the_reports_api_page_shows_our_words_not_pydantics():
+    import importlib
+    import re
+
+    page = (Path(__file__).resolve().parent.parent / "docs" / "api" / "reports.md").read_text(encoding="utf-8")
+    modules = re.findall(r"^::: (\S+)$", page, flags=re.MULTILINE)
+    first = next(m for m in modules if ">>>" in (importlib.import_module(m).__doc__ or ""))
+    example = (importlib.import_module(first).__doc__ or "").split("Examples:", 1)[1]
+    assert "ValidationError" not in example, first
+    assert "pydantic_core" not in example, first
+    assert "ddo_hooks.errors.ReportError" in example, first

@@ -263,14 +263,14 @@ def test_a_negative_delta_is_allowed_when_it_is_what_was_observed():
 def test_negative_snapshot_bytes_are_refused(field: str):
     data = executed()
     data["setup"]["host_cache_release"]["before"][field] = -1
-    refused(data, rf"{RELEASE}\.before\.{field}: Input should be greater than or equal to 0")
+    refused(data, rf"{RELEASE}\.before\.{field}: -1 is out of range; expected a value of at least 0")
 
 
 @pytest.mark.parametrize("field", ["rss_bytes", "private_bytes", "physical_available_bytes", "commit_available_bytes"])
 def test_negative_host_bytes_are_refused(field: str):
     data = executed()
     data["setup"]["host_cache_release"]["host_after"][field] = -1
-    refused(data, rf"{RELEASE}\.host_after\.{field}: Input should be greater than or equal to 0")
+    refused(data, rf"{RELEASE}\.host_after\.{field}: -1 is out of range; expected a value of at least 0")
 
 
 def test_a_byte_count_must_be_an_integer():
@@ -292,7 +292,7 @@ def test_unknown_fields_are_refused_by_name(where: str):
 def test_another_schema_version_is_refused(version: object):
     data = executed()
     data["schema_version"] = version
-    refused(data, r"pytorch_host_cache_release\.schema_version: Input should be 1")
+    refused(data, r"pytorch_host_cache_release\.schema_version: expected 1, got ")
 
 
 def test_an_unknown_route_is_refused():
@@ -438,7 +438,7 @@ def test_below_threshold_goes_with_a_skip_decision():
 
 @pytest.mark.parametrize("phase", ["", "Before", "a" * 65, "before transformer", "abc\n"])
 def test_a_malformed_phase_label_is_refused(phase: str):
-    refused(changed(executed(), phase=phase), rf"{RELEASE}\.phase: String should match pattern")
+    refused(changed(executed(), phase=phase), rf"{RELEASE}\.phase: .* is not a phase label: a lowercase letter")
 
 
 def test_a_host_observation_lists_only_its_own_fields_as_unavailable():

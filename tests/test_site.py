@@ -102,3 +102,46 @@ def test_no_code_block_or_table_of_a_page_is_wider_than_the_content_column(built
     assert len(_user_pages(built_site.path)) > 10
     assert CODE_FONT in (ROOT / "docs" / "stylesheets" / "extra.css").read_text(encoding="utf-8")
     assert not problems, "\n".join(problems)
+
+
+API_INDEX = ROOT / "docs" / "api" / "index.md"
+OFFLOAD_NAMES = (
+    "apply_offload_runtime",
+    "OffloadRuntimeApplication",
+    "OffloadedComponent",
+    "OffloadRuntime",
+    "register_offload_runtime",
+    "unregister_offload_runtime",
+    "available_runtimes",
+    "SourceObservationAdapter",
+    "IntervalObservingAdapter",
+    "PayloadInterval",
+)
+
+
+def _entry(name: str, module: str) -> str:
+    """The link to a name's entry: the API page that documents its module, at the id mkdocstrings gives it."""
+    pages = [
+        page.name
+        for page in sorted(API_INDEX.parent.glob("*.md"))
+        if re.search(rf"^::: {re.escape(module)}$", page.read_text(encoding="utf-8"), flags=re.MULTILINE)
+    ]
+    assert len(pages) == 1, f"{module} should be documented on one API page, not {pages}"
+    return f"[`{name}`]({pages[0]}#{module}.{name})"
+
+
+def test_each_name_of_the_api_index_links_to_its_entry():
+    """The index's names are links (the built site's anchors are checked by the test of every link above)."""
+    import ddo_hooks
+    import ddo_hooks.offload
+
+    text = API_INDEX.read_text(encoding="utf-8")
+    table = [line for line in text.splitlines() if line.startswith("| ") and not line.startswith("| Task")]
+    named = {name for row in table for name in re.findall(r"`(\w+)`", row.split(" | ", 1)[1])}
+    assert named == set(ddo_hooks.__all__), "the index's table should name every public name"
+    unlinked = [row for row in table if re.search(r"(?<!\[)`\w+`(?!\]\()", row.split(" | ", 1)[1])]
+    assert not unlinked, f"names that are not links: {unlinked}"
+    assert set(OFFLOAD_NAMES) <= set(ddo_hooks.offload.__all__)
+    modules = {**ddo_hooks._EXPORTS, **{n: getattr(ddo_hooks.offload, n).__module__ for n in OFFLOAD_NAMES}}
+    missing = [link for link in (_entry(name, module) for name, module in modules.items()) if link not in text]
+    assert not missing, "docs/api/index.md should link:\n" + "\n".join(missing)

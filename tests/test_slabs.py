@@ -70,7 +70,7 @@ def workload_copy_sizes() -> dict[str, list[int]]:
 
 
 def test_the_flux_shaped_workloads_copies_fit_slabs_within_2_percent_of_their_bytes():
-    # FACTS: one block each, the transformer's 2.62 GB of copies own 1.566x and T5's 1.24 GB 1.596x.
+    # FACTS: one block each, the transformer's 2.44 GiB of copies own 1.566x and T5's 1.16 GiB 1.596x.
     for name, copy_sizes in workload_copy_sizes().items():
         plan = plan_slabs(copy_sizes)
         assert plan.rounded / plan.needed > 1.5, name

@@ -230,3 +230,66 @@ def test_a_table_row_is_its_call_and_the_fields_of_the_reports_summary_in_order(
     """``BoundaryRow`` keeps ``ReportSummary``'s fields (a slotted row of its own, made 100,000 times a
     summary); they cannot drift apart."""
     assert [f.name for f in dataclasses.fields(BoundaryRow)] == ["call", *ReportSummary._fields]
+
+
+# -- what attach did, before the first call ---------------------------------------------------------
+
+
+@pytest.fixture
+def with_attach(tmp_path: Path) -> Path:
+    """A run whose attach repacked (no-op on a CPU build: it still records), then two calls; without envelopes too."""
+    import torch
+    from support.report_runs import envelope
+
+    from ddo_hooks import repack_pinned_copies
+
+    run = gpu_run("d4", calls=(1, 2))
+    repack = repack_pinned_copies(torch.nn.Module(), phase="attach")
+    at_attach = envelope("d4", 0, "after_call", n=0).model_copy(update={"boundary": None})
+    tracker = MetricsTracker.from_records([("pinned_copy_repack", repack, at_attach), *run.entries()])
+    (tmp_path / "bare.jsonl").write_text(
+        "".join(json.dumps({k: v for k, v in json.loads(line).items() if k != "envelope"}) + "\n"
+                for line in tracker.to_jsonl().splitlines()),
+        encoding="utf-8",
+    )  # fmt: skip
+    return tracker.write_jsonl(tmp_path / "attach.jsonl")
+
+
+def test_what_attach_did_is_labelled_attach_and_not_counted_as_a_call(capsys, with_attach):
+    out = _summarize(capsys, with_attach)
+    heading = re.findall(r"^run .*$", out, flags=re.MULTILINE)[0]
+    assert heading.endswith("2 calls, 13 reports (1 at attach)")
+    table = _section(out, heading)
+    assert re.search(r"^attach +attach/repack +no-op: ", table, flags=re.MULTILINE)
+    assert not re.search(r"^0 ", table, flags=re.MULTILINE)
+    totals = _section(out, "totals per boundary across calls:")
+    assert re.search(r"^attach/repack +- +0 +1 +0 ", totals, flags=re.MULTILINE)  # no call: "-"
+    assert re.search(r"^before_transformer +2 ", totals, flags=re.MULTILINE)
+    assert "attach: what attach() did before the first call" in _flat(out)
+
+
+def test_what_attach_did_is_told_apart_in_records_without_an_envelope(capsys, with_attach):
+    out = _summarize(capsys, with_attach.parent / "bare.jsonl")
+    assert re.search(
+        r"records without an envelope \(no run id, host, pid or rank\), \d+ calls, 13 reports \(1 at attach\)",
+        _flat(out),
+    )
+    assert re.search(r"^attach +attach/repack +no-op: ", out, flags=re.MULTILINE)
+    assert re.findall(r"^(\d+) +before_transformer ", out, flags=re.MULTILINE)[0] == "1"  # the first call is 1
+
+
+def test_two_observations_at_one_boundary_are_told_apart_in_the_memory_table():
+    from ddo_hooks.cli.table import format_memory_table
+
+    memory = {"rss": 8 << 30, "anon": 1 << 30, "file": 3 << 29, "shmem": 5 << 29}
+    rows = [
+        BoundaryRow(1, "before_transformer", "release_done_components", "noop", "x", "", memory_after=memory),
+        BoundaryRow(1, "before_transformer", "ddo_demo.rss", "executed", None, "", memory_after=memory),
+        BoundaryRow(1, "before_vae", "ddo_demo.rss", "executed", None, "", memory_after=memory),
+    ]
+    lines = (format_memory_table(rows) or "").splitlines()[3:]
+    assert [re.split(r"  +", line)[1] for line in lines] == [
+        "before_transformer/release_done_components",
+        "+ ddo_demo.rss",
+        "before_vae",  # alone at its boundary: the boundary, as before
+    ]

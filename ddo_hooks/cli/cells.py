@@ -23,7 +23,9 @@ from ddo_hooks.sizes import format_size
 
 __all__ = [
     "BOUNDARY_WIDTH",
+    "ATTACH_CALL",
     "arrow_for",
+    "call_cell",
     "label_cell",
     "label_cells",
     "ms_cell",
@@ -51,6 +53,21 @@ def number_cell(n: int) -> str:
     """An integer (a call, a pid, a rank) as it is, or ``1.00e30`` when longer than 12 characters."""
     text = str(n)
     return text if len(text) <= _LONGEST else _scientific(n)
+
+
+ATTACH_CALL = 0
+"""The call of what an attachment recorded at attach, before its first call (the repack, the pinning from files):
+its envelope's ``call_index`` is 0. It is no call: a table says ``attach`` where a call's number goes."""
+
+
+def call_cell(call: int) -> str:
+    """A row's call: its number, or ``attach`` for what attach did before the first call.
+
+    Examples:
+        >>> call_cell(2), call_cell(ATTACH_CALL)
+        ('2', 'attach')
+    """
+    return "attach" if call == ATTACH_CALL else number_cell(call)
 
 
 def _scientific(n: int) -> str:

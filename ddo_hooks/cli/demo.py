@@ -56,6 +56,7 @@ __all__ = [
     "DEFAULT_REPORT",
     "FAMILIES",
     "CPU_RUN",
+    "H200_ARMS",
     "H200_FIGURES",
     "RSS_ACTION",
     "DemoResult",
@@ -74,19 +75,27 @@ ACCEPTED_DEMO_DEVICES = "'cpu', 'cuda' or 'cuda:N'"
 RSS_ACTION = "ddo_demo.rss"
 """The demo's own action on a CPU: it records the process RSS at each enabled boundary."""
 
+H200_ARMS = ("default + repack", "nothing")
+"""The arms of ``benchmarks/bench_pinned_floor.py`` whose figures :data:`H200_FIGURES` quotes, as the Benchmarks
+page names them (``flux/lcmu=false/default+repack`` and ``flux/lcmu=false/nothing`` in its results)."""
+
 H200_FIGURES = (
     "on an H200, a Flux-shaped pipeline of 3.99 GiB under leaf-level group offloading with streams held, at rest "
-    "after a plain call, 4.01 GiB of pinned memory instead of 6.35 and an RSS of 5.90 GiB instead of 8.30 (the "
-    "Benchmarks page of the docs)"
+    "after two plain calls with low_cpu_mem_usage=False, 4.01 GiB of pinned memory instead of 6.35 and an RSS of "
+    f"5.90 GiB instead of 8.30: the arm '{H200_ARMS[0]}' (the default preset) against "
+    f"the arm '{H200_ARMS[1]}' (no ddo_hooks) of the same run of bench_pinned_floor.py (the Benchmarks page of "
+    "the docs, 'Which memory a plain call wins')"
 )
-"""What the GPU machine measured, said where a CPU run cannot show it (installed packages hold no README)."""
+"""What the GPU machine measured, said once, where a CPU run cannot show it, naming the run and the arms it
+compares (installed packages hold no README)."""
 
 CPU_RUN = (
     "A CPU run pins nothing: every boundary is a no-op that says why, and the tables show the RSS at each "
     "boundary and which memory it is. On a CUDA machine the components are group-offloaded with streams, attach "
-    "repacks their pinned copies to their size, and the boundaries release what is cached: "
+    "repacks their pinned copies to their size, and the boundaries release what is cached; the last lines of the "
+    "output say what that measured on an H200."
 )
-"""The demo's first words on a CPU: what this run shows, what a GPU run would, and what was measured there."""
+"""The demo's first words on a CPU: what this run shows and what a GPU run would (its figures close the output)."""
 
 _ENCODER_PREFIXES = ("text_encoder", "tokenizer")
 
@@ -101,7 +110,8 @@ class DemoResult:
         offloaded: Whether group offloading was enabled (CUDA runs).
         policy: The policy that was attached.
         tracker: Every report, in order.
-        calls: The pipeline call (from 1) of each report, in the same order.
+        calls: The pipeline call (from 1) of each report, in the same order; ``0``
+            (:data:`~ddo_hooks.cli.cells.ATTACH_CALL`) for what attach did before the first call.
         report_path: The JSON Lines file the reports were written to.
         component_bytes: The bytes of parameters and buffers of each model component, as built.
         observer: :data:`RSS_ACTION` when the demo observed the RSS at each boundary (a CPU run).
@@ -325,7 +335,7 @@ def run_demo(
         )
     placement = "group offloading to the CPU (pinned)" if offloaded else "no offloading (a CPU run pins nothing)"
     if not offloaded:
-        print(wrap_text(CPU_RUN + H200_FIGURES + ".", width=TABLE_WIDTH, indent=""), file=log)
+        print(wrap_text(CPU_RUN, width=TABLE_WIDTH, indent=""), file=log)
     print(f"built a tiny {type(pipe).__name__} (random weights, nothing downloaded) on {device}: {placement}", file=log)
     print(f"policy: {origin}{policy.source}", file=log)
     tracker = MetricsTracker()
@@ -357,11 +367,13 @@ def _calls(
     log: TextIO,
 ) -> None:
     """Run the calls with the policy attached; ``numbers`` gets the call of each report recorded."""
+    from ddo_hooks.cli.cells import ATTACH_CALL
     from ddo_hooks.hooks.attachment import attach
     from ddo_hooks.testing import tiny_pipelines as tiny
 
     embeds: dict[str, torch.Tensor] = {}
     with attach(pipe, policy, tracker=tracker):
+        numbers.extend([ATTACH_CALL] * len(tracker.records()))  # what attach did (a repack): before any call
         for call in range(1, calls + 1):
             kwargs = tiny.call_kwargs(family, steps=steps, seed=call - 1)
             if call == 2:

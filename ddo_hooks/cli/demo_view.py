@@ -16,6 +16,7 @@ Examples:
 
 from __future__ import annotations
 
+from ddo_hooks.cli.cells import ATTACH_CALL
 from ddo_hooks.cli.demo import _ENCODER_PREFIXES, H200_FIGURES, DemoResult
 from ddo_hooks.cli.layout import TABLE_WIDTH, Column, render_table, wrap_text
 from ddo_hooks.sizes import format_size
@@ -32,7 +33,7 @@ def _components(result: DemoResult, width: int) -> list[str]:
     heading = f"what each component of the tiny {result.pipeline} holds (parameters and buffers):"
     lines = [wrap_text(heading, width=width)]
     lines += ["  " + line for line in render_table([Column("component"), Column("holds")], rows, width=width - 2)]
-    if dropped and len(set(result.calls)) > 1:
+    if dropped and len(set(result.calls) - {ATTACH_CALL}) > 1:
         lines.append(wrap_text(f"{', '.join(dropped)} left the pipeline after call 1", width=width))
     return lines
 

@@ -35,57 +35,25 @@ from ddo_hooks import __version__
 from ddo_hooks.cli.demo import DEFAULT_REPORT, FAMILIES
 from ddo_hooks.cli.inputs import cycle_collector_off, other_kind, read_reports
 from ddo_hooks.errors import DdoHooksError, InvalidArgumentError
+from ddo_hooks.policy import PRESETS
 from ddo_hooks.reports import REPORT_FILE_FORMS
 
-__all__ = ["build_parser", "main"]
+__all__ = ["SCHEMA_NAMES", "build_parser", "main"]
+
+SCHEMA_NAMES = ("policy", "report", "record")
+"""What ``ddo-hooks schema`` prints: the schema of a policy, a report, or a record of a report file."""
 
 
 # -- commands ----------------------------------------------------------------------------------
 
 
-def _preset_file(name: str) -> str | None:
-    """The packaged file of the preset ``name`` when no file of that name exists here, else ``None``."""
-    from ddo_hooks.policy.model import PRESETS, preset_file
-
-    if name in PRESETS and not os.path.exists(name):
-        return str(preset_file(name))
-    return None
-
-
-def _policy_or_preset(name: str) -> Any:
-    """``--policy``: a policy file, or when no such file exists, a preset's name (``lowest-peak``).
-
-    A name of the built-in actions that is nearly right is refused here already.
-    """
-    from ddo_hooks.policy.model import HookPolicy
-
-    policy = HookPolicy.from_name_or_yaml(name)
-    _refuse_near_misses(policy)
-    return policy
-
-
-def _refuse_near_misses(policy: Any) -> None:
-    """Refuse an action name that no action has but is close to one (``host_cache_relase``), as ``attach`` would.
-
-    A name close to none stays allowed here: it may be an action the host registers before attaching.
-    """
-    import difflib
-
-    from ddo_hooks.actions.registry import available_actions, resolve_action
-
-    known = available_actions()
-    for boundary in policy.enabled_boundaries():
-        for index, name in enumerate(policy.boundary(boundary).action_names()):
-            if name not in known and difflib.get_close_matches(name, known, n=1):
-                resolve_action(name, where=policy.locate(("boundaries", boundary, "actions", index)))
-
-
 def _demo(args: argparse.Namespace) -> int:
     from ddo_hooks.cli import demo
     from ddo_hooks.cli.demo_view import format_result
+    from ddo_hooks.cli.policies import policy_or_preset
     from ddo_hooks.cli.table import arrow_for
 
-    policy = _policy_or_preset(args.policy) if args.policy else None
+    policy = policy_or_preset(args.policy) if args.policy else None
     result = demo.run_demo(
         family=args.family, policy=policy, device=args.device, steps=args.steps, calls=args.calls, report=args.report
     )
@@ -96,10 +64,11 @@ def _demo(args: argparse.Namespace) -> int:
 def _validate_policy(args: argparse.Namespace) -> int:
     from ddo_hooks.actions.registry import available_actions
     from ddo_hooks.boundaries import BOUNDARIES
+    from ddo_hooks.cli.policies import policy_or_preset, preset_path, size_lines
 
-    path = _preset_file(args.file) or args.file
+    path = preset_path(args.file) or args.file
     try:
-        policy = _policy_or_preset(args.file)
+        policy = policy_or_preset(args.file)
     except DdoHooksError as e:
         raise other_kind(e, args.file, "report", "validate-report") from e
     if path != args.file:
@@ -111,49 +80,13 @@ def _validate_policy(args: argparse.Namespace) -> int:
     for name in BOUNDARIES:
         boundary = policy.boundary(name)
         print(f"  {name}: {', '.join(boundary.action_names()) if boundary.enabled else 'off'}")
-    for line in _size_lines(policy, path):
+    for line in size_lines(policy, path):
         print(f"  {line}")
     known = set(available_actions())
     missing = sorted({a for n in policy.enabled_boundaries() for a in policy.boundary(n).action_names()} - known)
     if missing:
         print(f"note: not registered here, so attach() will refuse them: {', '.join(missing)}", file=sys.stderr)
     return 0
-
-
-def _size_lines(policy: Any, path: str) -> list[str]:
-    """Each size of the policy as written and in bytes, so that the unit can be checked."""
-    from ddo_hooks._diagnostics import format_key_path
-    from ddo_hooks.actions.host_cache_release import NAME as HOST_CACHE_RELEASE
-    from ddo_hooks.boundaries import BOUNDARIES
-    from ddo_hooks.policy.yaml_loader import load_yaml, read_policy_file
-    from ddo_hooks.sizes import format_size
-
-    data, _ = load_yaml(read_policy_file(path))
-    sizes: list[tuple[tuple[str | int, ...], int]] = [
-        (("release", "min_releasable_bytes"), policy.release.min_releasable_bytes),
-        (("auxiliary_sources", "max_copy_bytes"), policy.auxiliary_sources.max_copy_bytes),
-    ]
-    for name in BOUNDARIES:
-        for action in policy.actions(name):
-            if action.name == HOST_CACHE_RELEASE and "min_releasable_bytes" in action.written:
-                sizes.append(((*action.at, "options", "min_releasable_bytes"), action.options.min_releasable_bytes))
-    lines = []
-    for key_path, size in sizes:
-        written: Any = data
-        for part in key_path:
-            if isinstance(written, dict) and isinstance(part, str):
-                written = written.get(part)
-            elif isinstance(written, list) and isinstance(part, int) and part < len(written):
-                written = written[part]
-            else:
-                written = None
-        exact = f"{size:,} byte{'' if size == 1 else 's'}"
-        name = format_key_path(key_path)
-        if written is None:
-            lines.append(f"{name}: {exact} ({format_size(size)}, the default)")
-        else:
-            lines.append(f"{name}: {written} = {exact}" + ("" if size < 1024 else f" ({format_size(size)})"))
-    return lines
 
 
 def _validate_report(args: argparse.Namespace) -> int:
@@ -180,6 +113,12 @@ def _schema(args: argparse.Namespace) -> int:
 
     if args.which is None:
         args.usage_error("say which schema to print: policy, report or record (e.g. ddo-hooks schema report)")
+    if args.which not in SCHEMA_NAMES:
+        from ddo_hooks._diagnostics import did_you_mean
+
+        guess = did_you_mean(args.which, SCHEMA_NAMES)
+        hint = f"did you mean {guess!r}? " if guess else ""
+        args.usage_error(f"{args.which!r} is not a schema; {hint}print one of policy, report or record")
 
     sys.stdout.write(schema.render(schema.generated_schema(args.which)))
     return 0
@@ -225,6 +164,16 @@ def _positive(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}")
     return value
+
+
+def _family(text: str) -> str:
+    if text not in FAMILIES:
+        from ddo_hooks._diagnostics import did_you_mean
+
+        guess = did_you_mean(text, FAMILIES)
+        hint = f"did you mean {guess!r}? " if guess else ""
+        raise argparse.ArgumentTypeError(f"{text!r} is not a demo pipeline; {hint}use one of {', '.join(FAMILIES)}")
+    return text
 
 
 def _device(text: str) -> Any:
@@ -280,14 +229,18 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument(
         "--device", type=_device, metavar="DEV", help="cpu, cuda or cuda:N (default: cuda when available, else cpu)"
     )
-    demo.add_argument("--family", choices=FAMILIES, default="flux", help="the pipeline to build (default: flux)")
+    demo.add_argument(
+        "--family",
+        type=_family,
+        default="flux",
+        metavar="FAMILY",
+        help=f"the pipeline to build: {', '.join(FAMILIES)} (default: flux)",
+    )
     demo.add_argument("--steps", type=_positive, default=2, metavar="N", help="denoising steps per call (default: 2)")
     demo.add_argument("--calls", type=_positive, default=2, metavar="N", help="pipeline calls in total (default: 2)")
     demo.add_argument(
         "--report", default=DEFAULT_REPORT, metavar="FILE", help=f"JSON Lines output (default: {DEFAULT_REPORT})"
     )
-
-    from ddo_hooks.policy.model import PRESETS
 
     checked = "Exit 0 with a one-line summary, or 1 with file:line:col: key: problem."
     _command(
@@ -315,7 +268,7 @@ def build_parser() -> argparse.ArgumentParser:
         "envelope: run, call, boundary, time, process, rank): the files in ddo_hooks/schemas/.",
         file=False,
     )
-    schema.add_argument("which", nargs="?", choices=("policy", "report", "record"), help="which schema to print")
+    schema.add_argument("which", nargs="?", metavar="SCHEMA", help="which schema to print: policy, report or record")
     schema.set_defaults(usage_error=schema.error)
     summarize = _command(
         commands,
@@ -336,12 +289,28 @@ def build_parser() -> argparse.ArgumentParser:
         "draw the pinned bytes and the process RSS at each boundary of saved runs (needs matplotlib)",
         "Draw, from the host_cache_release reports of saved runs, the pinned bytes the allocator owned and "
         "the process RSS before and after each release, per call and boundary, one series per run (or "
-        "rank), with the bytes released marked. Needs matplotlib (the plot extra).",
+        "rank), with the bytes released marked; where no release read anything (a CPU run), the RSS that actions "
+        "observed at each boundary (as the demo records it). Needs matplotlib (the plot extra).",
         file=False,
     )
     plot.add_argument("files", nargs="+", metavar="FILE", help="report files (JSON Lines or tracker JSON)")
     plot.add_argument("-o", "--output", required=True, metavar="PNG", help="the image to write, e.g. run.png")
     return parser
+
+
+COMMANDS = ("demo", "validate-policy", "validate-report", "schema", "summarize", "plot")
+"""The commands, in the order the help lists them."""
+
+
+def _refuse_unknown_command(parser: argparse.ArgumentParser, argv: Sequence[str]) -> None:
+    """A first word that names no command is a usage error in this project's words, with the nearest command."""
+    if not argv or argv[0].startswith("-") or argv[0] in COMMANDS:
+        return
+    from ddo_hooks._diagnostics import did_you_mean
+
+    guess = did_you_mean(argv[0], COMMANDS)
+    hint = f"did you mean {guess!r}? " if guess else ""
+    parser.error(f"{argv[0]!r} is not a command; {hint}the commands: {', '.join(COMMANDS)}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -354,9 +323,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         The exit status: 0 on success, 1 for a user error, 2 for a usage error.
     """
     parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
     try:
+        _refuse_unknown_command(parser, argv)
         args = parser.parse_args(argv)
-        if getattr(args, "which", "") is None:  # `schema` without its argument
+        if args.command == "schema" and args.which not in SCHEMA_NAMES:  # missing or unknown: a usage error
             return _schema(args)
     except SystemExit as e:  # argparse exits after --help/--version (0) and on usage errors (2)
         return e.code if isinstance(e.code, int) else 2

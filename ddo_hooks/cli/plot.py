@@ -3,7 +3,7 @@
 From the ``host_cache_release`` reports of saved runs and their ``pinned_copy_repack`` report
 (grouped into runs as ``summarize`` does: :func:`~ddo_hooks.cli.summarize.collect`), two
 panels share one x axis, the records in order, grouped and labelled by call and boundary (the
-repack at attach is ``call 0``, ``attach``):
+repack at attach is labelled ``attach``, before the first call):
 
 * the pinned bytes the allocator owned before and after each release
   (``setup.host_cache_release.before.allocated_bytes`` and ``.after.allocated_bytes``), with the
@@ -13,6 +13,10 @@ repack at attach is ``call 0``, ``attach``):
 
 A release run on DDO's core (``core: ddo``) is DDO's report, whose row is
 ``ddo.host_cache_release``: the same readings, drawn the same way.
+
+Where no release read anything (a CPU run: every release is a no-op), the process RSS that
+actions observed at each boundary (``data.rss_bytes``, as the demo's ``ddo_demo.rss`` records) is
+drawn alone, in one panel (:func:`observed_points`).
 
 Each run (each worker or rank) is a series of its own colour; an open marker is a value before
 the boundary, a filled one after. Beyond :data:`MARKED_POSITIONS` boundaries, a few calls are
@@ -39,7 +43,7 @@ from typing import Any
 
 from ddo_hooks.actions.host_cache_release import NAME as HOST_CACHE_RELEASE
 from ddo_hooks.boundaries import BOUNDARIES
-from ddo_hooks.cli.cells import number_cell, size_cell
+from ddo_hooks.cli.cells import ATTACH_CALL, number_cell, size_cell
 from ddo_hooks.cli.summarize import ReportSource, Run, collect
 from ddo_hooks.cli.table import BoundaryRow
 from ddo_hooks.errors import DdoHooksError, ReportError
@@ -48,11 +52,13 @@ from ddo_hooks.sizes import format_size
 
 __all__ = [
     "MARKED_POSITIONS",
+    "NOTHING_TO_DRAW",
     "PLOT_INSTALL",
     "Point",
     "byte_unit",
     "draw_runs",
     "format_bytes_tick",
+    "observed_points",
     "positions",
     "release_points",
     "series_label",
@@ -153,8 +159,50 @@ def _matplotlib() -> Any:
     return plt
 
 
+def observed_points(run: Run) -> list[Point]:
+    """The process RSS that actions observed at each call and boundary: what a run that read no pinned bytes holds.
+
+    A CPU run pins nothing, so its releases read nothing, but an action may observe the RSS there
+    (``ddo-hooks demo``'s ``ddo_demo.rss`` records it at every boundary, ``malloc_trim`` before and
+    after it trims). Per call and boundary: the first reading (before the boundary's actions) and
+    the last (after them); one reading alone is the RSS after it.
+
+    Examples:
+        >>> from ddo_hooks.cli.table import BoundaryRow
+        >>> rows = [BoundaryRow(1, "before_vae", "malloc_trim", "executed", None, "",
+        ...                     rss_before=9, rss_after=7),
+        ...         BoundaryRow(1, "before_vae", "ddo_demo.rss", "executed", None, "", rss_after=8)]
+        >>> [(p.boundary, p.row.rss_before, p.row.rss_after)
+        ...  for p in observed_points(Run("r", records=rows))]
+        [('before_vae', 9, 8)]
+    """
+    readings: dict[tuple[int, str], list[int]] = {}
+    for row in run.rows():
+        if row.kind != "refused":
+            values = [v for v in (row.rss_before, row.rss_after) if v is not None]
+            if values:
+                readings.setdefault((row.call, row.boundary), []).extend(values)
+    return [
+        Point(call, boundary, BoundaryRow(call, boundary, "observed", "executed", None, "", rss_before=(
+            values[0] if len(values) > 1 else None), rss_after=values[-1]))
+        for (call, boundary), values in readings.items()
+    ]  # fmt: skip
+
+
+NOTHING_TO_DRAW = (
+    "no report holds a reading of pinned bytes or of the process RSS, so there is nothing to plot; plot needs "
+    "host_cache_release reports that read the allocator (a run on a CUDA machine), or an action's report that "
+    "observed the RSS (data.rss_bytes, as ddo-hooks demo's ddo_demo.rss records at each boundary on a CPU; on a "
+    "CPU-only torch every release is a no-op that observes nothing)"
+)
+"""Why ``plot`` refuses files, and what it would need."""
+
+
 def draw_runs(files: Iterable[ReportSource], out: str | os.PathLike[str], *, title: str | None = None) -> Path:
     """Draw the pinned bytes and the RSS of the runs in ``files`` into a PNG.
+
+    Where no release read the allocator (a CPU run), the RSS the actions observed at each boundary
+    is drawn alone (:func:`observed_points`), and the title says that no pinned memory was read.
 
     Args:
         files: The report files (each read once).
@@ -166,19 +214,17 @@ def draw_runs(files: Iterable[ReportSource], out: str | os.PathLike[str], *, tit
 
     Raises:
         DdoHooksError: matplotlib is not installed (the message says how to install it).
-        ReportError: No ``host_cache_release`` report holds a reading (a CPU-only torch's
-            releases are no-ops that observe nothing).
+        ReportError: No report holds a reading of pinned bytes or RSS (:data:`NOTHING_TO_DRAW`).
     """
     collected = collect(files)
     series = [(run, release_points(run)) for run in collected.runs]
     series = [(run, points) for run, points in series if points]
+    observed = not series  # no release read anything: the RSS that actions observed, alone
+    if observed:
+        series = [(run, points) for run in collected.runs if (points := observed_points(run))]
     if not series:
         names = ", ".join(tally.path for tally in collected.files)
-        raise ReportError(
-            f"{names}: no host_cache_release report holds a reading of pinned bytes or RSS, so there is nothing to "
-            "plot (on a CPU-only torch every release is a no-op that observes nothing); plot the reports of a run "
-            "on a CUDA machine"
-        )
+        raise ReportError(f"{names}: {NOTHING_TO_DRAW}")
     _refuse_undrawable(series)
     plt = _matplotlib()
     from matplotlib.lines import Line2D
@@ -187,15 +233,18 @@ def draw_runs(files: Iterable[ReportSource], out: str | os.PathLike[str], *, tit
     where = {key: x for x, key in enumerate(axis)}
     marked = len(axis) <= MARKED_POSITIONS
     width = min(max(9.0, 2.0 + 0.6 * len(axis)), 30.0)
-    fig, (pinned, rss) = plt.subplots(2, 1, sharex=True, figsize=(width, 8.5))
+    height = 5.0 if observed else 8.5
+    fig, grid = plt.subplots(1 if observed else 2, 1, sharex=True, figsize=(width, height), squeeze=False)
+    panels = list(grid[:, 0])
+    pinned, rss = (None, panels[0]) if observed else (panels[0], panels[1])
     colours = plt.get_cmap("tab10").colors
     rows_of = [[point.row for point in points] for _, points in series]
+    readings = {rss: lambda r: (r.rss_before, r.rss_after)}
+    if pinned is not None:
+        readings = {pinned: lambda r: (r.owned_before, r.owned_after), **readings}
     units = {
         ax: byte_unit(max((v for rows in rows_of for r in rows for v in values(r) if v is not None), default=0))
-        for ax, values in (
-            (pinned, lambda r: (r.owned_before, r.owned_after)),
-            (rss, lambda r: (r.rss_before, r.rss_after)),
-        )
+        for ax, values in readings.items()
     }
     several_hosts = len({host for run, _ in series for host in run.hosts}) > 1
     for index, (run, points) in enumerate(series):
@@ -208,55 +257,71 @@ def draw_runs(files: Iterable[ReportSource], out: str | os.PathLike[str], *, tit
             xs.append(where[(point.call, point.boundary, n)] + shift)
         rows = rows_of[index]
         label = series_label(run, hosts=several_hosts)
-        unit = units[pinned][1]
-        _trace(pinned, xs, [(r.owned_before, r.owned_after) for r in rows], colour, label, unit, marked)
-        _trace(rss, xs, [(r.rss_before, r.rss_after) for r in rows], colour, None, units[rss][1], marked)
-        for x, row in zip(xs, rows, strict=True):
-            if not marked or row.delta is None or row.delta <= 0 or row.owned_before is None or row.owned_after is None:
-                continue
-            pinned.annotate(
-                "",
-                xy=(x + _SHIFT, row.owned_after / unit),
-                xytext=(x - _SHIFT, row.owned_before / unit),
-                arrowprops={"arrowstyle": "->", "color": colour, "lw": 1.2},
-            )
-            pinned.annotate(
-                f"{_MINUS}{size_cell(row.delta)}",
-                xy=(x + _SHIFT, (row.owned_before + row.owned_after) / 2 / unit),
-                xytext=(5, -11 * index),
-                textcoords="offset points",
-                fontsize=8,
-                color=colour,
-                va="center",
-            )
+        for ax, values in readings.items():
+            _trace(ax, xs, [values(r) for r in rows], colour, label if ax is panels[0] else None, units[ax][1], marked)
+        if pinned is not None:
+            _mark_releases(pinned, xs, rows, colour, index, units[pinned][1], marked)
     for ax, what in (
         (pinned, "Pinned host memory the allocator owned, before and after each release (and repack)"),
         (rss, "Process RSS (resident memory), before and after each release (and repack)"),
     ):
+        if ax is None:
+            continue
+        if observed:
+            what = "Process RSS (resident memory) the actions observed, before and after each boundary's actions"
         ax.set_title(what, fontsize=10, pad=18)
         ax.set_ylabel(units[ax][0])
         top = max((y for line in ax.get_lines() for y in line.get_ydata()), default=1.0)
         ax.set_ylim(0, top * 1.12 or 1.0)
         ax.grid(axis="y", alpha=0.3)
-    _label_calls(pinned, rss, axis)
+    _label_calls(panels[0], panels[-1], axis)
     markers = [
         Line2D([], [], color="0.3", marker="o", mfc="none", ls="none", label="before the boundary"),
         Line2D([], [], color="0.3", marker="o", ls="none", label="after the boundary"),
     ]
-    if marked:
+    if marked and pinned is not None:
         released = f"released ({_MINUS}bytes)"
         markers.append(Line2D([], [], color="0.3", marker=r"$\searrow$", ls="none", ms=10, label=released))
-    handles = [*pinned.get_legend_handles_labels()[0], *markers]
+    handles = [*panels[0].get_legend_handles_labels()[0], *markers]
     columns = 2 if width < 14 else 3
     fig.legend(handles=handles, loc="lower center", ncol=columns, fontsize=8, frameon=False)
     count = f"{len(series)} run{'' if len(series) == 1 else 's'}"
-    fig.suptitle(title or f"Pinned host memory and process RSS at each boundary ({count})")
+    default = f"Pinned host memory and process RSS at each boundary ({count})"
+    if observed:
+        default = f"Process RSS at each boundary ({count}); no release read pinned memory (a CPU run pins none)"
+    fig.suptitle(title or default)
     legend_rows = -(-len(handles) // columns)
-    fig.tight_layout(rect=(0, (0.25 + 0.2 * legend_rows) / 8.5, 1, 0.98))
+    fig.tight_layout(rect=(0, (0.25 + 0.2 * legend_rows) / height, 1, 0.98))
     target = Path(out)
     fig.savefig(target, dpi=110, format="png")
     plt.close(fig)
     return target
+
+
+def _mark_releases(
+    ax: Any, xs: Sequence[float], rows: Sequence[BoundaryRow], colour: Any, index: int, unit: int, marked: bool
+) -> None:
+    """An arrow from before to after each release that gave bytes back, and how many (to :data:`MARKED_POSITIONS`)."""
+    if not marked:
+        return
+    for x, row in zip(xs, rows, strict=True):
+        if row.delta is None or row.delta <= 0 or row.owned_before is None or row.owned_after is None:
+            continue
+        ax.annotate(
+            "",
+            xy=(x + _SHIFT, row.owned_after / unit),
+            xytext=(x - _SHIFT, row.owned_before / unit),
+            arrowprops={"arrowstyle": "->", "color": colour, "lw": 1.2},
+        )
+        ax.annotate(
+            f"{_MINUS}{size_cell(row.delta)}",
+            xy=(x + _SHIFT, (row.owned_before + row.owned_after) / 2 / unit),
+            xytext=(5, -11 * index),
+            textcoords="offset points",
+            fontsize=8,
+            color=colour,
+            va="center",
+        )
 
 
 def _refuse_undrawable(series: Sequence[tuple[Run, Sequence[Point]]]) -> None:
@@ -328,7 +393,8 @@ def _label_calls(top: Any, bottom: Any, axis: Sequence[tuple[int, str, int]]) ->
     bottom.set_xticklabels([boundary.replace("_", " ") for _, boundary, _ in axis], rotation=30, ha="right", fontsize=8)
     where = blended_transform_factory(top.transData, top.transAxes)
     for n, (call, xs) in enumerate(calls.items()):
-        top.text(sum(xs) / len(xs), 1.01, f"call {call}", transform=where, ha="center", va="bottom", fontsize=9)
+        name = "attach" if call == ATTACH_CALL else f"call {call}"
+        top.text(sum(xs) / len(xs), 1.01, name, transform=where, ha="center", va="bottom", fontsize=9)
         if n:
             for ax in (top, bottom):
                 ax.axvline(xs[0] - 0.5, color="0.6", lw=0.8, ls="--")

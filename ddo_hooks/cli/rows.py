@@ -16,6 +16,7 @@ from typing import Any
 
 from ddo_hooks.actions.host_cache_release import NAME as HOST_CACHE_RELEASE
 from ddo_hooks.boundaries import BOUNDARIES
+from ddo_hooks.cli.cells import ATTACH_CALL
 
 __all__ = ["BoundaryRow", "boundary_rows", "infer_calls", "numbered", "row_of"]
 
@@ -29,7 +30,8 @@ class BoundaryRow:
     as costly to make.
 
     Attributes:
-        call: The pipeline call it belongs to, from 1.
+        call: The pipeline call it belongs to, from 1; :data:`~ddo_hooks.cli.cells.ATTACH_CALL` (0) for
+            what attach did before the first call.
         boundary: ``before_transformer``, ``before_vae``, ``after_call`` (or another phase label).
         action: The action that produced it (``host_cache_release``, ...).
         kind: ``executed``, ``noop`` or ``refused``.
@@ -86,7 +88,8 @@ def infer_calls(records: Sequence[tuple[str | None, Any]]) -> list[int]:
     """Number the pipeline calls of saved records (reports do not carry their call).
 
     A new call starts when a boundary comes earlier in the call than the one before it, or
-    when the same action reports at the same boundary again.
+    when the same action reports at the same boundary again. What attach recorded before the
+    first call (its boundary is ``attach``) is on no call: :data:`~ddo_hooks.cli.cells.ATTACH_CALL`.
 
     Examples:
         >>> from ddo_hooks import release_pytorch_host_cache
@@ -102,12 +105,16 @@ def _number_calls(keys: Sequence[tuple[str, str]]) -> list[int]:
     calls: list[int] = []
     seen: set[tuple[str, str]] = set()
     call, last = 1, -1
+    started = False  # a call's record came
     for key in keys:
+        if key[0] == "attach" and not started:  # what attach did, before the first call
+            calls.append(ATTACH_CALL)
+            continue
         order = BOUNDARIES.index(key[0]) if key[0] in BOUNDARIES else last
-        if calls and (order < last or key in seen):
+        if started and (order < last or key in seen):
             call, seen = call + 1, set()
         seen.add(key)
-        last = order
+        last, started = order, True
         calls.append(call)
     return calls
 

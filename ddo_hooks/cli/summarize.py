@@ -43,7 +43,7 @@ from datetime import datetime
 from operator import attrgetter
 from typing import Any, Protocol
 
-from ddo_hooks.cli.cells import number_cell
+from ddo_hooks.cli.cells import ATTACH_CALL, number_cell
 from ddo_hooks.cli.layout import TABLE_WIDTH, wrap_text
 from ddo_hooks.cli.rows import BoundaryRow, numbered, row_of
 from ddo_hooks.cli.table import MEMORY_NOTE, format_run_tables
@@ -135,8 +135,11 @@ class Run:
 
     def heading(self, width: int = TABLE_WIDTH) -> str:
         """What the run's table is headed with (the host is shortened to fit ``width``)."""
-        calls = len({row.call for row in self.records})
+        calls = len({row.call for row in self.records if row.call != ATTACH_CALL})
+        at_attach = sum(row.call == ATTACH_CALL for row in self.records)
         count = f"{_plural(calls, 'call')}, {_plural(len(self.records), 'report')}"
+        if at_attach:
+            count += f" ({at_attach} at attach)"
         if self.inferred:
             return wrap_text(
                 f"{self.files[0]}: records without an envelope (no run id, host, pid or rank), {count}; "
@@ -326,6 +329,12 @@ def summary_lines(files: Iterable[ReportSource], *, arrow: str = "→", width: i
         totals = merged_tallies(tallies[id(run)] for run in group)
         yield from ("", wrap_text(heading, width=width), totals_table(totals, width=width))
     yield ""
+    if any(row.call == ATTACH_CALL for run in runs for row in run.records):
+        yield wrap_text(
+            "attach: what attach() did before the first call (its pinned copies repacked, or pinned from their "
+            "files); it is not a call, and not counted as one",
+            width=width,
+        )
     yield wrap_text(
         "released: the sum of the positive allocator_bytes_delta (bytes the allocator gave back); "
         "pinned since the previous: bytes pinned (the cost of a release: re-pinned) between the previous "

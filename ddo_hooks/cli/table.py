@@ -29,15 +29,16 @@ Examples:
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from typing import NamedTuple
 
 from ddo_hooks.cli.cells import (
     BOUNDARY_WIDTH,
     arrow_for,
+    call_cell,
     label_cells,
     ms_cell,
-    number_cell,
     pair_of,
     size_cell,
     status_cell,
@@ -157,7 +158,7 @@ def format_rss_table(rows: Sequence[BoundaryRow], *, observer: str, arrow: str =
             change = ("+" if rss > previous else "") + size_cell(rss - previous)
         body.append(
             [
-                number_cell(row.call),
+                call_cell(row.call),
                 label,
                 status_cell(row.status),
                 size_cell(rss),
@@ -203,7 +204,12 @@ def _memory_table(rows: Sequence[BoundaryRow], texts: _RowTexts, width: int) -> 
         texts.rss_after[n] if observed.get("rss") == rows[n].rss_after else size_cell(observed.get("rss"))
         for n, observed in zip(shown, memory, strict=True)
     ]
-    cells: list[list[Cell]] = [[texts.calls[n] for n in shown], [rows[n].boundary for n in shown], rss]
+    twice = Counter((rows[n].call, rows[n].boundary) for n in shown)  # two observations at one boundary: the
+    labels = label_cells(  # first names its action, the next is "+ action" (as in the boundary table)
+        (rows[n].call, rows[n].label if twice[(rows[n].call, rows[n].boundary)] > 1 else rows[n].boundary)
+        for n in shown
+    )
+    cells: list[list[Cell]] = [[texts.calls[n] for n in shown], labels, rss]
     cells += [[size_cell(observed.get(name)) for observed in memory] for name in ("anon", "file", "shmem")]
     cells += [[texts.owned_after[n] for n in shown], [size_cell(observed.get("cgroup")) for observed in memory]]
     return "\n".join(render_columns(columns, cells, width=width))
@@ -230,7 +236,7 @@ class _RowTexts(NamedTuple):
 
 def _row_texts(rows: Sequence[BoundaryRow]) -> _RowTexts:
     return _RowTexts(
-        [number_cell(row.call) for row in rows],
+        [call_cell(row.call) for row in rows],
         [size_cell(row.owned_after) for row in rows],
         [size_cell(row.rss_after) for row in rows],
     )

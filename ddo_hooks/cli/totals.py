@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from ddo_hooks.cli.cells import BOUNDARY_WIDTH, label_cell, ms_cell, size_cell
+from ddo_hooks.cli.cells import ATTACH_CALL, BOUNDARY_WIDTH, label_cell, ms_cell, size_cell
 from ddo_hooks.cli.layout import TABLE_WIDTH, Cell, Column, render_table
 from ddo_hooks.cli.rows import BoundaryRow
 
@@ -35,7 +35,8 @@ class Tally:
     """What the totals add up for one boundary (a row's label), over the rows of one run or more.
 
     Attributes:
-        calls: The distinct calls (a call is a run's call: the calls of two runs are distinct).
+        calls: The distinct calls (a call is a run's call: the calls of two runs are distinct); what
+            attach did before the first call is none.
         counts: The rows of each outcome (``executed``, ``noop``, ``refused``).
         released: The sum of the positive ``allocator_bytes_delta`` values; ``None`` while no
             delta is known.
@@ -75,7 +76,8 @@ def tally_rows(rows: Iterable[tuple[object, BoundaryRow]]) -> dict[str, Tally]:
         if found is None:
             found = tallies[label] = (Tally(), set())
         tally, calls = found
-        calls.add((run, row.call))
+        if row.call != ATTACH_CALL:  # what attach did is no call
+            calls.add((run, row.call))
         tally.counts[row.kind] = tally.counts.get(row.kind, 0) + 1
         if row.delta is not None:
             tally.released = (tally.released or 0) + max(row.delta, 0)
@@ -118,7 +120,7 @@ def totals_table(tallies: dict[str, Tally], *, width: int = TABLE_WIDTH) -> str:
         body.append(
             [
                 label_cell(label, previous),
-                str(tally.calls),
+                str(tally.calls) if tally.calls else "-",  # "-": rows at attach, before any call
                 *(str(tally.counts.get(kind, 0)) for kind in KINDS),
                 size_cell(tally.released),
                 ms_cell(sum(tally.elapsed)) if tally.elapsed else "-",

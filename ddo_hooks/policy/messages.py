@@ -45,6 +45,7 @@ __all__ = [
     "join_problems",
     "literal_problem",
     "located_line",
+    "problem_path",
     "validation_problems",
 ]
 
@@ -79,6 +80,7 @@ def validation_problems(
     positions: Positions,
     written: Mapping[KeyPath, str] | None = None,
     hidden: Iterable[KeyPath] = (),
+    keep: Callable[[Any, KeyPath], bool] | None = None,
 ) -> list[Problem]:
     """The located problems of a pydantic error, each written only when :func:`join_problems` shows it.
 
@@ -93,19 +95,34 @@ def validation_problems(
         written: The text of scalars as the YAML has them (``yes`` for ``true``).
         hidden: Key paths already reported (by the YAML): problems at, below or (other than the
             top) above them are left out, since they follow from it.
+        keep: Called with each error (pydantic's ``errors()`` item) and its :func:`problem_path`:
+            ``False`` leaves it out.
     """
     hidden = [path for path in hidden if path]
     shown = written or {}
     found: list[Problem] = []
     for item in error.errors(include_url=False):
-        loc: KeyPath = tuple(item["loc"]) + tuple((item.get("ctx") or {}).get("at", ()))
-        if item["type"] == "invalid_key":  # pydantic puts the offending key itself in the location
-            loc = loc[:-1]
+        loc = problem_path(item)
         if any(loc[: len(h)] == h or (loc and h[: len(loc)] == loc) for h in hidden):
+            continue
+        if keep is not None and not keep(item, loc):
             continue
         position = nearest_position(positions, loc)
         found.append((position or (0, 0), _writer(item, loc, model, source, position, shown)))
     return found
+
+
+def problem_path(item: Any) -> KeyPath:
+    """Where a pydantic error (an ``errors()`` item) points in the policy: its location, then its context's ``at``.
+
+    Examples:
+        >>> problem_path({"type": "k", "loc": ("pinned_copies",), "ctx": {"at": ("keep_encoders_pinned",)}})
+        ('pinned_copies', 'keep_encoders_pinned')
+    """
+    loc: KeyPath = tuple(item["loc"]) + tuple((item.get("ctx") or {}).get("at", ()))
+    if item["type"] == "invalid_key":  # pydantic puts the offending key itself in the location
+        loc = loc[:-1]
+    return loc
 
 
 def _writer(

@@ -44,7 +44,8 @@ from ddo_hooks.actions.host_cache_release import HostCacheReleaseOptions
 from ddo_hooks.actions.registry import registered
 from ddo_hooks.boundaries import BOUNDARIES
 from ddo_hooks.errors import InvalidArgumentError, PolicyError
-from ddo_hooks.policy.messages import join_problems, located_line, validation_problems
+from ddo_hooks.policy import PRESETS
+from ddo_hooks.policy.messages import Problem, join_problems, located_line
 from ddo_hooks.policy.parts import (
     DEVICE_PATTERN,
     ActionSpec,
@@ -53,16 +54,16 @@ from ddo_hooks.policy.parts import (
     BoundaryPolicy,
     Model,
     PinnedCopiesPolicy,
+    keep_reports_in_range,
     located_error,
+    report_sink_problem,
     validate_device,
 )
+from ddo_hooks.policy.passes import every_problem
 from ddo_hooks.policy.yaml_loader import LoadedYaml, compose_policy_yaml, read_policy_file
 from ddo_hooks.reports.tracker import MAX_RECORDS
 
 __all__ = ["PRESETS", "SUPPORTED_VERSIONS", "HookPolicy", "policy_json_schema", "preset_file"]
-
-PRESETS: tuple[str, ...] = ("default", "lowest-peak", "lowest-latency", "smallest-box")
-"""The packaged policies (``ddo_hooks/policy/presets/``), each documented with its measured trade-off."""
 
 SUPPORTED_VERSIONS: tuple[int, ...] = (1,)
 """The policy versions this release reads."""
@@ -88,36 +89,6 @@ def _version_problem(value: object, written: str | None = None) -> str | None:
     return f"unsupported version {written or show_value(value)}{kind}; {_SUPPORTED} (write 'version: 1')"
 
 
-def _sink_problem(value: str) -> str | None:
-    """Why ``attach`` could not open ``report_sink`` whatever the folders hold, or ``None``."""
-    if "\x00" in value:
-        return "{value} holds a NUL character, which no file name may hold; remove it"
-    if value.startswith("~"):
-        try:
-            Path(value).expanduser()
-        except RuntimeError:
-            user = value[1:].split("/", 1)[0].split(os.sep, 1)[0]
-            who = f"no user {user!r} on this machine" if user else "no home folder is known here"
-            return f"{{value}} starts with '~' but there is {who}; write the full path, or '~/' for your home"
-    return None
-
-
-def _keep_reports(value: object) -> object:
-    """``keep_reports`` in range; other types go on to the strict int check, which names them."""
-    if type(value) is int and value < 0:
-        raise located_error(
-            "keep_reports",
-            f"{{value}} is negative; use 0 (none in memory: read report_sink) to {MAX_RECORDS:,}",
-            value=value,
-        )
-    if type(value) is int and value > MAX_RECORDS:
-        problem = f"{{value}} is more than {MAX_RECORDS:,}, the most reports an attachment keeps in memory"
-        raise located_error(
-            "keep_reports", f"{problem}; keep fewer, and read every report from report_sink", value=value
-        )
-    return value
-
-
 class HookPolicy(Model):
     """A hook policy, schema version 1. Build it with :meth:`from_yaml` or :meth:`from_mapping`.
 
@@ -138,7 +109,7 @@ class HookPolicy(Model):
     report_sink_failure: Literal["continue", "raise"] = "continue"
     """What a failed write to ``report_sink`` does: ``continue`` (the call goes on; the failure is kept
     in ``attachment.sink_failures`` and logged once) or ``raise`` (a ``ReportSinkError`` ends the call)."""
-    keep_reports: Annotated[StrictInt, Field(ge=0, le=MAX_RECORDS), BeforeValidator(_keep_reports)] = 300
+    keep_reports: Annotated[StrictInt, Field(ge=0, le=MAX_RECORDS), BeforeValidator(keep_reports_in_range)] = 300
     """How many reports an attachment keeps in memory (``attachment.reports``, and the tracker it makes
     when given none), the newest; older ones are dropped from memory. ``0`` keeps none: read them
     from ``report_sink``. At most 100,000 (each is a Python object of a few KB)."""
@@ -158,6 +129,29 @@ class HookPolicy(Model):
     _written: dict[KeyPath, str] = PrivateAttr(default_factory=dict)
     _resolved: dict[str, tuple[ResolvedAction[Any], ...]] = PrivateAttr(default_factory=dict)
 
+    def __init__(self, **settings: Any) -> None:
+        """A policy of keyword settings, ``HookPolicy(version=1, device="cuda:1")``, checked as by :meth:`from_mapping`.
+
+        Raises:
+            PolicyError: The settings are not a valid policy: one line per problem, each naming its key
+                (``HookPolicy(...): release.collect: 'sometimes' is not one of full, young, auto``).
+
+        Examples:
+            >>> HookPolicy(version=1, release={"collect": "sometimes"})  # doctest: +ELLIPSIS
+            Traceback (most recent call last):
+            ...
+            ddo_hooks.errors.PolicyError: HookPolicy(...): release.collect: 'sometimes' is not one of full, ...
+        """
+        try:
+            super().__init__(**settings)
+        except ValidationError:
+            type(self)._validate(LoadedYaml(settings), "HookPolicy(...)", None)  # raises the located PolicyError
+            raise  # pragma: no cover (the same settings cannot pass there)
+
+    # Not called by model_validate, which stays pydantic's own (as RootModel's __init__, marked so): its
+    # ValidationError is what _validate words, line by line.
+    __init__.__pydantic_base_init__ = True  # type: ignore[attr-defined]  # pydantic's marker, not on a function's type
+
     @field_validator("version", mode="before")
     @classmethod
     def _supported(cls, value: object) -> object:
@@ -168,7 +162,7 @@ class HookPolicy(Model):
     @field_validator("report_sink")
     @classmethod
     def _openable(cls, value: str | None) -> str | None:
-        if value is not None and (problem := _sink_problem(value)):
+        if value is not None and (problem := report_sink_problem(value)):
             raise located_error("report_sink", problem, value=value)
         return value
 
@@ -337,7 +331,7 @@ class HookPolicy(Model):
                 problems.append(
                     (positions.get((), (0, 0)), f"{top}: the top level must be {shape}, got {show_value(data)}")
                 )
-            raise PolicyError(join_problems(problems))
+            raise _policy_error(problems)
         if ("version",) in loaded.broken:
             pass  # the YAML problem at 'version' is reported already
         elif "version" not in data:
@@ -352,13 +346,19 @@ class HookPolicy(Model):
             policy = cls.model_validate({**data, "version": 1})  # the rest is checked as version 1
         except ValidationError as e:
             cause = e
-            problems += validation_problems(
-                e, model=cls, source=source, positions=positions, written=written, hidden=loaded.broken
+            problems += every_problem(
+                cls,
+                {**data, "version": 1},
+                e,
+                source=source,
+                positions=positions,
+                written=written,
+                hidden=loaded.broken,
             )
         except RecursionError as e:
             raise PolicyError(f"{source}: the policy is nested too deeply (or contains itself)") from e
         if problems:
-            raise PolicyError(join_problems(problems)) from cause
+            raise _policy_error(problems) from cause
         known = dict(positions)
         for path, position in positions.items():
             if len(path) == 4 and path[0] == "boundaries" and path[2] == "actions":
@@ -459,6 +459,13 @@ class HookPolicy(Model):
         if not self.enabled:
             return ()
         return tuple(name for name in BOUNDARIES if self.boundary(name).enabled)
+
+
+def _policy_error(problems: list[Problem]) -> PolicyError:
+    """The error of a policy checked whole: one line per problem, in file order, and the problems themselves."""
+    error = PolicyError(join_problems(problems))
+    error.problems = tuple(problems)
+    return error
 
 
 def policy_json_schema() -> dict[str, Any]:

@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 import re
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -30,13 +32,14 @@ from pydantic import (
     GetJsonSchemaHandler,
     PrivateAttr,
     StrictBool,
+    ValidationError,
     WithJsonSchema,
     create_model,
     field_validator,
     model_validator,
 )
 from pydantic.json_schema import JsonSchemaValue
-from pydantic_core import CoreSchema
+from pydantic_core import CoreSchema, InitErrorDetails, PydanticCustomError
 
 from ddo_hooks import _moved, actions
 from ddo_hooks._diagnostics import KeyPath, show_value
@@ -47,6 +50,7 @@ from ddo_hooks.boundaries import ACTION_NAME_PATTERN
 from ddo_hooks.errors import InvalidArgumentError
 from ddo_hooks.policy.base import Model, located_error
 from ddo_hooks.release.devices import parse_cuda_device
+from ddo_hooks.reports.tracker import MAX_RECORDS
 from ddo_hooks.sizes import ByteSize
 
 __all__ = [
@@ -60,6 +64,8 @@ __all__ = [
     "BoundaryPolicy",
     "Model",
     "ResolvedAction",
+    "keep_reports_in_range",
+    "report_sink_problem",
     "located_error",
     "parse_duration",
     "validate_device",
@@ -126,6 +132,36 @@ _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "min": 60.0, None: 1.0}
 MAX_DURATION_SECONDS = 24 * 3600
 
 
+def report_sink_problem(value: str) -> str | None:
+    """Why ``attach`` could not open ``report_sink`` whatever the folders hold, or ``None``."""
+    if "\x00" in value:
+        return "{value} holds a NUL character, which no file name may hold; remove it"
+    if value.startswith("~"):
+        try:
+            Path(value).expanduser()
+        except RuntimeError:
+            user = value[1:].split("/", 1)[0].split(os.sep, 1)[0]
+            who = f"no user {user!r} on this machine" if user else "no home folder is known here"
+            return f"{{value}} starts with '~' but there is {who}; write the full path, or '~/' for your home"
+    return None
+
+
+def keep_reports_in_range(value: object) -> object:
+    """``keep_reports`` from 0 to :data:`~ddo_hooks.reports.tracker.MAX_RECORDS`; other types: the strict int check."""
+    if type(value) is int and value < 0:
+        raise located_error(
+            "keep_reports",
+            f"{{value}} is negative; use 0 (none in memory: read report_sink) to {MAX_RECORDS:,}",
+            value=value,
+        )
+    if type(value) is int and value > MAX_RECORDS:
+        problem = f"{{value}} is more than {MAX_RECORDS:,}, the most reports an attachment keeps in memory"
+        raise located_error(
+            "keep_reports", f"{problem}; keep fewer, and read every report from report_sink", value=value
+        )
+    return value
+
+
 def parse_duration(value: object) -> float:
     """A duration in seconds, from a number of seconds or a string such as ``2s``, ``500ms``, ``1.5 min``.
 
@@ -175,7 +211,7 @@ class ActionSpec(Model):
 
     @model_validator(mode="after")
     def _validated_options(self) -> ActionSpec:
-        self._settings = validated_options(self.name, self.options)
+        self._settings = _every_option_checked(self.name, self.options)
         return self
 
     @property
@@ -236,6 +272,33 @@ def _other_entry_model(built_in: tuple[str, ...]) -> type[BaseModel]:
             Field(default={}, description="Its options, validated by its own model if it has one."),
         ),
     )
+
+
+def _every_option_checked(name: str, options: dict[str, Any]) -> ActionOptions | None:
+    """:func:`~ddo_hooks.actions.registry.validated_options`, each problem of the options said, not only the first.
+
+    The options model stops at its first problem: the option it names is left out and the rest checked
+    again, until they pass. One problem raises as it is; several raise together, each located.
+    """
+    problems: list[PydanticCustomError] = []
+    remaining = dict(options)
+    while True:
+        try:
+            settings = validated_options(name, remaining)
+        except PydanticCustomError as e:
+            problems.append(e)
+            at = tuple((e.context or {}).get("at", ()))
+            if len(at) != 2 or at[0] != "options" or at[1] not in remaining:
+                break
+            del remaining[at[1]]
+            continue
+        if not problems:
+            return settings
+        break
+    if len(problems) == 1:
+        raise problems[0]
+    details = [InitErrorDetails(type=problem, loc=(), input=options) for problem in problems]
+    raise ValidationError.from_exception_data(ActionSpec.__name__, details)
 
 
 ActionEntry = Annotated[ActionSpec, BeforeValidator(_action_entry, json_schema_input_type=ActionName | ActionSpec)]

@@ -2,8 +2,8 @@
 
 With ``use_stream=True`` and ``low_cpu_mem_usage=False``, diffusers' group offloading keeps one
 pinned copy of every weight (``ModuleGroup.cpu_param_dict``), made by ``pin_memory()``, which the
-caching host allocator rounds up to a power of two: a Flux-shaped transformer's 2.62 GB of
-weights own 4.11 GB. :func:`repack_pinned_copies` copies them back to back into a few slabs whose
+caching host allocator rounds up to a power of two: a Flux-shaped transformer's 2.44 GiB of
+weights own 3.83 GiB. :func:`repack_pinned_copies` copies them back to back into a few slabs whose
 sizes are already powers of two (:mod:`ddo_hooks.release.slabs`), points each group and each
 offloaded weight at its place in a slab, and releases the old blocks: the copies then own what
 they need, plus the slabs' tails.

@@ -6,6 +6,7 @@ shape), :mod:`~ddo_hooks.reports.host_cache`, :mod:`~ddo_hooks.reports.boundary`
 :mod:`~ddo_hooks.reports.done_components` (one per route family), :mod:`ddo_hooks.reports.ddo` (DDO's
 own report shape), :mod:`~ddo_hooks.reports.parse` (any report, of either shape),
 :mod:`~ddo_hooks.reports.envelope` (where a recorded report came from),
+:mod:`~ddo_hooks.reports.records` (a report under its component, read from JSON Lines),
 :mod:`~ddo_hooks.reports.tracker` (:class:`~ddo_hooks.reports.tracker.MetricsTracker`), which
 writes its files through :mod:`~ddo_hooks.reports.atomic_file` (whole or not at all),
 :mod:`~ddo_hooks.reports.json_lines` (the lines of JSON Lines text),

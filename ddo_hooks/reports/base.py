@@ -1,12 +1,17 @@
 """What every DDO report model shares: the strict base model and the reusable field types.
 
+A report is read with :func:`~ddo_hooks.reports.parse.parse_report`, whose
+:class:`~ddo_hooks.errors.ReportError` names each field that is wrong, in this project's words
+(:func:`describe_errors` words the ``ValidationError`` of a model built directly).
+
 Examples:
-    >>> from ddo_hooks.reports.base import HostObservation
-    >>> HostObservation(platform="linux", rss_bytes=-1)
+    >>> from ddo_hooks import parse_report, release_pytorch_host_cache
+    >>> data = release_pytorch_host_cache(phase="after_call").model_dump(mode="json")
+    >>> data["setup"]["host_cache_release"]["host_after"] = {"platform": "linux", "rss_bytes": -1}
+    >>> parse_report(data)  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    pydantic_core._pydantic_core.ValidationError: 1 validation error for HostObservation
-    ...
+    ddo_hooks.errors.ReportError: not a valid DDO report (...): ...rss_bytes: -1 is out of range; ...
 """
 
 from __future__ import annotations
@@ -223,6 +228,22 @@ _EXPECTED = {
 """What a report field of each pydantic error kind expects, in this project's words."""
 
 
+_BOUNDS = {
+    "greater_than_equal": ("ge", "of at least"), "greater_than": ("gt", "greater than"),
+    "less_than_equal": ("le", "of at most"), "less_than": ("lt", "less than"),
+}  # fmt: skip
+"""The pydantic error kinds of a number out of its range: the bound's key in the context, and its words."""
+
+_PATTERNS = {
+    PHASE_PATTERN: "a phase label: a lowercase letter, then up to 63 lowercase letters, digits, '_', '.' or '-' "
+    "(e.g. 'before_vae')",
+    r"^[0-9a-f]{32}$": "a run id: 32 lowercase hexadecimal digits",
+    r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$": "a component name: a letter or digit, then up to 127 letters, digits, "
+    "'_', '.' or '-'",
+}
+"""What a value of each pattern the reports use looks like, in words."""
+
+
 def explain_error(item: Any, model: type[BaseModel] | None = None, loc: tuple[Any, ...] | None = None) -> str:
     """One pydantic error of a report as people read it, showing the value written (cut).
 
@@ -233,6 +254,8 @@ def explain_error(item: Any, model: type[BaseModel] | None = None, loc: tuple[An
         >>> explain_error({"type": "literal_error", "msg": "Input should be 'executed' or 'noop'",
         ...                "input": "exploded", "ctx": {"expected": "'executed' or 'noop'"}})
         "'exploded' is not one of executed, noop"
+        >>> explain_error({"type": "literal_error", "input": "1", "ctx": {"expected": "1"}, "msg": ""})
+        "expected 1, got '1' (a string: write 1 without quotes)"
         >>> explain_error({"type": "float_parsing", "msg": "Input should be a valid number", "input": "5"})
         "expected a number, got '5'"
         >>> explain_error({"type": "extra_forbidden", "msg": "Extra inputs are not permitted", "input": 1},
@@ -243,8 +266,19 @@ def explain_error(item: Any, model: type[BaseModel] | None = None, loc: tuple[An
     if kind == "literal_error":
         choices = [choice.strip("'") for choice in ctx["expected"].replace(" or ", ", ").split(", ")]
         if len(choices) == 1:
-            return f"{message}, got {show_value(item['input'])}"
+            quoted = isinstance(item["input"], str) and not ctx["expected"].startswith("'")
+            unquote = f" (a string: write {choices[0]} without quotes)" if quoted else ""
+            return f"expected {ctx['expected']}, got {show_value(item['input'])}{unquote}"
         return f"{show_value(item['input'])} is not one of {', '.join(choices)}"
+    if kind in _BOUNDS:
+        bound, wanted = _BOUNDS[kind]
+        return f"{show_value(item.get('input'))} is out of range; expected a value {wanted} {ctx[bound]}"
+    if kind == "string_pattern_mismatch":
+        pattern = str(ctx.get("pattern"))
+        form = _PATTERNS.get(pattern, f"the form {pattern} (a regular expression)")
+        return f"{show_value(item.get('input'))} is not {form}"
+    if kind == "string_too_short" and ctx.get("min_length") == 1:
+        return f"expected a non-empty string, got {show_value(item.get('input'))}"
     if kind == "union_tag_invalid":
         tag, expected = show_value(ctx.get("tag")), ctx["expected_tags"].replace("'", "")
         return f"{tag} is not a route of a DDO report; the routes: {expected}"

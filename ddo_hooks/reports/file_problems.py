@@ -25,15 +25,15 @@ from ddo_hooks._diagnostics import (
     format_key_path,
     json_error_sentence,
     nearest_position,
+    show_repr,
     show_value,
 )
-from ddo_hooks.errors import InvalidArgumentError
 from ddo_hooks.reports.base import explain_error, model_at
 from ddo_hooks.reports.ddo.routes import DDO_REPORT_ADAPTER, DDO_ROUTE_TYPES
 from ddo_hooks.reports.envelope import RecordEnvelope
 from ddo_hooks.reports.json_lines import beyond_json_limits, is_cut_line
-from ddo_hooks.reports.parse import REPORT_ADAPTER, ROUTE_TYPES, parse_report, report_shape
-from ddo_hooks.reports.tracker import RECORD_KEYS, MetricsTracker
+from ddo_hooks.reports.parse import REPORT_ADAPTER, ROUTE_TYPES, report_shape
+from ddo_hooks.reports.records import RECORD_KEYS, component_problem, valid_component
 
 __all__ = ["diagnose_report_file", "json_positions"]
 
@@ -127,12 +127,11 @@ def _record_problems(item: Any, positions: Positions, prefix: KeyPath) -> list[t
                 path = (*prefix, "envelope", *error["loc"])
                 message = explain_error(error).removeprefix("Value error, ")
                 problems.append((nearest_position(positions, path) or where, f"{format_key_path(path)}: {message}"))
-    if not problems:
-        try:
-            MetricsTracker().record_ddo_metrics(parse_report(item["report"]), component=item["component"])
-        except InvalidArgumentError as e:
-            path = (*prefix, "component")
-            problems = [(nearest_position(positions, path) or where, f"{format_key_path(path)}: {e}")]
+    component = item["component"]
+    if not problems and not valid_component(component):
+        path = (*prefix, "component")
+        message = f"component={show_repr(component)} {component_problem(component)}"
+        problems = [(nearest_position(positions, path) or where, f"{format_key_path(path)}: {message}")]
     return problems
 
 

@@ -34,7 +34,7 @@ from ddo_hooks.reports import REPORT_FILE_FORMS
 from ddo_hooks.reports.file_problems import diagnose_report_file, json_positions
 from ddo_hooks.reports.json_lines import beyond_json_limits, cut_line_warning, first_line, is_cut_line, text_lines
 from ddo_hooks.reports.parse import parse_report
-from ddo_hooks.reports.tracker import Entry, MetricsTracker, iter_entries
+from ddo_hooks.reports.records import Entry, entries_from_json, iter_entries
 
 __all__ = [
     "MAX_REPORT_FILE_BYTES",
@@ -135,7 +135,7 @@ def iter_report_lines(text: str, *, on_cut_line: Callable[[int], None] | None = 
 
     Args:
         text: JSON Lines of bare reports.
-        on_cut_line: As for :func:`~ddo_hooks.reports.tracker.iter_entries`: called with the number
+        on_cut_line: As for :func:`~ddo_hooks.reports.records.iter_entries`: called with the number
             of each line cut off mid-record, which is then left out (``None``: such a line is an error).
 
     Raises:
@@ -254,10 +254,8 @@ def open_report_file(
         located = _located(source, text, read(text, on_cut_line=cut), form, cut_lines)
         return OpenReportFile(source, form, _some(source, located), warnings)
     with _read_errors(source, text, form):
-        if form == "tracker JSON":
-            entries = MetricsTracker.from_json(text).entries()
-        else:
-            entries = [Entry(None, parse_report(data))]  # type: ignore[arg-type]  # a file without envelopes names no component
+        bare = form != "tracker JSON"
+        entries = [Entry(None, parse_report(data))] if bare else entries_from_json(text)  # type: ignore[arg-type]  # bare: no component
     return OpenReportFile(source, form, _some(source, entries), warnings)
 
 

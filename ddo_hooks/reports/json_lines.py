@@ -20,11 +20,12 @@ Examples:
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 from collections.abc import Iterator
 
-__all__ = ["beyond_json_limits", "cut_line_warning", "first_line", "is_cut_line", "text_lines"]
+__all__ = ["beyond_json_limits", "cut_line_warning", "first_line", "is_cut_line", "looks_like_a_path", "text_lines"]
 
 
 # What may follow the place json.loads stops at, in a line cut in the middle of a value: the start of
@@ -69,6 +70,29 @@ def is_cut_line(line: str) -> bool:
     except (ValueError, RecursionError):  # past one of Python's limits before its end: an error of its own
         return False
     return False
+
+
+def looks_like_a_path(text: str) -> bool:
+    r"""Whether ``text``, given where JSON text was expected, looks like the path of a file instead.
+
+    One line without ``{`` (no record, no report) that ends in ``.jsonl`` or ``.json`` or names a
+    file that exists: ``MetricsTracker.from_jsonl("run.jsonl")`` meant ``read_jsonl``.
+
+    Examples:
+        >>> looks_like_a_path("run.jsonl"), looks_like_a_path("out/run.json "), looks_like_a_path("{}")
+        (True, True, False)
+        >>> looks_like_a_path("not json"), looks_like_a_path("a.jsonl\nb.jsonl")
+        (False, False)
+    """
+    name = text.strip()
+    if not name or len(name) > 4096 or "{" in name or "\n" in name or "\r" in name:
+        return False
+    if name.lower().endswith((".jsonl", ".json")):
+        return True
+    try:
+        return os.path.isfile(name)
+    except (OSError, ValueError):  # a NUL byte, a name too long
+        return False
 
 
 def cut_line_warning(source: str, number: int) -> str:

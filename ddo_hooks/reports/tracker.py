@@ -18,25 +18,36 @@ Examples:
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
 import os
-import re
 import threading
 import warnings
 import weakref
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
-from ddo_hooks._diagnostics import json_error_sentence, show_repr, show_value
+from ddo_hooks._diagnostics import show_repr
 from ddo_hooks.errors import InvalidArgumentError, ReportError
 from ddo_hooks.reports.atomic_file import replace_with_text
-from ddo_hooks.reports.base import FROM_CHECKED_JSON
-from ddo_hooks.reports.envelope import RecordEnvelope, ReportRecord
-from ddo_hooks.reports.json_lines import beyond_json_limits, cut_line_warning, first_line, is_cut_line, text_lines
-from ddo_hooks.reports.parse import ANY_REPORT_TYPES, parse_report
+from ddo_hooks.reports.envelope import RecordEnvelope
+from ddo_hooks.reports.json_lines import cut_line_warning, first_line, looks_like_a_path, text_lines
+from ddo_hooks.reports.parse import ANY_REPORT_TYPES
+from ddo_hooks.reports.records import (
+    MAX_COMPONENT_LENGTH,
+    Entry,
+    RecordedReport,
+    component_problem,
+    entries_from_json,
+    iter_entries,
+    read_entries,
+    read_reports,
+    record_json,
+    valid_component,
+)
 
 __all__ = [
     "MAX_COMPONENT_LENGTH",
@@ -51,29 +62,12 @@ __all__ = [
     "text_lines",
 ]
 
-MAX_COMPONENT_LENGTH = 128
-"""The longest component name."""
-
-_COMPONENT_RE = re.compile(rf"^[A-Za-z0-9][A-Za-z0-9_.\-]{{0,{MAX_COMPONENT_LENGTH - 1}}}$")
-
 MAX_RECORDS = 100_000
 """The most records a tracker with a bound (``max_records``) or an attachment (``keep_reports``) keeps.
 
 Each one is a pydantic object: an executed release report with its envelope took about 12 KB of
 Python memory when measured (a no-op one about 4 KB), so the bound is about 1.2 GB. A longer
 history belongs on disk, in the policy's ``report_sink``."""
-
-RecordedReport = tuple[str, Any]
-"""A ``(component, report)`` pair, in recording order."""
-
-
-class Entry(NamedTuple):
-    """A record: the component, the report and where it came from (``None`` in files without envelopes)."""
-
-    component: str
-    report: Any
-    envelope: RecordEnvelope | None = None
-
 
 _TRACKERS: weakref.WeakSet[MetricsTracker] = weakref.WeakSet()
 
@@ -138,8 +132,8 @@ class MetricsTracker:
                 "pass the report returned by release_pytorch_host_cache (or ddo_hooks.parse_report(data), which "
                 "also reads DDO's own DynamicOffloadMetrics)"
             )
-        if not _valid_component(component):
-            raise InvalidArgumentError(f"component={show_repr(component)} {_component_problem(component)}")
+        if not valid_component(component):
+            raise InvalidArgumentError(f"component={show_repr(component)} {component_problem(component)}")
         with self._lock:
             if self.max_records is not None and len(self._records) == self.max_records:
                 self.evicted += 1
@@ -188,11 +182,11 @@ class MetricsTracker:
 
     def to_json(self) -> str:
         """One JSON document: ``{"records": [{"component": ..., "report": ...}, ...]}``."""
-        return json.dumps({"records": [_record_json(entry) for entry in self.entries()]}, indent=2)
+        return json.dumps({"records": [record_json(entry) for entry in self.entries()]}, indent=2)
 
     def to_jsonl(self) -> str:
         """JSON Lines: one ``{"component": ..., "report": ...}`` object per line."""
-        return "".join(json.dumps(_record_json(entry)) + "\n" for entry in self.entries())
+        return "".join(json.dumps(record_json(entry)) + "\n" for entry in self.entries())
 
     def write_jsonl(self, path: str | os.PathLike[str]) -> Path:
         """Write :meth:`to_jsonl` to ``path`` and return the path.
@@ -223,18 +217,11 @@ class MetricsTracker:
         Raises:
             ReportError: Not JSON, JSON past Python's limits (an integer of more than 4,300 digits,
                 values nested too deeply; the line and column are named), not the expected shape, or
-                an invalid report (the record's index and the field path are named).
+                an invalid report (the record's index and the field path are named). Given a file's
+                path instead of its text, it says so.
         """
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise ReportError(f"not JSON: line {e.lineno}, column {e.colno}: {json_error_sentence(e)}") from e
-        except (ValueError, RecursionError) as e:  # past one of Python's limits
-            row, column, sentence = beyond_json_limits(text, e)
-            raise ReportError(f"line {row}, column {column}: {sentence}") from e
-        if not isinstance(data, dict) or not isinstance(data.get("records"), list):
-            raise ReportError('expected a JSON object {"records": [...]}')
-        return cls.from_records(_record_from_json(item, f"records[{i}]") for i, item in enumerate(data["records"]))
+        _refuse_a_path(text, "from_json", "MetricsTracker.from_json(Path({path}).read_text(encoding='utf-8'))")
+        return cls.from_records(entries_from_json(text))
 
     @classmethod
     def from_jsonl(cls, text: str) -> MetricsTracker:
@@ -246,7 +233,8 @@ class MetricsTracker:
 
         Raises:
             ReportError: A line is not JSON (and not a cut one), is JSON past Python's limits or is
-                not a valid record; the message names the line.
+                not a valid record; the message names the line. Given a file's path instead of its
+                text (``"run.jsonl"``), it says to read the file with :meth:`read_jsonl`.
 
         Examples:
             >>> import warnings
@@ -260,135 +248,58 @@ class MetricsTracker:
             >>> len(read.entries()), str(caught[0].message)[:36]
             (2, '<jsonl>:2: the line is cut off (not ')
         """
+        _refuse_a_path(text, "from_jsonl", "MetricsTracker.read_jsonl({path})")
         cut: list[int] = []
         tracker = cls.from_records(iter_entries(text, on_cut_line=cut.append))
         for number in cut:
             warnings.warn(cut_line_warning("<jsonl>", number), stacklevel=2)
         return tracker
 
+    @classmethod
+    def read_jsonl(cls, path: str | os.PathLike[str]) -> MetricsTracker:
+        """Load the file that :meth:`write_jsonl` wrote, validating every line: :meth:`from_jsonl` of a file.
 
-def _valid_component(component: object) -> bool:
-    return isinstance(component, str) and _COMPONENT_RE.fullmatch(component) is not None
+        An empty file is an empty tracker. A line cut off mid-record is left out with a warning that
+        names ``file:line``, as :meth:`from_jsonl` does.
 
+        Raises:
+            ReportError: The file is missing, not a regular file, larger than 64 MiB, binary or not
+                UTF-8, holds another form of report file (read it with
+                :func:`~ddo_hooks.reports.files.load_report_file`), or a line is not a valid record:
+                the message says ``file:line:col: key.path: problem``.
 
-def _component_problem(component: object) -> str:
-    """What is wrong with a component name, and the rule (the real limit: 128 characters)."""
-    rule = (
-        "must be a non-empty name of letters, digits, '_', '.', '-', starting with a letter or digit, "
-        f"at most {MAX_COMPONENT_LENGTH} characters (e.g. 'host_cache_before_transformer')"
-    )
-    if isinstance(component, str) and len(component) > MAX_COMPONENT_LENGTH:
-        return f"{rule}; it has {len(component):,} characters"
-    return rule
+        Examples:
+            >>> import pathlib, tempfile
+            >>> from ddo_hooks import release_pytorch_host_cache
+            >>> tracker = MetricsTracker()
+            >>> tracker.record_ddo_metrics(release_pytorch_host_cache(phase="after_call"), component="c")
+            >>> with tempfile.TemporaryDirectory() as folder:
+            ...     path = tracker.write_jsonl(pathlib.Path(folder) / "run.jsonl")
+            ...     MetricsTracker.read_jsonl(path).reports() == tracker.reports()
+            True
+        """
+        from ddo_hooks.reports.files import open_report_file  # it reads trackers: imported when used
 
-
-def _record_json(entry: Entry) -> dict[str, Any]:
-    record = {"component": entry.component, "report": entry.report.model_dump(mode="json")}
-    if entry.envelope is not None:
-        record["envelope"] = entry.envelope.model_dump(mode="json")
-    return record
-
-
-RECORD_KEYS = ({"component", "report"}, {"component", "report", "envelope"})
-"""The keys a record may have (records written before envelopes existed have no ``envelope``)."""
-
-
-def _record_from_json(item: Any, where: str) -> Entry:
-    if not isinstance(item, dict) or set(item) not in RECORD_KEYS:
-        raise ReportError(f"{where}: expected an object with 'component', 'report' and (optionally) 'envelope'")
-    if not _valid_component(item["component"]):
-        component = item["component"]
-        problem = _component_problem(component).removeprefix("must be ")
-        raise ReportError(f"{where}.component: {show_value(component)} is not a component name: it must be {problem}")
-    try:
-        report = parse_report(item["report"])
-    except ReportError as e:
-        raise ReportError(f"{where}.report: {e}") from e
-    envelope = None
-    if item.get("envelope") is not None:
-        try:
-            envelope = RecordEnvelope.model_validate(item["envelope"])
-        except ValidationError as e:
-            problems = "; ".join(f"{'.'.join(map(str, x['loc']))}: {x['msg']}" for x in e.errors(include_url=False))
-            raise ReportError(f"{where}.envelope: not a valid record envelope: {problems}") from e
-    return Entry(item["component"], report, envelope)
+        with contextlib.suppress(OSError, ValueError):
+            if os.stat(path).st_size == 0 and os.path.isfile(path):  # what write_jsonl writes of no records
+                return cls()
+        opened = open_report_file(path, cut_lines=True)
+        if opened.form != "JSON Lines":
+            raise ReportError(
+                f"{opened.path}: holds {opened.form}, not JSON Lines of records (as write_jsonl writes them); read "
+                "it with ddo_hooks.reports.files.load_report_file(path), which reads every form of report file"
+            )
+        tracker = cls.from_records(opened.entries)
+        for warning in opened.warnings:
+            warnings.warn(warning, stacklevel=2)
+        return tracker
 
 
-def read_reports(text: str) -> list[RecordedReport]:
-    """Parse JSON Lines of ``{"component", "report"}`` records, validating each.
-
-    A line cut off mid-record is an error here, as any line that is not JSON;
-    :meth:`MetricsTracker.from_jsonl` leaves it out with a warning.
-
-    Raises:
-        ReportError: A line is not JSON, is JSON past Python's limits (an integer of more than
-            4,300 digits, values nested too deeply) or is not a valid record; the message names
-            the line (and the column, for JSON that cannot be read).
-    """
-    return [(entry.component, entry.report) for entry in read_entries(text)]
-
-
-def read_entries(text: str) -> list[Entry]:
-    """Parse JSON Lines of records, with their envelopes, validating each (see :func:`read_reports`)."""
-    return list(iter_entries(text))
-
-
-def iter_entries(text: str, *, on_cut_line: Callable[[int], None] | None = None) -> Iterator[Entry]:
-    r"""Each record of JSON Lines, validated when it is reached (see :func:`read_reports`).
-
-    A caller may keep what it needs of each record and let the rest go. A line is validated as a
-    :class:`~ddo_hooks.reports.envelope.ReportRecord` straight from its JSON text by pydantic_core,
-    with :data:`~ddo_hooks.reports.base.FROM_CHECKED_JSON`; a line that this fast path does not
-    accept is read again exactly as before (``json.loads``, then each check in turn), which accepts
-    it or raises the error that names its line. The fast parser accepts no text that ``json.loads``
-    refuses and refuses more (a lone surrogate, an integer of more than 4,300 digits, nesting deeper
-    than 200), so every line is accepted or refused as before (``tests/test_fuzz.py`` compares the two).
-
-    Args:
-        text: JSON Lines of records.
-        on_cut_line: Called with the number of each line cut off mid-record
-            (:func:`~ddo_hooks.reports.json_lines.is_cut_line`), which is then left out; ``None``
-            (the default): such a line is an error, as any other line that is not JSON.
-
-    Raises:
-        ReportError: A line is not JSON, is JSON past Python's limits or is not a valid record;
-            the message names the line.
-
-    Examples:
-        >>> from ddo_hooks import release_pytorch_host_cache
-        >>> tracker = MetricsTracker()
-        >>> tracker.record_ddo_metrics(release_pytorch_host_cache(phase="after_call"), component="c")
-        >>> [entry.component for entry in iter_entries(tracker.to_jsonl() + "\n" + tracker.to_jsonl())]
-        ['c', 'c']
-    """
-    for number, line in enumerate(text_lines(text), start=1):
-        if not line.strip():
-            continue
-        entry = _checked_entry(line)
-        if entry is None:
-            try:
-                item = json.loads(line)
-            except json.JSONDecodeError as e:
-                if on_cut_line is not None and is_cut_line(line):
-                    on_cut_line(number)
-                    continue
-                raise ReportError(f"line {number}, column {e.colno}: not JSON: {json_error_sentence(e)}") from e
-            except (ValueError, RecursionError) as e:  # past one of Python's limits
-                _, column, sentence = beyond_json_limits(line, e)
-                raise ReportError(f"line {number}, column {column}: {sentence}") from e
-            entry = _record_from_json(item, f"line {number}")
-        yield entry
-
-
-def _checked_entry(line: str) -> Entry | None:
-    """The record of a line as :func:`_record_from_json` would read it, or ``None`` for the slow path to say why not.
-
-    One pass of pydantic_core over the JSON text: strict JSON mode takes what strict Python mode
-    takes from ``json.loads`` here, since every field a JSON string or array could fill laxly (the
-    timestamp, the tuples of names) is lax in both.
-    """
-    try:
-        record = ReportRecord.model_validate_json(line, context=FROM_CHECKED_JSON)
-    except ValueError:  # ValidationError, for JSON it cannot read as for a record it refuses
-        return None
-    return Entry(record.component, record.report, record.envelope)
+def _refuse_a_path(text: object, method: str, reader: str) -> None:
+    """Refuse a file's path given where its text was expected, saying how to read the file."""
+    if isinstance(text, os.PathLike) or (isinstance(text, str) and looks_like_a_path(text)):
+        path = os.fspath(text).strip()
+        raise ReportError(
+            f"{method} reads JSON text, and {path!r} looks like a file's path; read the file with "
+            + reader.format(path=repr(path))
+        )
