@@ -38,14 +38,14 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from ddo_hooks._diagnostics import KeyPath, Positions, below, did_you_mean, show_value, where
+from ddo_hooks._diagnostics import KeyPath, Positions, below, did_you_mean, show_value
 from ddo_hooks.actions.contract import OptionsT, RegisteredAction, ResolvedAction
 from ddo_hooks.actions.host_cache_release import HostCacheReleaseOptions
 from ddo_hooks.actions.registry import registered
 from ddo_hooks.boundaries import BOUNDARIES
 from ddo_hooks.errors import InvalidArgumentError, PolicyError
 from ddo_hooks.policy import PRESETS
-from ddo_hooks.policy.messages import Problem, join_problems, located_line
+from ddo_hooks.policy.messages import located_line
 from ddo_hooks.policy.parts import (
     DEVICE_PATTERN,
     ActionSpec,
@@ -59,14 +59,11 @@ from ddo_hooks.policy.parts import (
     report_sink_problem,
     validate_device,
 )
-from ddo_hooks.policy.passes import every_problem
+from ddo_hooks.policy.passes import SUPPORTED_VERSIONS, checked_whole, version_problem
 from ddo_hooks.policy.yaml_loader import LoadedYaml, compose_policy_yaml, read_policy_file
 from ddo_hooks.reports.tracker import MAX_RECORDS
 
 __all__ = ["PRESETS", "SUPPORTED_VERSIONS", "HookPolicy", "policy_json_schema", "preset_file"]
-
-SUPPORTED_VERSIONS: tuple[int, ...] = (1,)
-"""The policy versions this release reads."""
 
 
 def preset_file(name: str) -> Traversable:
@@ -77,16 +74,6 @@ def preset_file(name: str) -> Traversable:
         'lowest-peak.yaml'
     """
     return resources.files("ddo_hooks.policy").joinpath(f"presets/{name}.yaml")
-
-
-_SUPPORTED = f"supported versions: {', '.join(map(str, SUPPORTED_VERSIONS))}"
-
-
-def _version_problem(value: object, written: str | None = None) -> str | None:
-    if type(value) is int and value in SUPPORTED_VERSIONS:
-        return None
-    kind = f" (a {type(value).__name__})" if isinstance(value, (str, bool, float)) else ""
-    return f"unsupported version {written or show_value(value)}{kind}; {_SUPPORTED} (write 'version: 1')"
 
 
 class HookPolicy(Model):
@@ -155,7 +142,7 @@ class HookPolicy(Model):
     @field_validator("version", mode="before")
     @classmethod
     def _supported(cls, value: object) -> object:
-        if problem := _version_problem(value):
+        if problem := version_problem(value):
             raise located_error("version", problem)
         return value
 
@@ -317,54 +304,10 @@ class HookPolicy(Model):
 
     @classmethod
     def _validate(cls, loaded: LoadedYaml, source: str, base_dir: Path | None) -> HookPolicy:
-        """Validate everything at once: the YAML's problems, the version and every setting, in file order."""
-        data, positions, written = loaded.data, loaded.positions, loaded.written
-        problems = list(loaded.problems)
-        top = where(source, positions, ())
-        if data is None and not problems:
-            raise PolicyError(
-                f"{source}: the policy is empty; write at least 'version: 1' (ddo-hooks schema policy lists every key)"
-            )
-        if not isinstance(data, Mapping):
-            if data is not None:
-                shape = "a mapping of settings starting with 'version: 1'"
-                problems.append(
-                    (positions.get((), (0, 0)), f"{top}: the top level must be {shape}, got {show_value(data)}")
-                )
-            raise _policy_error(problems)
-        if ("version",) in loaded.broken:
-            pass  # the YAML problem at 'version' is reported already
-        elif "version" not in data:
-            problems.append(
-                (positions.get((), (0, 0)), f"{top}: version: missing; add 'version: 1' at the top ({_SUPPORTED})")
-            )
-        elif problem := _version_problem(data["version"], written.get(("version",))):
-            at = positions.get(("version",), (0, 0))
-            problems.append((at, f"{where(source, positions, ('version',))}: version: {problem}"))
-        cause: ValidationError | None = None
-        try:
-            policy = cls.model_validate({**data, "version": 1})  # the rest is checked as version 1
-        except ValidationError as e:
-            cause = e
-            problems += every_problem(
-                cls,
-                {**data, "version": 1},
-                e,
-                source=source,
-                positions=positions,
-                written=written,
-                hidden=loaded.broken,
-            )
-        except RecursionError as e:
-            raise PolicyError(f"{source}: the policy is nested too deeply (or contains itself)") from e
-        if problems:
-            raise _policy_error(problems) from cause
-        known = dict(positions)
-        for path, position in positions.items():
-            if len(path) == 4 and path[0] == "boundaries" and path[2] == "actions":
-                known.setdefault((*path, "name"), position)
+        """Validate everything at once (:func:`~ddo_hooks.policy.passes.checked_whole`); remember where it came from."""
+        policy, known = checked_whole(cls, loaded, source)
         policy._source, policy._positions, policy._base_dir = source, known, base_dir
-        policy._written = dict(written)
+        policy._written = dict(loaded.written)
         return policy
 
     # -- reading -------------------------------------------------------------------------
@@ -459,13 +402,6 @@ class HookPolicy(Model):
         if not self.enabled:
             return ()
         return tuple(name for name in BOUNDARIES if self.boundary(name).enabled)
-
-
-def _policy_error(problems: list[Problem]) -> PolicyError:
-    """The error of a policy checked whole: one line per problem, in file order, and the problems themselves."""
-    error = PolicyError(join_problems(problems))
-    error.problems = tuple(problems)
-    return error
 
 
 def policy_json_schema() -> dict[str, Any]:

@@ -26,17 +26,97 @@ Examples:
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from ddo_hooks._diagnostics import KeyPath, Positions
-from ddo_hooks.policy.messages import MAX_PROBLEMS, Problem, problem_path, validation_problems
+from ddo_hooks._diagnostics import KeyPath, Positions, show_value, where
+from ddo_hooks.errors import PolicyError
+from ddo_hooks.policy.messages import MAX_PROBLEMS, Problem, join_problems, problem_path, validation_problems
+from ddo_hooks.policy.yaml_loader import LoadedYaml
 
-__all__ = ["MAX_PASSES", "every_problem", "without"]
+__all__ = ["MAX_PASSES", "SUPPORTED_VERSIONS", "checked_whole", "every_problem", "version_problem", "without"]
+
+SUPPORTED_VERSIONS: tuple[int, ...] = (1,)
+"""The policy versions this release reads."""
+
+_SUPPORTED = f"supported versions: {', '.join(map(str, SUPPORTED_VERSIONS))}"
 
 MAX_PASSES = 8
 """The most times a policy is checked again; each pass leaves out at least one more key."""
+
+
+ModelT = TypeVar("ModelT", bound=BaseModel)
+
+
+def version_problem(value: object, written: str | None = None) -> str | None:
+    """What is wrong with a policy's ``version`` (as ``written`` in the YAML), or ``None``.
+
+    Examples:
+        >>> version_problem(1) is None, version_problem("1", "'1'")
+        (True, "unsupported version '1' (a str); supported versions: 1 (write 'version: 1')")
+    """
+    if type(value) is int and value in SUPPORTED_VERSIONS:
+        return None
+    kind = f" (a {type(value).__name__})" if isinstance(value, (str, bool, float)) else ""
+    return f"unsupported version {written or show_value(value)}{kind}; {_SUPPORTED} (write 'version: 1')"
+
+
+def checked_whole(model: type[ModelT], loaded: LoadedYaml, source: str) -> tuple[ModelT, Positions]:
+    """``loaded`` validated as ``model`` at once: the YAML's problems, the version and every setting, in file order.
+
+    Returns:
+        The model, and the position of every key (an action written as a bare name at its ``name`` too).
+
+    Raises:
+        PolicyError: One line per problem; ``problems`` holds them.
+    """
+    data, positions, written = loaded.data, loaded.positions, loaded.written
+    problems = list(loaded.problems)
+    top = where(source, positions, ())
+    if data is None and not problems:
+        raise PolicyError(
+            f"{source}: the policy is empty; write at least 'version: 1' (ddo-hooks schema policy lists every key)"
+        )
+    if not isinstance(data, Mapping):
+        if data is not None:
+            shape = "a mapping of settings starting with 'version: 1'"
+            at = positions.get((), (0, 0))
+            problems.append((at, f"{top}: the top level must be {shape}, got {show_value(data)}"))
+        raise _policy_error(problems)
+    if ("version",) in loaded.broken:
+        pass  # the YAML problem at 'version' is reported already
+    elif "version" not in data:
+        problems.append(
+            (positions.get((), (0, 0)), f"{top}: version: missing; add 'version: 1' at the top ({_SUPPORTED})")
+        )
+    elif problem := version_problem(data["version"], written.get(("version",))):
+        at = positions.get(("version",), (0, 0))
+        problems.append((at, f"{where(source, positions, ('version',))}: version: {problem}"))
+    cause: ValidationError | None = None
+    try:
+        policy = model.model_validate({**data, "version": 1})  # the rest is checked as version 1
+    except ValidationError as e:
+        cause = e
+        problems += every_problem(
+            model, {**data, "version": 1}, e, source=source, positions=positions, written=written, hidden=loaded.broken
+        )
+    except RecursionError as e:
+        raise PolicyError(f"{source}: the policy is nested too deeply (or contains itself)") from e
+    if problems:
+        raise _policy_error(problems) from cause
+    known = dict(positions)
+    for path, position in positions.items():
+        if len(path) == 4 and path[0] == "boundaries" and path[2] == "actions":
+            known.setdefault((*path, "name"), position)
+    return policy, known
+
+
+def _policy_error(problems: list[Problem]) -> PolicyError:
+    """The error of a policy checked whole: one line per problem, in file order, and the problems themselves."""
+    error = PolicyError(join_problems(problems))
+    error.problems = tuple(problems)
+    return error
 
 
 def every_problem(
