@@ -45,6 +45,8 @@ DDO_IS_ANOTHER_PACKAGE = "DDO is the diffusers-dynamic-offloader package"
 _DDO_NAMES = "DDO's name means something else"
 _ACTIONS = "each built-in action is one module of ddo_hooks.actions"
 _NAMED = "each action's name is in its own module"
+_ROUTE = "a report module is named after its route"
+_ONE_MODULE = "no two modules share a name"
 
 
 class Renamed(NamedTuple):
@@ -59,12 +61,11 @@ class Renamed(NamedTuple):
 
 
 RENAMED: dict[str, Renamed] = {
-    # the report modules are named after their routes, and no two modules share a name
-    "ddo_hooks.reports.release": Renamed("ddo_hooks.reports.host_cache", kind="module"),
-    "ddo_hooks.reports.pages": Renamed("ddo_hooks.reports.done_components", kind="module"),
-    "ddo_hooks.reports.auxiliary": Renamed("ddo_hooks.reports.auxiliary_sources", kind="module"),
-    "ddo_hooks.reports.ddo.auxiliary": Renamed("ddo_hooks.reports.ddo.vmm_auxiliary", kind="module"),
-    "ddo_hooks.offload.auxiliary": Renamed("ddo_hooks.offload.source_detachment", kind="module"),
+    "ddo_hooks.reports.release": Renamed("ddo_hooks.reports.host_cache", _ROUTE, "module"),
+    "ddo_hooks.reports.pages": Renamed("ddo_hooks.reports.done_components", _ROUTE, "module"),
+    "ddo_hooks.reports.auxiliary": Renamed("ddo_hooks.reports.auxiliary_sources", _ROUTE, "module"),
+    "ddo_hooks.reports.ddo.auxiliary": Renamed("ddo_hooks.reports.ddo.vmm_auxiliary", _ROUTE, "module"),
+    "ddo_hooks.offload.auxiliary": Renamed("ddo_hooks.offload.source_detachment", _ONE_MODULE, "module"),
     # "DDO" is the other package, and its shape of reports
     "ddo_hooks.DDOError": Renamed("ddo_hooks.errors.DdoHooksError", DDO_IS_ANOTHER_PACKAGE),
     "ddo_hooks.errors.DDOError": Renamed("ddo_hooks.errors.DdoHooksError", DDO_IS_ANOTHER_PACKAGE),

@@ -31,7 +31,8 @@ PACKAGE = Path(ddo_hooks.__file__).resolve().parent
 @pytest.mark.parametrize(("old", "new"), MOVED_MODULES.items())
 def test_an_old_module_name_warns_once_and_is_the_new_module(old, new, monkeypatch):
     monkeypatch.delitem(sys.modules, old, raising=False)
-    said = rf"^{old} is now {new}; use the new name, as the old one goes in ddo-hooks 0.2$"
+    why = f" ({RENAMED[old].why})" if RENAMED[old].why else ""
+    said = "^" + re.escape(f"{old} is now {new}{why}; use the new name, as the old one goes in ddo-hooks 0.2") + "$"
     with pytest.warns(DeprecationWarning, match=said):
         module = importlib.import_module(old)
     assert module is importlib.import_module(new)
