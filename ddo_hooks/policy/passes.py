@@ -7,7 +7,8 @@ conflict in another showed one of them per run. :func:`every_problem` leaves out
 problem points at and checks the rest again, a few times over, so that the checks skipped run too. A
 problem found so is kept unless it may follow from a key left out: it is at or under one, or it is a
 check of several keys of the section that held one (``keep_encoders_pinned`` without the
-``from_files`` that was left out for its own problem).
+``from_files`` that was left out for its own problem). :func:`checked_whole` is the whole check of a
+loaded policy: the YAML's problems, the version, then these passes, one error for all of them.
 
 Examples:
     >>> from ddo_hooks import HookPolicy
