@@ -43,6 +43,7 @@ __all__ = [
     "below",
     "cut",
     "did_you_mean",
+    "did_you_mean_hint",
     "format_key_path",
     "json_error_sentence",
     "literal_problem",
@@ -185,6 +186,17 @@ def did_you_mean(value: object, choices: Sequence[str]) -> str | None:
     if not close:
         close = [c for c in choices if c.lower() == value.lower()]
     return close[0] if close else None
+
+
+def did_you_mean_hint(value: object, choices: Sequence[str]) -> str:
+    """``"did you mean 'x'? "`` for the choice closest to ``value`` (:func:`did_you_mean`), or ``""``.
+
+    Examples:
+        >>> did_you_mean_hint("smalest-box", ["default", "smallest-box"]), did_you_mean_hint("zzz", ["default"])
+        ("did you mean 'smallest-box'? ", '')
+    """
+    guess = did_you_mean(value, choices)
+    return f"did you mean {guess!r}? " if guess else ""
 
 
 def literal_problem(shown: str, choices: Iterable[object], value: object) -> str:

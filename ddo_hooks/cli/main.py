@@ -114,10 +114,9 @@ def _schema(args: argparse.Namespace) -> int:
     if args.which is None:
         args.usage_error("say which schema to print: policy, report or record (e.g. ddo-hooks schema report)")
     if args.which not in SCHEMA_NAMES:
-        from ddo_hooks._diagnostics import did_you_mean
+        from ddo_hooks._diagnostics import did_you_mean_hint
 
-        guess = did_you_mean(args.which, SCHEMA_NAMES)
-        hint = f"did you mean {guess!r}? " if guess else ""
+        hint = did_you_mean_hint(args.which, SCHEMA_NAMES)
         args.usage_error(f"{args.which!r} is not a schema; {hint}print one of policy, report or record")
 
     sys.stdout.write(schema.render(schema.generated_schema(args.which)))
@@ -168,10 +167,9 @@ def _positive(text: str) -> int:
 
 def _family(text: str) -> str:
     if text not in FAMILIES:
-        from ddo_hooks._diagnostics import did_you_mean
+        from ddo_hooks._diagnostics import did_you_mean_hint
 
-        guess = did_you_mean(text, FAMILIES)
-        hint = f"did you mean {guess!r}? " if guess else ""
+        hint = did_you_mean_hint(text, FAMILIES)
         raise argparse.ArgumentTypeError(f"{text!r} is not a demo pipeline; {hint}use one of {', '.join(FAMILIES)}")
     return text
 
@@ -306,10 +304,9 @@ def _refuse_unknown_command(parser: argparse.ArgumentParser, argv: Sequence[str]
     """A first word that names no command is a usage error in this project's words, with the nearest command."""
     if not argv or argv[0].startswith("-") or argv[0] in COMMANDS:
         return
-    from ddo_hooks._diagnostics import did_you_mean
+    from ddo_hooks._diagnostics import did_you_mean_hint
 
-    guess = did_you_mean(argv[0], COMMANDS)
-    hint = f"did you mean {guess!r}? " if guess else ""
+    hint = did_you_mean_hint(argv[0], COMMANDS)
     parser.error(f"{argv[0]!r} is not a command; {hint}the commands: {', '.join(COMMANDS)}")
 
 

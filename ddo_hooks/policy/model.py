@@ -38,7 +38,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from ddo_hooks._diagnostics import KeyPath, Positions, below, did_you_mean, show_value
+from ddo_hooks._diagnostics import KeyPath, Positions, below, did_you_mean_hint, show_value
 from ddo_hooks.actions.contract import OptionsT, RegisteredAction, ResolvedAction
 from ddo_hooks.actions.host_cache_release import HostCacheReleaseOptions
 from ddo_hooks.actions.registry import registered
@@ -240,8 +240,7 @@ class HookPolicy(Model):
         if name in PRESETS and not os.path.exists(name):
             return cls.preset(name)
         if not os.path.lexists(name):
-            guess = did_you_mean(name, PRESETS)
-            hint = f"did you mean {guess!r}? " if guess else ""
+            hint = did_you_mean_hint(name, PRESETS)
             raise PolicyError(
                 f"{name}: no such policy file, and no preset of that name; {hint}check the path, or give a "
                 f"preset: {', '.join(PRESETS)}"
@@ -288,8 +287,7 @@ class HookPolicy(Model):
             2.0
         """
         if name not in PRESETS:
-            guess = did_you_mean(name, PRESETS)
-            hint = f"did you mean {guess!r}? " if guess else ""
+            hint = did_you_mean_hint(name, PRESETS)
             raise PolicyError(f"no preset policy named {show_value(name)}; {hint}presets: {', '.join(PRESETS)}")
         resource = preset_file(name)
         try:
@@ -357,8 +355,7 @@ class HookPolicy(Model):
             InvalidArgumentError: ``name`` is not one of :data:`BOUNDARIES` (the message suggests one).
         """
         if name not in BOUNDARIES:
-            guess = did_you_mean(name, BOUNDARIES)
-            hint = f"did you mean {guess!r}? " if guess else ""
+            hint = did_you_mean_hint(name, BOUNDARIES)
             listed = ", ".join(BOUNDARIES)
             raise InvalidArgumentError(f"unknown boundary {show_value(name)}; {hint}(boundaries: {listed})")
         return getattr(self.boundaries, name)
