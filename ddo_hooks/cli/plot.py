@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -198,6 +198,11 @@ NOTHING_TO_DRAW = (
 """Why ``plot`` refuses files, and what it would need."""
 
 
+_PINNED_TITLE = "Pinned host memory the allocator owned, before and after each release (and repack)"
+_RSS_TITLE = "Process RSS (resident memory), before and after each release (and repack)"
+_OBSERVED_TITLE = "Process RSS (resident memory) the actions observed, before and after each boundary's actions"
+
+
 def draw_runs(files: Iterable[ReportSource], out: str | os.PathLike[str], *, title: str | None = None) -> Path:
     """Draw the pinned bytes and the RSS of the runs in ``files`` into a PNG.
 
@@ -234,14 +239,17 @@ def draw_runs(files: Iterable[ReportSource], out: str | os.PathLike[str], *, tit
     marked = len(axis) <= MARKED_POSITIONS
     width = min(max(9.0, 2.0 + 0.6 * len(axis)), 30.0)
     height = 5.0 if observed else 8.5
-    fig, grid = plt.subplots(1 if observed else 2, 1, sharex=True, figsize=(width, height), squeeze=False)
+    specs: list[tuple[Callable[[BoundaryRow], tuple[int | None, int | None]], str]] = [
+        (lambda r: (r.rss_before, r.rss_after), _OBSERVED_TITLE if observed else _RSS_TITLE)
+    ]
+    if not observed:
+        specs.insert(0, (lambda r: (r.owned_before, r.owned_after), _PINNED_TITLE))
+    fig, grid = plt.subplots(len(specs), 1, sharex=True, figsize=(width, height), squeeze=False)
     panels = list(grid[:, 0])
-    pinned, rss = (None, panels[0]) if observed else (panels[0], panels[1])
+    pinned = None if observed else panels[0]
     colours = plt.get_cmap("tab10").colors
     rows_of = [[point.row for point in points] for _, points in series]
-    readings = {rss: lambda r: (r.rss_before, r.rss_after)}
-    if pinned is not None:
-        readings = {pinned: lambda r: (r.owned_before, r.owned_after), **readings}
+    readings = {ax: values for ax, (values, _) in zip(panels, specs, strict=True)}
     units = {
         ax: byte_unit(max((v for rows in rows_of for r in rows for v in values(r) if v is not None), default=0))
         for ax, values in readings.items()
@@ -261,14 +269,7 @@ def draw_runs(files: Iterable[ReportSource], out: str | os.PathLike[str], *, tit
             _trace(ax, xs, [values(r) for r in rows], colour, label if ax is panels[0] else None, units[ax][1], marked)
         if pinned is not None:
             _mark_releases(pinned, xs, rows, colour, index, units[pinned][1], marked)
-    for ax, what in (
-        (pinned, "Pinned host memory the allocator owned, before and after each release (and repack)"),
-        (rss, "Process RSS (resident memory), before and after each release (and repack)"),
-    ):
-        if ax is None:
-            continue
-        if observed:
-            what = "Process RSS (resident memory) the actions observed, before and after each boundary's actions"
+    for ax, (_, what) in zip(panels, specs, strict=True):
         ax.set_title(what, fontsize=10, pad=18)
         ax.set_ylabel(units[ax][0])
         top = max((y for line in ax.get_lines() for y in line.get_ydata()), default=1.0)
