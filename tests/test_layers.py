@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 import ddo_hooks
+from ddo_hooks.cli.main import COMMANDS
 
 PACKAGE = Path(ddo_hooks.__file__).parent
 ROOT = PACKAGE.parent
@@ -240,9 +241,6 @@ NOT_FOR_HELP_PACKAGES = (
     "ddo_hooks.hooks.actions",
     "ddo_hooks.actions",
 )
-
-
-COMMANDS = ("demo", "validate-policy", "validate-report", "schema", "summarize", "plot")
 
 
 def _too_heavy_for_help(modules: list[str]) -> list[str]:
