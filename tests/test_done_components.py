@@ -760,6 +760,38 @@ def test_a_rewrite_that_sets_the_modification_time_back_is_told_by_its_change_ti
         attachment.detach()
 
 
+def test_a_rewrite_after_a_new_hard_link_with_its_times_set_back_is_told_too(own_copy):
+    # Issue 51 (A, high): the change time was compared only while the link count was what it was, so a backup
+    # link (cp -al) before the rewrite hid it: the next call silently read the new bytes.
+    pipe = load(own_copy)
+    hold_copies(pipe.text_encoder)
+    attachment = attach(pipe, HookPolicy.from_mapping(STABLE))
+    pipe(**call_kwargs("sd"))
+    (path,) = (own_copy / "text_encoder").glob("*.safetensors")
+    os.link(path, path.with_name("backup.bak"))  # cp -al
+    rewrite_keeping_times(own_copy, "text_encoder")
+    with pytest.raises(WeightsFileChangedError, match=r"change time moved\).*load the pipeline again"):
+        pipe(**call_kwargs("sd"))
+    with pytest.raises(WeightsFileChangedError, match="change time moved"):
+        attachment.detach()
+
+
+def test_a_file_renamed_away_is_no_change_and_the_calls_go_on_reading_it(own_copy):
+    # Issue 51 (A, low): a rename away was told as "the weights now hold other bytes", and every call raised.
+    plain = outputs(load(own_copy), "sd", 2)
+    pipe = load(own_copy)
+    hold_copies(pipe.text_encoder)
+    (path,) = (own_copy / "text_encoder").glob("*.safetensors")
+    with attach(pipe, HookPolicy.from_mapping(STABLE)):
+        got = outputs(pipe, "sd", 1)
+        assert in_files(pipe.text_encoder)
+        os.rename(path, path.with_name("model.bak"))
+        shutil.copyfile(path.with_name("model.bak"), path)
+        zero_weights(path)  # other bytes at the path: the views read the old inode
+        got.append(pipe(**call_kwargs("sd", seed=1)).images)
+    assert all(torch.equal(a, b) for a, b in zip(plain, got, strict=True))
+
+
 def test_copies_that_differ_from_a_file_rewritten_since_attach_with_its_times_set_back_say_file_changed(own_copy):
     pipe = load(own_copy)
     hold_copies(pipe.text_encoder)

@@ -12,6 +12,7 @@ Modules: :mod:`~ddo_hooks.release.host_cache` (``release_pytorch_host_cache``),
 :mod:`~ddo_hooks.release.file_pages` (giving back the clean pages of weights files),
 :mod:`~ddo_hooks.release.file_views` (pointing a done component's weights back at its files),
 :mod:`~ddo_hooks.release.weights_files` (opening its weights files safely),
+:mod:`~ddo_hooks.release.file_watch` (the kernel's account of what was done to a file held open),
 :mod:`~ddo_hooks.release.from_files` (each weight pinned once from its file, ``pinned_copies.from_files``),
 :mod:`~ddo_hooks.release.file_pins` (its two ways: registered in place, or staged into slabs) and
 :mod:`~ddo_hooks.release.ddo_core` (DDO's release core, behind ``core: ddo``). Imports the foundation modules and

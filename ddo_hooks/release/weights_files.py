@@ -11,8 +11,10 @@ memory runs out); anything else is refused with a sentence that names the file a
 
 A component whose copies were freed reads its files through views of their mappings; the mapping
 holds the inode it mapped, whatever its path names later. :class:`HeldFile` keeps that inode open
-and judges change by it (``fstat``): a new file renamed over the path changes nothing the views
-read, and is no change; a rewrite in place of the inode they read is one.
+and judges change by it, whatever its names: a rewrite in place of the inode they read is always
+one; a new file renamed over the path, the file renamed away or given another link changes nothing
+the views read, and is no change (:meth:`HeldFile.changed` says how it tells them apart, and
+:meth:`HeldFile.moved` whether the path still leads to the file).
 
 Examples:
     >>> read_index("/dev/zero")  # doctest: +ELLIPSIS
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import glob
 import json
+import logging
 import os
 import stat
 import weakref
@@ -32,7 +35,7 @@ from typing import Any
 
 import torch
 
-from ddo_hooks.release import file_pages
+from ddo_hooks.release import file_pages, file_watch
 
 __all__ = [
     "MAX_INDEX_BYTES",
@@ -47,6 +50,8 @@ __all__ = [
     "open_regular",
     "read_index",
 ]
+
+_log = logging.getLogger("ddo_hooks")
 
 MAX_INDEX_BYTES = 64 << 20
 """The most bytes an index is read for (64 MiB): a real one names each tensor once, and FLUX.1-dev's
@@ -168,6 +173,7 @@ class HeldFile:
         self.path = path
         self._fd = fd
         self._closer = weakref.finalize(self, os.close, fd)
+        self._events = file_watch.watch(fd)  # before the identity: nothing done after it is missed
         info = os.fstat(fd)
         self.identity = _identity(info)
         self._links = info.st_nlink
@@ -189,10 +195,14 @@ class HeldFile:
     def changed(self) -> str | None:
         """``None`` while the inode holds what it held when opened; else the path and what changed.
 
-        One ``fstat`` of the held descriptor: a file renamed over the path, or the path deleted,
-        leaves the inode the views read as it was, and is no change. Its size, modification time and
-        change time are compared; the change time only while its link count is what it was, since
-        the kernel moves it when the last name goes (a rename over the path, a deletion).
+        One ``fstat`` of the held descriptor, whatever the path names now. Its size or modification time
+        moved: rewritten. Its change time alone moved: a rewrite whose modification time was set back
+        (``cp -p``, ``rsync -t --inplace``), or only a new name (a link, a rename, a file renamed over the
+        path), which the kernel tells apart (:mod:`~ddo_hooks.release.file_watch`): a write to the inode
+        is a rewrite; a link, an unlink or a rename is none, and is counted from. Where the kernel cannot
+        tell (no ``inotify``, events lost) or only the attributes changed with every name as it was (a
+        time set back after a write through a shared mapping, which raises no event), a moved change time
+        is taken as a rewrite.
         """
         if not self._closer.alive:
             return None
@@ -202,9 +212,32 @@ class HeldFile:
             return f"{self.path} (rewritten in place since: it holds {now[2]:,} bytes, not {self.identity[2]:,})"
         if now[3] != self.identity[3]:
             return f"{self.path} (rewritten in place since: its modification time moved)"
-        if now[4] != self.identity[4] and info.st_nlink == self._links:
+        if now[4] == self.identity[4]:
+            return None  # nothing can set a change time back: nothing was done to the inode
+        seen = None if self._events is None else self._events.seen()
+        if seen is None or seen & file_watch.MODIFIED:
+            renamed_only = False
+        else:  # an attribute changed while its names are as they were: a time set back?
+            renamed_only = not (seen & file_watch.ATTRIB and info.st_nlink == self._links and self.moved() is None)
+        if not renamed_only:
             return f"{self.path} (rewritten in place since, or its attributes changed: its change time moved)"
+        self.identity, self._links = now, info.st_nlink  # a new name only: counted from here
+        if self._events is not None:
+            self._events.reset()
+        if (moved := self.moved()) is not None:
+            _log.warning("ddo_hooks: %s: no change of the weights, nothing to do", moved)
         return None
+
+    def moved(self) -> str | None:
+        """``None`` while the path names this file; else what it names now (the file was renamed away or replaced).
+
+        The component keeps reading the file it opened, so this is no change of its weights.
+        """
+        now = identity(self.path)
+        if now is not None and now[:2] == self.key:
+            return None
+        what = "nothing" if now is None else "another file"
+        return f"{self.path} names {what} now; the weights keep reading the file opened at attach (inode {self.key[1]})"
 
     def check_views(self, tensors: dict[str, torch.Tensor]) -> None:
         """Check that the file's ``tensors`` (views, as safetensors loads them) map this inode, and fit in it.
@@ -231,6 +264,8 @@ class HeldFile:
 
     def close(self) -> None:
         """Close the descriptor (a second call does nothing)."""
+        if self._events is not None:
+            self._events.close()
         self._closer()
 
     def __repr__(self) -> str:
