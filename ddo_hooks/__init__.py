@@ -48,6 +48,7 @@ _EXPORTS: dict[str, str] = {
     # errors
     "BoundaryRefusedError": "ddo_hooks.errors",
     "DdoHooksError": "ddo_hooks.errors",
+    "DetachTimeoutError": "ddo_hooks.errors",
     "HostCacheReleaseError": "ddo_hooks.errors",
     "InvalidArgumentError": "ddo_hooks.errors",
     "PolicyError": "ddo_hooks.errors",
@@ -80,6 +81,7 @@ __all__ = [
     # errors
     "BoundaryRefusedError",
     "DdoHooksError",
+    "DetachTimeoutError",
     "HostCacheReleaseError",
     "InvalidArgumentError",
     "PolicyError",
@@ -94,6 +96,7 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and IDEs
     from ddo_hooks.errors import (
         BoundaryRefusedError,
         DdoHooksError,
+        DetachTimeoutError,
         HostCacheReleaseError,
         InvalidArgumentError,
         PolicyError,

@@ -22,6 +22,7 @@ from typing import Any
 __all__ = [
     "BoundaryRefusedError",
     "DdoHooksError",
+    "DetachTimeoutError",
     "HostCacheReleaseError",
     "InvalidArgumentError",
     "PolicyError",
@@ -100,4 +101,12 @@ class WeightsFileChangedError(DdoHooksError, RuntimeError):
     Raised where ddo_hooks would otherwise use the changed bytes (at the start of each pipeline call,
     before any component runs; before giving back pages, staging copies again, or copying them back at
     detach); the message names the component, the file and the fix.
+    """
+
+
+class DetachTimeoutError(DdoHooksError, TimeoutError):
+    """:meth:`~ddo_hooks.Attachment.detach` waited its bound for a deferred boundary still running, which did not end.
+
+    The attachment runs no boundary any more, but it is not detached yet: its hooks and the weights'
+    state stay as the running boundary leaves them. Call ``detach()`` again once it ended.
     """

@@ -12,7 +12,15 @@ from support.fakes import HANG_SECONDS, FakeScheduler
 from support.overlap import overlapping_calls
 from support.processes import in_child, wait_until
 
-from ddo_hooks import HookPolicy, InvalidArgumentError, ReportSinkError, attach, register_action, unregister_action
+from ddo_hooks import (
+    DetachTimeoutError,
+    HookPolicy,
+    InvalidArgumentError,
+    ReportSinkError,
+    attach,
+    register_action,
+    unregister_action,
+)
 from ddo_hooks.hooks.idle import use_scheduler
 from ddo_hooks.hooks.sink import ReportSink
 from ddo_hooks.release import guard
@@ -122,6 +130,73 @@ def test_detach_always_completes_and_then_raises_what_it_could_not_write(fake, s
     assert type(sd) is original  # the class swap is undone
     assert after_calls(attachment) == {1: ["after_call:not_reached"]}
     attach(sd).detach()  # nothing of the first attachment is left in the way
+
+
+@pytest.fixture
+def slow_pair():
+    """Two actions: ``slow`` blocks until ``release`` is set, ``later`` notes that it ran."""
+    started, release, ran = threading.Event(), threading.Event(), []
+
+    @register_action("slow")
+    def slow(ctx):
+        started.set()
+        assert release.wait(WAIT)
+        ran.append("slow")
+
+    @register_action("later")
+    def later(ctx):
+        ran.append("later")
+
+    yield started, release, ran
+    release.set()
+    unregister_action("slow")
+    unregister_action("later")
+
+
+def test_detach_waits_for_a_deferred_after_call_that_is_running_and_the_rest_of_it_never_starts(fake, sd, slow_pair):
+    # Issue 51 (B, high): detach() returned while the timer thread was still in the boundary, which then went on
+    # (freeing copies, under stable_files, after detach had copied them back) and ran its later actions.
+    started, release, ran = slow_pair
+    attachment = attach(sd, idle_policy("1ms", actions=("slow", "later")))
+    sd(**call_kwargs("sd", steps=1))
+    assert started.wait(WAIT)  # the deferred after_call is in its first action, on the timer thread
+    detaching = threading.Thread(target=attachment.detach)
+    detaching.start()
+    detaching.join(0.2)
+    assert detaching.is_alive()
+    assert not attachment.detached
+    release.set()
+    detaching.join(WAIT)
+    assert not detaching.is_alive()
+    assert attachment.detached
+    assert ran == ["slow"]  # the second action never started
+    later = next(r.body for r in attachment.reports if r.route == "phase_boundary_refusal")
+    assert (later.action, later.reason) == ("later", "not_reached")
+    assert later.detail == "the attachment was detached while the deferred after_call ran, before this action started"
+
+
+def test_detach_past_its_bound_says_so_runs_nothing_more_and_completes_when_called_again(
+    fake, sd, slow_pair, monkeypatch
+):
+    from ddo_hooks.hooks import attachment as attachment_module
+
+    started, release, ran = slow_pair
+    original = type(sd)
+    attachment = attach(sd, idle_policy("1ms", actions=("slow", "later")))
+    sd(**call_kwargs("sd", steps=1))
+    assert started.wait(WAIT)
+    monkeypatch.setattr(attachment_module, "DETACH_WAIT_S", 0.01)
+    with pytest.raises(DetachTimeoutError, match=r"waited 0.01 s for its deferred after_call.*call detach\(\) again"):
+        attachment.detach()
+    assert not attachment.detached
+    assert type(sd) is not original
+    release.set()
+    monkeypatch.setattr(attachment_module, "DETACH_WAIT_S", WAIT)
+    attachment.detach()
+    assert attachment.detached
+    assert type(sd) is original
+    assert ran == ["slow"]
+    attach(sd).detach()
 
 
 def test_a_deferred_after_call_whose_pipeline_was_collected_is_refused_with_a_reason(fake):

@@ -31,7 +31,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from ddo_hooks.boundaries import BOUNDARIES
-from ddo_hooks.errors import BoundaryRefusedError, InvalidArgumentError, ReportSinkError
+from ddo_hooks.errors import BoundaryRefusedError, DetachTimeoutError, InvalidArgumentError, ReportSinkError
 from ddo_hooks.hooks.components import Components
 from ddo_hooks.hooks.phases import CallPhases, Phase
 from ddo_hooks.hooks.recorder import Recorder
@@ -46,7 +46,11 @@ if TYPE_CHECKING:
     from ddo_hooks.release.from_files import FromFilesMode
     from ddo_hooks.reports.repack import PinnedCopyRepackReport
 
-__all__ = ["Attachment", "attach"]
+__all__ = ["DETACH_WAIT_S", "Attachment", "attach"]
+
+DETACH_WAIT_S = 300.0
+"""How long :meth:`Attachment.detach` waits for a deferred boundary that is running (seconds): pointing
+1,490 weights files back at their pages took 8.8 s on a CPU."""
 
 _ATTACHED: weakref.WeakKeyDictionary[Any, Attachment] = weakref.WeakKeyDictionary()
 
@@ -355,19 +359,32 @@ class Attachment:
         files exactly as before attach: pinned ones are staged into slabs (recorded as a
         ``pinned_copy_repack`` at phase ``detach``), the others copied into memory.
 
-        A deferred ``after_call`` still waiting is recorded as cancelled. Detaching always completes;
-        if that record could not be written and the policy says ``report_sink_failure: raise``, the
-        :class:`~ddo_hooks.errors.ReportSinkError` is raised afterwards, as is a
-        :class:`~ddo_hooks.errors.WeightsFileChangedError` where a file such weights read changed.
+        A deferred ``after_call`` still waiting is recorded as cancelled; one already running (on its
+        timer thread) finishes the action it is in, records the others as not reached, and detach waits
+        for it, at most :data:`DETACH_WAIT_S` seconds, so that nothing it does lands after detach.
+        Detaching then always completes; if that record could not be written and the policy says
+        ``report_sink_failure: raise``, the :class:`~ddo_hooks.errors.ReportSinkError` is raised
+        afterwards, as is a :class:`~ddo_hooks.errors.WeightsFileChangedError` where a file such weights
+        read changed.
+
+        Raises:
+            DetachTimeoutError: The running boundary did not end within the bound; nothing more runs,
+                and ``detach()`` may be called again.
         """
         if self._detached:
             return
-        self._detached = True
         failure = None
         try:
             self._runner.close("the attachment was detached before the idle delay passed")
         except ReportSinkError as e:
             failure = e
+        if not self._runner.wait_for_deferred(DETACH_WAIT_S):
+            raise DetachTimeoutError(
+                f"detach() of this {self._owner} waited {DETACH_WAIT_S:g} s for its deferred after_call, which is "
+                "still running on its timer thread (its action has not returned); no boundary runs any more: call "
+                "detach() again once it ends"
+            ) from failure
+        self._detached = True
         self._signals.remove()
         pipe = self.pipeline
         if pipe is not None and _ATTACHED.get(pipe) is self:

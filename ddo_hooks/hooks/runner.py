@@ -8,9 +8,10 @@ section or a release of another attached pipeline. A boundary that may not run i
 ``phase_boundary_refusal`` for each of its actions. Every call gets exactly one outcome per action
 and boundary, also an ``after_call`` deferred until the pipeline has been idle (``idle:``): it runs,
 or it is recorded as not reached when the next call starts, the attachment is detached, the pipeline
-is collected or the interpreter exits first. A deferred boundary runs on a timer thread, where no
-caller can be told of a failure: an action that raises there is recorded as ``action_failed`` and
-logged, and a sink failure is kept in ``sink_failures``.
+is collected or the interpreter exits first; one that is running when the attachment is detached
+finishes its current action, records the others as not reached, and detach waits for it. A deferred
+boundary runs on a timer thread, where no caller can be told of a failure: an action that raises
+there is recorded as ``action_failed`` and logged, and a sink failure is kept in ``sink_failures``.
 """
 
 from __future__ import annotations
@@ -141,7 +142,9 @@ class BoundaryRunner:
         self.closed = False
         self._state: dict[str, dict[str, Any]] = {}  # each action's own state across boundaries
         self._lock = threading.RLock()
+        self._idle = threading.Condition(self._lock)  # notified when a deferred run ends
         self._deferred: dict[int, _Deferred] = {}  # by call index
+        self._running: list[int] = []  # the threads running a deferred boundary now
         self.machine = CallPhases(self.owner, self._on_due, self._on_missed, on_start=self._on_start)
         _RUNNERS.add(self)
 
@@ -208,6 +211,7 @@ class BoundaryRunner:
             if self._deferred.get(deferred.index) is not deferred:
                 return  # cancelled meanwhile, and recorded as such
             del self._deferred[deferred.index]
+            self._running.append(threading.get_ident())
         try:
             if self._pipeline() is None:
                 detail = f"the {self.owner} was collected before the idle delay passed"
@@ -216,6 +220,20 @@ class BoundaryRunner:
                 self.run(deferred.boundary, "pipeline", deferred.call, deferred=True)
         except ReportSinkError as e:
             self.recorder.note_sink_failure(e)
+        finally:
+            with self._idle:
+                self._running.remove(threading.get_ident())
+                self._idle.notify_all()
+
+    def wait_for_deferred(self, timeout: float) -> bool:
+        """Wait until no deferred boundary is running (one that the caller's own thread runs is not waited for).
+
+        Returns:
+            Whether none is running now (``False``: one still ran after ``timeout`` seconds).
+        """
+        me = threading.get_ident()
+        with self._idle:
+            return self._idle.wait_for(lambda: all(t == me for t in self._running), timeout)
 
     # -- running -------------------------------------------------------------------------------
     def run(
@@ -258,8 +276,14 @@ class BoundaryRunner:
         pipe = self._pipeline()
         dropped = self.components.note(pipe)
         left = self.components.take_left()
-        produced = []
+        produced: list[Any] = []
         for spec, action in self.actions[boundary]:
+            if deferred and self.closed:  # detached meanwhile: what did not start never starts
+                detail = f"the attachment was detached while the deferred {boundary} ran, before this action started"
+                refused = self._refusal(boundary, action, "not_reached", detail, requested_by, index)
+                self.recorder.record(action.component(boundary), refused, boundary, index)
+                produced.append(refused)
+                continue
             context = BoundaryContext(
                 pipeline=pipe,
                 boundary=boundary,
@@ -324,6 +348,9 @@ class BoundaryRunner:
     def close(self, why: str) -> None:
         """Run nothing more; the deferred boundaries still waiting are recorded as cancelled because of ``why``.
 
+        A deferred boundary already running finishes the action it is in and starts no other
+        (:meth:`wait_for_deferred` waits for it).
+
         Raises:
             ReportSinkError: As :meth:`cancel_deferred`.
         """
@@ -338,7 +365,9 @@ class BoundaryRunner:
         goes on, and the child records under a run of its own.
         """
         self._lock = threading.RLock()
+        self._idle = threading.Condition(self._lock)
         self._deferred.clear()
+        self._running.clear()
         self.machine.after_fork()
         self.recorder.after_fork()
 
