@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -247,6 +248,29 @@ def test_the_help_points_to_no_file_that_only_a_checkout_has(capsys, command):
     text = capsys.readouterr().out
     assert text.startswith("usage: ddo-hooks")
     assert not [word for word in ("README", "docs/", "examples/", ".md") if word in text]
+
+
+@pytest.mark.parametrize("command", ["demo", "plot"])
+def test_demo_report_and_plot_output_refuse_a_fifo_or_a_link_before_any_work(tmp_path, capsys, command):
+    # Issue 51 (C): demo --report renamed its file over a device node (as root, /dev/full became a regular file),
+    # and plot -o wrote through a symbolic link (matplotlib opens the path).
+    victim = tmp_path / "victim.png"
+    victim.write_bytes(b"someone else's")
+    fifo, link = tmp_path / "pipe.png", tmp_path / "link.png"
+    os.mkfifo(fifo)
+    link.symlink_to(victim)
+    for target, what in ((fifo, "is a FIFO (named pipe), not a regular file"), (link, "is a symbolic link")):
+        if command == "demo":
+            argv = ["demo", "--family", "sd", "--device", "cpu", "--steps", "1", "--report", str(target)]
+        else:
+            argv = ["plot", str(EXAMPLES / "reports" / "h200-flux-lowest-peak.jsonl"), "-o", str(target)]
+        assert main(argv) == 1
+        err = capsys.readouterr().err
+        assert f"{target} {what}" in err
+        assert "Traceback" not in err
+    assert stat.S_ISFIFO(fifo.lstat().st_mode)
+    assert link.is_symlink()
+    assert victim.read_bytes() == b"someone else's"
 
 
 def test_demo_report_is_never_written_through_a_link_planted_beside_it(tmp_path, capsys):

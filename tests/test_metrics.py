@@ -6,6 +6,7 @@ import json
 import os
 import re
 import secrets
+import stat
 
 import pytest
 from support.fakes import FakeHostAllocator
@@ -13,6 +14,7 @@ from support.fakes import FakeHostAllocator
 from ddo_hooks import HostCacheReleaseReport, MetricsTracker, release_pytorch_host_cache
 from ddo_hooks.errors import InvalidArgumentError, ReportError
 from ddo_hooks.release.allocator import use_backend
+from ddo_hooks.reports.atomic_file import NotRegularFile
 from ddo_hooks.reports.tracker import MAX_RECORDS, read_reports
 
 
@@ -264,12 +266,27 @@ def test_write_jsonl_takes_another_name_when_its_temporary_one_is_taken(tracker,
     assert MetricsTracker.from_jsonl((tmp_path / "run.jsonl").read_text()).records() == tracker.records()
 
 
-def test_write_jsonl_to_a_symbolic_link_replaces_the_link_not_the_file_it_points_to(tracker, tmp_path):
+def test_write_jsonl_to_a_symbolic_link_is_refused_and_both_are_left_as_they_were(tracker, tmp_path):
     victim = tmp_path / "victim.txt"
     victim.write_text(SOMEONE_ELSES)
     link = tmp_path / "run.jsonl"
     link.symlink_to(victim)
-    assert tracker.write_jsonl(link) == link
+    with pytest.raises(NotRegularFile, match=r"run.jsonl is a symbolic link \(to .*victim.txt\), which is never "
+                       "written through; give the path it points to"):  # fmt: skip
+        tracker.write_jsonl(link)
     assert victim.read_text() == SOMEONE_ELSES
-    assert not link.is_symlink()
-    assert MetricsTracker.from_jsonl(link.read_text()).records() == tracker.records()
+    assert link.is_symlink()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.jsonl", "victim.txt"]  # no temporary file left
+
+
+@pytest.mark.parametrize("kind", ["FIFO", "folder"])
+def test_write_jsonl_over_anything_but_a_regular_file_is_refused_and_it_is_left_as_it_was(tracker, tmp_path, kind):
+    # Issue 51 (C, high): the temporary file was renamed over whatever the path named; run as root,
+    # --report /dev/full replaced the device node with a regular file. A FIFO stands for every special file.
+    target = tmp_path / "run.jsonl"
+    os.mkfifo(target) if kind == "FIFO" else target.mkdir()
+    what = "a FIFO (named pipe)" if kind == "FIFO" else "a folder"
+    with pytest.raises(NotRegularFile, match=f"run.jsonl is {re.escape(what)}, not a regular file"):
+        tracker.write_jsonl(target)
+    assert stat.S_ISFIFO(target.lstat().st_mode) if kind == "FIFO" else target.is_dir()
+    assert [p.name for p in tmp_path.iterdir()] == ["run.jsonl"]

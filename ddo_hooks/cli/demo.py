@@ -175,11 +175,17 @@ def _check_device(device: torch.device) -> None:
 
 
 def _check_report_path(path: Path) -> None:
-    if path.is_dir():
+    from ddo_hooks.reports.atomic_file import NotRegularFile, check_target
+
+    if path.is_dir() and not path.is_symlink():
         raise InvalidArgumentError(f"--report {path}: is a directory; give a file path such as {path / DEFAULT_REPORT}")
     problem = missing_folder(path)  # the same rule, and words, as the policy's report_sink
     if problem is not None:
         raise InvalidArgumentError(f"--report {path}: {problem}")
+    try:  # before the demo runs, not after: the rule every file the project writes follows
+        check_target(path)
+    except NotRegularFile as e:
+        raise InvalidArgumentError(f"--report {e}") from None
 
 
 def _policy_for(policy: HookPolicy | None, device: torch.device, log: TextIO) -> HookPolicy:

@@ -138,15 +138,20 @@ def _plot(args: argparse.Namespace) -> int:
 
     from ddo_hooks.cli.plot import draw_runs
     from ddo_hooks.hooks.sink import missing_folder
+    from ddo_hooks.reports.atomic_file import NotRegularFile, check_target
 
     out = Path(args.output)
-    if out.is_dir():
+    if out.is_dir() and not out.is_symlink():
         raise InvalidArgumentError(f"-o {out}: is a directory; give a file path such as {out / 'run.png'}")
     if out.suffix.lower() != ".png":
         raise InvalidArgumentError(f"-o {out}: the plot is a PNG image; give a name ending in .png (e.g. run.png)")
     problem = missing_folder(out)
     if problem is not None:
         raise InvalidArgumentError(f"-o {out}: {problem}")
+    try:  # before drawing: the rule every file the project writes follows
+        check_target(out)
+    except NotRegularFile as e:
+        raise InvalidArgumentError(f"-o {e}") from None
     written = draw_runs(read_reports(args.files), out)
     print(f"wrote {written}")
     return 0

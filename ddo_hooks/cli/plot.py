@@ -34,6 +34,7 @@ Examples:
 
 from __future__ import annotations
 
+import io
 import os
 import sys
 from collections.abc import Callable, Iterable, Sequence
@@ -47,6 +48,7 @@ from ddo_hooks.cli.cells import ATTACH_CALL, number_cell, size_cell
 from ddo_hooks.cli.summarize import ReportSource, Run, collect
 from ddo_hooks.cli.table import BoundaryRow
 from ddo_hooks.errors import DdoHooksError, ReportError
+from ddo_hooks.reports.atomic_file import replace_with_bytes
 from ddo_hooks.reports.ddo.host import DDO_RELEASE_ACTION
 from ddo_hooks.sizes import format_size
 
@@ -293,10 +295,10 @@ def draw_runs(files: Iterable[ReportSource], out: str | os.PathLike[str], *, tit
     fig.suptitle(title or default)
     legend_rows = -(-len(handles) // columns)
     fig.tight_layout(rect=(0, (0.25 + 0.2 * legend_rows) / height, 1, 0.98))
-    target = Path(out)
-    fig.savefig(target, dpi=110, format="png")
+    image = io.BytesIO()
+    fig.savefig(image, dpi=110, format="png")
     plt.close(fig)
-    return target
+    return replace_with_bytes(out, image.getvalue())  # never through a link, never over a device
 
 
 def _mark_releases(

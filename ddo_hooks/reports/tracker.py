@@ -194,10 +194,11 @@ class MetricsTracker:
         The file is replaced atomically (:func:`~ddo_hooks.reports.atomic_file.replace_with_text`):
         a failed write never leaves a truncated file where a valid one was. The temporary file
         beside it has a random name and is created exclusively, so a symbolic link planted in the
-        folder never redirects the write into another file; a ``path`` that is a symbolic link is
-        itself replaced, and the file it pointed to is left as it was.
+        folder never redirects the write into another file.
 
         Raises:
+            NotRegularFile: ``path`` is a symbolic link, a FIFO, a device (``/dev/null``) or a folder:
+                it is left as it was (an ``OSError``).
             OSError: The file could not be written (the target is left as it was).
         """
         return replace_with_text(path, self.to_jsonl())
