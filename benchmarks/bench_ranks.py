@@ -15,10 +15,11 @@ bitwise equal to one rank's.
 
 Where cgroup v2 memory cannot be written (not root, no memory controller) it says so and stops, unless
 ``--without-cgroup``: then no cgroup of ours holds the ranks and ``memory.peak`` is recorded as not measured
-(``null``). With CUDA it needs two GPUs and stops otherwise; without CUDA, ``--size tiny`` runs the ranks on the CPU.
+(``null``). With CUDA it needs two GPUs and stops otherwise; without CUDA, or with ``--cpu`` (CUDA hidden from the
+ranks), ``--size tiny`` runs the ranks on the CPU: the flow, not GPU figures.
 
     python3 benchmarks/bench_ranks.py --out DIR         # a two-GPU machine, as root: the Flux-shaped size
-    python3 benchmarks/bench_ranks.py --out DIR --size tiny --calls 3 --steps 2 --without-cgroup    # a CPU
+    python3 benchmarks/bench_ranks.py --out DIR --size tiny --cpu --calls 3 --steps 2 --without-cgroup   # a CPU
 """
 
 from __future__ import annotations
@@ -67,6 +68,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--timeout-s", type=float, default=900.0, help="a trial still running then is stopped")
     p.add_argument("--resume", type=Path, default=None, help="an earlier bench_ranks.json: only missing trials run")
     p.add_argument("--without-cgroup", action="store_true", help="run without a cgroup: memory.peak not measured")
+    p.add_argument("--cpu", action="store_true", help="ranks on the CPU even where there is CUDA (hidden from them)")
     p.add_argument("--weights-dir", type=Path, default=Path(tempfile.gettempdir()) / "ddo-floor-weights")
     args = p.parse_args(argv)
     args.families = "flux"  # what bench_pinned_floor's helpers read
@@ -117,6 +119,8 @@ def session(spec: dict[str, Any], nproc: int, out: Path, label: str, args: argpa
     if folder is not None:  # the launcher enters the cgroup before it starts: its ranks are born there
         argv = ["/bin/sh", "-c", f'echo $$ > {folder}/cgroup.procs && exec "$0" "$@"', *argv]
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}  # torchrun sets 1 for N > 1 only: the same for both
+    if args.cpu:
+        env["CUDA_VISIBLE_DEVICES"] = ""
     started = time.perf_counter()
     with (out / f"{label}.log").open("w") as log:
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=HERE, env=env)
@@ -334,7 +338,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     import torch
 
-    cuda = torch.cuda.is_available()
+    cuda = not args.cpu and torch.cuda.is_available()
     count = torch.cuda.device_count() if cuda else 0
     refused = device_problem(cuda, count, args.size)
     if refused is not None:

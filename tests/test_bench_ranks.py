@@ -125,8 +125,9 @@ def test_trials_interleave_and_a_resumed_run_runs_only_what_is_missing(ranks, tm
 
 
 def run_tiny(ranks: Any, out: Path, weights: Path, *extra: str) -> dict[str, Any]:
-    argv = ["--out", str(out), "--size", "tiny", "--calls", "3", "--steps", "2", "--reps", "1", "--threads", "1",
-            "--weights-dir", str(weights), *extra]  # fmt: skip
+    # --cpu: the ranks stay on the CPU where the CPU suite runs on a GPU machine (gpu_session.sh cpu-suite)
+    argv = ["--out", str(out), "--size", "tiny", "--cpu", "--calls", "3", "--steps", "2", "--reps", "1",
+            "--threads", "1", "--weights-dir", str(weights), *extra]  # fmt: skip
     assert ranks.main(argv) == 0
     return json.loads((out / ranks.RESULT).read_text())
 
