@@ -92,6 +92,8 @@ def arm_specs(args: argparse.Namespace, base: dict[str, Any]) -> dict[str, dict[
         lcmu, arm, procs = box.parse_arm(text)
         if procs != 1:
             raise SystemExit(f"--arms: {text!r}: the rank counts are this script's ({RANKS}); name no *N")
+        if arm.startswith("ddo-"):  # box_workload._ddo names cuda:0 for every process
+            raise SystemExit(f"--arms: {text!r}: DDO's own arms run on cuda:0 only, not on each rank's GPU")
         specs[box.label_of(lcmu, arm)] = box.arm_spec(base, lcmu, arm, 1, args.calls)
     return specs
 

@@ -43,10 +43,18 @@ def test_each_rank_needs_a_gpu_of_its_own_and_a_cpu_runs_only_the_tiny_size(rank
     assert ranks.device_problem(False, 0, "tiny") is None
 
 
-def test_an_arm_names_no_process_count_the_rank_counts_are_the_scripts(ranks):
-    args = ranks.parse_args(["--out", "x", "--arms", "true/preset:smallest-box*2"])
-    with pytest.raises(SystemExit, match=r"'true/preset:smallest-box\*2': the rank counts are this script's"):
+@pytest.mark.parametrize(
+    ("arm", "why"),
+    [
+        ("true/preset:smallest-box*2", r"'true/preset:smallest-box\*2': the rank counts are this script's"),
+        ("false/ddo-auto", r"'false/ddo-auto': DDO's own arms run on cuda:0 only, not on each rank's GPU"),
+    ],
+)
+def test_an_arm_that_cannot_run_as_ranks_is_refused(ranks, arm, why):
+    args = ranks.parse_args(["--out", "x", "--arms", f"false/nothing,{arm}"])
+    with pytest.raises(SystemExit, match=why):
         ranks.arm_specs(args, {})
+    assert list(ranks.arm_specs(ranks.parse_args(["--out", "x"]), {})) == ["true/preset:smallest-box", "false/nothing"]
 
 
 def rank_steps(rank: int, seconds: list[float], digests: list[str]) -> list[dict[str, Any]]:
