@@ -165,9 +165,10 @@ def load(spec: dict[str, Any]) -> Any:
 
 
 def offload(pipe: Any, runtime: str, lcmu: bool) -> None:
-    """Offload ``pipe`` as the arm's ``runtime`` says (:data:`RUNTIMES`)."""
+    """Offload ``pipe`` as the arm's ``runtime`` says (:data:`RUNTIMES`), onto the process's current CUDA device
+    (``cuda:0`` unless it chose another, as a rank of ``bench_ranks.py`` chooses its own)."""
     cuda = torch.cuda.is_available()
-    device = torch.device("cuda:0" if cuda else "cpu")
+    device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
     if runtime == "ddo":
         import diffusers_dynamic_offloader as ddo
 

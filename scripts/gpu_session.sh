@@ -26,6 +26,10 @@
 #   box          benchmarks/bench_box.py $BOX_ARGS within $BOX_TIMEOUT_S (540) s: the smallest cgroup box per arm
 #   onload       benchmarks/probe_onload.py on the Flux-shaped transformer (drawn first if missing), $ONLOAD_REPS (9)
 #                passes each: its groups onloaded from registered file pages against from pinned copies
+#   ranks        two GPUs: the two tests that need them (tests/gpu/test_ranks_gpu.py and the two-device test of
+#                test_host_cache_gpu.py; RANKS_TESTS=0 leaves them out), then benchmarks/bench_ranks.py at the
+#                Flux-shaped size, --budget-s $RANKS_BUDGET_S (300) $RANKS_ARGS, within $RANKS_TIMEOUT_S (450) s:
+#                two ranks under torchrun, each on its own GPU, in one cgroup, beside one rank alone
 #   bench        every benchmarks/bench_*.py with its defaults
 #
 # Carried wheels live in .whl/ (ignored by git; see docs/development.md for the download line).
@@ -97,6 +101,14 @@ for step in "${steps[@]}"; do
               2>&1 | tee "$OUT/onload.log"; rc[$step]=${PIPESTATUS[0]} ;;
     box) timeout "${BOX_TIMEOUT_S:-540}" python3 benchmarks/bench_box.py --out "$OUT/box" ${BOX_ARGS:-} 2>&1 | tee "$OUT/box.log"
          rc[$step]=${PIPESTATUS[0]} ;;
+    ranks) if [ "$(nvidia-smi -L | wc -l)" -lt 2 ]; then echo "ranks: needs two GPUs"; rc[$step]=2; continue; fi
+           if [ "${RANKS_TESTS:-1}" != 0 ]; then
+             python3 -m pytest tests/gpu/test_ranks_gpu.py \
+               tests/gpu/test_host_cache_gpu.py::test_release_on_one_device_creates_no_context_on_another \
+               -m gpu -p no:cacheprovider -s -q -rA 2>&1 | tee "$OUT/ranks-tests.log"; rc[$step:tests]=${PIPESTATUS[0]}
+           fi
+           timeout "${RANKS_TIMEOUT_S:-450}" python3 benchmarks/bench_ranks.py --out "$OUT/ranks" --budget-s "${RANKS_BUDGET_S:-300}" \
+             ${RANKS_ARGS:-} 2>&1 | tee "$OUT/ranks.log"; rc[$step]=${PIPESTATUS[0]} ;;
     *) echo "unknown step $step"; rc[$step]=2 ;;
   esac
 done
@@ -104,4 +116,5 @@ for i in "${!structural_pids[@]}"; do wait "${structural_pids[$i]}"; rc["structu
 tar czf /tmp/session.tgz -C "$OUT" . && mv /tmp/session.tgz "$OUT/session.tgz"
 echo "=== summary ==="
 for k in "${!rc[@]}"; do echo "$k: exit ${rc[$k]}"; done
-grep -hE "passed|failed|error" "$OUT"/gpu-suite.log "$OUT"/gpu-tests.log "$OUT"/repack-tests.log "$OUT"/structural-*.log "$OUT"/cpu-suite.log 2>/dev/null | tail -n 6
+grep -hE "passed|failed|error" "$OUT"/gpu-suite.log "$OUT"/gpu-tests.log "$OUT"/repack-tests.log "$OUT"/ranks-tests.log \
+  "$OUT"/structural-*.log "$OUT"/cpu-suite.log 2>/dev/null | tail -n 6
