@@ -2,7 +2,8 @@
 
 The names below are what users use; each is imported when first used, so ``import ddo_hooks``
 costs almost nothing and imports neither diffusers nor transformers. The layers behind them are
-sub-packages (``release``, ``reports``, ``actions``, ``policy``, ``hooks``, ``offload``, ``cli``, ``testing``)
+sub-packages (``release``, ``reports``, ``streaming``, ``actions``, ``policy``, ``hooks``, ``offload``, ``cli``,
+``testing``)
 on the foundation modules that every layer may import: ``errors`` (the exceptions), ``boundaries``
 (the boundary names) and ``sizes`` (byte sizes for people); see the architecture page of the docs.
 

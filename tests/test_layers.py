@@ -18,7 +18,7 @@ PACKAGE = Path(ddo_hooks.__file__).parent
 ROOT = PACKAGE.parent
 
 # Bottom up; a module may import its own layer and the layers before it.
-LAYERS = ("foundation", "reports", "release", "actions", "policy", "hooks", "offload", "testing", "cli")
+LAYERS = ("foundation", "reports", "release", "streaming", "actions", "policy", "hooks", "offload", "testing", "cli")
 FOUNDATION = {"errors", "sizes", "boundaries", "_diagnostics", "_compat", "_moved"}
 HEAVY = ("torch", "diffusers", "transformers")
 

@@ -477,6 +477,7 @@ def test_the_json_schema_names_every_route():
         "auxiliary_cpu_source_detach",
         "pinned_copy_repack",
         "done_components_release",
+        "ring_offload",
     }
     assert set(ddo["discriminator"]["mapping"]) == {
         "pytorch_host_cache_release",

@@ -2,8 +2,9 @@
 
 Modules: :mod:`~ddo_hooks.reports.base` (the strict base, the shared field types and the route
 shape), :mod:`~ddo_hooks.reports.host_cache`, :mod:`~ddo_hooks.reports.boundary`,
-:mod:`~ddo_hooks.reports.auxiliary_sources`, :mod:`~ddo_hooks.reports.repack` and
-:mod:`~ddo_hooks.reports.done_components` (one per route family), :mod:`ddo_hooks.reports.ddo` (DDO's
+:mod:`~ddo_hooks.reports.auxiliary_sources`, :mod:`~ddo_hooks.reports.repack`,
+:mod:`~ddo_hooks.reports.done_components` and :mod:`~ddo_hooks.reports.ring` (one per route
+family), :mod:`ddo_hooks.reports.ddo` (DDO's
 own report shape), :mod:`~ddo_hooks.reports.parse` (any report, of either shape),
 :mod:`~ddo_hooks.reports.envelope` (where a recorded report came from),
 :mod:`~ddo_hooks.reports.records` (a report under its component, read from JSON Lines),

@@ -48,6 +48,7 @@ from ddo_hooks.reports.ddo.vmm_auxiliary import DDOAuxiliarySourceDetachmentRepo
 from ddo_hooks.reports.done_components import DoneComponentsReleaseReport
 from ddo_hooks.reports.host_cache import HostCacheReleaseReport
 from ddo_hooks.reports.repack import PinnedCopyRepackReport
+from ddo_hooks.reports.ring import RingOffloadReport
 
 __all__ = [
     "ANY_REPORT_ADAPTER",
@@ -72,6 +73,7 @@ OurReport: TypeAlias = (
     | AuxiliarySourceDetachReport
     | PinnedCopyRepackReport
     | DoneComponentsReleaseReport
+    | RingOffloadReport
 )
 """A report of ddo_hooks' shape: one model per route."""
 

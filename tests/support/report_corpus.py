@@ -42,6 +42,7 @@ from ddo_hooks.reports.done_components import (
     FaultsSince,
 )
 from ddo_hooks.reports.repack import ComponentRepack, PinnedCopyRepack, PinnedCopyRepackReport, PinnedCopyRepackSetup
+from ddo_hooks.reports.ring import RingComponent, RingOffload, RingOffloadReport, RingOffloadSetup
 from support.fakes import FakeHostAllocator
 
 SCHEMA_FILE = Path(__file__).resolve().parents[2] / "ddo_hooks" / "schemas" / "ddo-report.schema.json"
@@ -106,9 +107,23 @@ def base_reports() -> list[dict[str, Any]]:
         AuxiliarySourceDetachReport(setup=AuxiliarySourceDetachSetup(auxiliary_cpu_source_detach=d)) for d in detaches
     ]
     reports += [PinnedCopyRepackReport(setup=PinnedCopyRepackSetup(pinned_copy_repack=r)) for r in _repacks()]
+    reports += [RingOffloadReport(setup=RingOffloadSetup(ring_offload=r)) for r in _rings()]
     reports += [DoneComponentsReleaseReport(setup=DoneComponentsReleaseSetup(done_components_release=r))
                 for r in _done_releases()]  # fmt: skip
     return [json.loads(report.model_dump_json()) for report in reports]
+
+
+def _rings() -> list[RingOffload]:
+    streamed = RingComponent(component="transformer", status="streamed", units=24, streamed_bytes=2_590_000_000,
+                             device_bytes=40_000_000)  # fmt: skip
+    whole = RingComponent(component="vae", status="on_device", units=0, streamed_bytes=0, device_bytes=167_000_000)
+    executed = RingOffload(phase="attach", status="executed", noop_reason=None, detail="24 blocks stream",
+                           device="cuda:0", components=(streamed, whole), ring_bytes=510_000_000, lookahead=2,
+                           resident_budget_bytes=768 << 20, elapsed_seconds=0.8)  # fmt: skip
+    noop = RingOffload(phase="attach", status="noop", noop_reason="no_cuda", detail="no CUDA device",
+                       device="cuda", components=(), ring_bytes=0, lookahead=2, resident_budget_bytes=0,
+                       elapsed_seconds=0.0)  # fmt: skip
+    return [executed, noop]
 
 
 def _done_releases() -> list[DoneComponentsRelease]:
