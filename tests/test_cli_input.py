@@ -163,7 +163,7 @@ def test_demo_takes_a_preset_name_and_names_the_presets_when_neither_a_file_nor_
     assert main(["demo", "--policy", "lowest-peek"]) == 1
     assert capsys.readouterr().err == (
         "lowest-peek: no such policy file, and no preset of that name; did you mean 'lowest-peak'? check the path, "
-        "or give a preset: default, lowest-peak, lowest-latency, smallest-box\n"
+        "or give a preset: default, lowest-peak, lowest-latency, smallest-box, streamed-box\n"
     )
 
 

@@ -358,7 +358,7 @@ def test_a_wrong_version_does_not_hide_the_other_problems():
         load("zzz: 1\nversion: 2\nrelease: {collect: ful}\n")
     assert str(info.value).splitlines() == [
         "policy.yaml:1:1: zzz: unknown key (allowed: version, enabled, device, report_sink, report_sink_failure, "
-        "keep_reports, release, boundaries, pinned_copies, auxiliary_sources)",
+        "keep_reports, release, boundaries, pinned_copies, auxiliary_sources, offload)",
         "policy.yaml:2:1: version: unsupported version 2; supported versions: 1 (write 'version: 1')",
         "policy.yaml:3:11: release.collect: 'ful' is not one of full, young, auto; did you mean 'full'?",
     ]

@@ -45,6 +45,8 @@ if TYPE_CHECKING:
 
     from ddo_hooks.release.from_files import FromFilesMode
     from ddo_hooks.reports.repack import PinnedCopyRepackReport
+    from ddo_hooks.reports.ring import RingOffloadReport
+    from ddo_hooks.streaming.runtime import StreamedPipeline
 
 __all__ = ["DETACH_WAIT_S", "Attachment", "attach"]
 
@@ -191,11 +193,16 @@ class Attachment:
         for action, entries in each_action(actions) if policy.enabled else ():
             if action.on_attach is not None:  # each action's own step at attach, once
                 action.on_attach(pipeline, entries)
+        self.ring_report: RingOffloadReport | None = None
+        """What the policy's ``offload.runtime`` did at attach (``None`` when it names none)."""
+        self._ring: StreamedPipeline | None = None
         pinned = policy.pinned_copies
         if policy.enabled and pinned.from_files is not None:
             self.from_files_report = self._pin_from_files(pipeline, pinned.from_files, pinned.keep_encoders_pinned)
         if policy.enabled and policy.pinned_copies.repack:
             self.repack_report = self._repack(pipeline)
+        if policy.enabled and policy.offload.runtime is not None:
+            self.ring_report = self._stream(pipeline)
 
     # -- public ---------------------------------------------------------------------------
     @property
@@ -338,6 +345,9 @@ class Attachment:
             )
         self._components.note(pipe)  # so that what left earlier is not mistaken for these
         with guard.section("loading", f"{self._owner}.drop({', '.join(names)})"):
+            if self._ring is not None:
+                for name in names:
+                    self._ring.forget(name)  # its weights back on their host sources, off the device
             self._components.drop(pipe, names)
 
     @contextlib.contextmanager
@@ -389,6 +399,9 @@ class Attachment:
         pipe = self.pipeline
         if pipe is not None and _ATTACHED.get(pipe) is self:
             del _ATTACHED[pipe]
+        if self._ring is not None:  # first: the ring copies from the pages unpinning gives back
+            self._ring.close()
+            self._ring = None
         if pipe is not None:  # weights pinned from their files get their views back, as before attach
             from ddo_hooks.release.from_files import unpin_from_files
 
@@ -424,6 +437,18 @@ class Attachment:
             self.detach()
             raise
         self._recorder.record("pinned_from_files", report, None, 0)
+        return report
+
+    def _stream(self, pipeline: DiffusionPipeline) -> RingOffloadReport:
+        """Run the components through the offload runtime the policy names (``offload.runtime: ring``)."""
+        from ddo_hooks.streaming.runtime import stream_pipeline
+
+        try:
+            self._ring, report = stream_pipeline(pipeline, self.policy.offload.stream_options(), self.policy.device)
+        except BaseException:
+            self.detach()
+            raise
+        self._recorder.record("ring_offload", report, None, 0)
         return report
 
     def _repack(self, pipeline: DiffusionPipeline) -> PinnedCopyRepackReport:

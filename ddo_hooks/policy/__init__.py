@@ -5,12 +5,13 @@ reading a policy, each action resolved once), :mod:`~ddo_hooks.policy.parts` (it
 of each action are its own model, :mod:`ddo_hooks.actions`), :mod:`~ddo_hooks.policy.base` (the base model),
 :mod:`~ddo_hooks.policy.yaml_loader` (a safe, bounded, position-tracking YAML loader),
 :mod:`~ddo_hooks.policy.messages` (one located line per problem) and :mod:`~ddo_hooks.policy.passes`
-(every problem in one run). The packaged policies are in ``presets/``, named in :data:`PRESETS`
+(every problem in one run), :mod:`~ddo_hooks.policy.offload` (the ``offload`` section: the runtime attach
+applies). The packaged policies are in ``presets/``, named in :data:`PRESETS`
 (here, so that the command line names them without building the models). Imports the foundation
 modules and :mod:`ddo_hooks.release.devices`.
 """
 
 __all__ = ["PRESETS"]
 
-PRESETS: tuple[str, ...] = ("default", "lowest-peak", "lowest-latency", "smallest-box")
+PRESETS: tuple[str, ...] = ("default", "lowest-peak", "lowest-latency", "smallest-box", "streamed-box")
 """The packaged policies (``ddo_hooks/policy/presets/``), each documented with its measured trade-off."""

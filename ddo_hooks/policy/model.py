@@ -46,6 +46,7 @@ from ddo_hooks.boundaries import BOUNDARIES
 from ddo_hooks.errors import InvalidArgumentError, PolicyError
 from ddo_hooks.policy import PRESETS
 from ddo_hooks.policy.messages import located_line
+from ddo_hooks.policy.offload import OffloadPolicy
 from ddo_hooks.policy.parts import (
     DEVICE_PATTERN,
     ActionSpec,
@@ -109,6 +110,8 @@ class HookPolicy(Model):
     """Group offloading's pinned copies: repacked at attach to their exact size (on by default)."""
     auxiliary_sources: AuxiliarySourcesPolicy = Field(default_factory=AuxiliarySourcesPolicy)
     """The auxiliary-source diagnostic (disabled by default)."""
+    offload: OffloadPolicy = Field(default_factory=OffloadPolicy)
+    """The offload runtime attach applies (``null``: the pipeline's own offloading, as set up before attach)."""
 
     _source: str = PrivateAttr(default="<policy>")
     _positions: Positions = PrivateAttr(default_factory=dict)
@@ -159,6 +162,17 @@ class HookPolicy(Model):
             problem = "every boundary is disabled, so the policy would do nothing"
             fix = "enable a boundary or set enabled: false at the top"
             raise located_error("inert_policy", f"{problem}; {fix}", ("boundaries",))
+        return self
+
+    @model_validator(mode="after")
+    def _offload_from_pinned(self) -> HookPolicy:
+        pinned = self.pinned_copies
+        if self.offload.runtime is not None and (pinned.from_files is None or not pinned.keep_encoders_pinned):
+            message = (
+                f"the {self.offload.runtime} runtime streams only from pinned memory: set pinned_copies.from_files "
+                "(register) and pinned_copies.keep_encoders_pinned: true, as the streamed-box preset does"
+            )
+            raise located_error("offload_unpinned", message, ("offload", "runtime"))
         return self
 
     @model_validator(mode="after")
