@@ -13,7 +13,8 @@ Arms (``spec["arm"]``, offloaded as ``spec["runtime"]`` says, by default at leaf
 ``record_stream=False``, ``low_cpu_mem_usage`` from ``spec["lcmu"]``: see ``floor_workload.RUNTIMES``):
 ``nothing``; ``delete`` (after the first call the prompt is encoded, the text encoders deleted and the caches
 emptied; later calls pass those embeddings); ``diffusers-mm`` (its ``managed`` offloading; a call that raises ends
-the arm); ``ddo-auto`` (DDO 0.1.0rc2's ``enable_pipeline_offload(pipe, preset="auto")``, no group offloading of
+the arm); ``resident`` (the whole pipeline on the GPU, ``pipe.to("cuda")``: the compute floor, the limit no offload
+runtime passes); ``ddo-auto`` (DDO 0.1.0rc2's ``enable_pipeline_offload(pipe, preset="auto")``, no group offloading of
 ours); ``ddo-nores`` (the same with nothing resident on the GPU: its budget policy off, no resident patterns, no
 resident budget; only tensors of at most 1 MiB stay there); ``ddo-vmm`` (DDO's native VMM route for the
 transformer: its PyTorch allocator installed before CUDA starts, the transformer loaded by
@@ -62,6 +63,13 @@ def cgroup_memory(folder: Path | None) -> dict[str, Any] | None:
     return found
 
 
+def torch_cuda() -> bool:
+    """Whether torch sees a CUDA device."""
+    import torch
+
+    return bool(torch.cuda.is_available())
+
+
 def gpu_memory() -> dict[str, int] | None:
     """The CUDA caching allocator's bytes on the current device: allocated and reserved now, allocated at most."""
     import torch
@@ -83,6 +91,9 @@ def build(spec: dict[str, Any]) -> tuple[Any, Any]:
         return done_workload._mm(spec), None
     if arm in ("ddo-auto", "ddo-nores", "ddo-vmm"):
         return _ddo(spec, vmm=arm == "ddo-vmm", resident=arm != "ddo-nores"), None
+    if arm == "resident":  # the limit: the whole pipeline on the GPU, nothing offloaded
+        pipe = floor.load({**spec, "runtime": "none"})
+        return pipe.to("cuda" if torch_cuda() else "cpu"), None
     pipe = floor.load(spec)
     if arm.startswith("preset:"):
         return pipe, floor.attach_preset(pipe, arm.split(":", 1)[1], True)

@@ -143,11 +143,12 @@ def digest(output: Any) -> str:
 # -- one arm -----------------------------------------------------------------------------------------
 
 
-RUNTIMES = ("leaf", "leaf-rs", "block", "block-rs", "ddo")
+RUNTIMES = ("leaf", "leaf-rs", "block", "block-rs", "ddo", "none")
 """How ``load`` offloads (``spec["runtime"]``): diffusers group offloading with streams at leaf level (``leaf``, the
 default) or block level, one block a group (``block``), each with ``record_stream=False`` or ``True`` (``-rs``);
 ``ddo``: DDO 0.1.0rc2's ``enable_pipeline_offload(pipe, preset="auto")`` told not to pin copies of its own
-(``DDO_PIN_CPU_MEMORY=0``), for arms that pin from the files (DDO alone is ``box_workload``'s ``ddo-auto``)."""
+(``DDO_PIN_CPU_MEMORY=0``), for arms that pin from the files (DDO alone is ``box_workload``'s ``ddo-auto``);
+``none``: not offloaded (the ``streamed-box`` preset applies its own runtime at attach)."""
 
 
 NO_STREAM = {"DDO_RUNNER_TEXT_ENCODER_OFFLOAD_STREAM": "0"}
@@ -169,6 +170,8 @@ def offload(pipe: Any, runtime: str, lcmu: bool) -> None:
     (``cuda:0`` unless it chose another, as a rank of ``bench_ranks.py`` chooses its own)."""
     cuda = torch.cuda.is_available()
     device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
+    if runtime == "none":
+        return
     if runtime == "ddo":
         import diffusers_dynamic_offloader as ddo
 
@@ -197,7 +200,9 @@ def preset_policy(preset: str) -> dict[str, Any]:
     """The preset as a mapping, with extras after ``+``: ``stable`` declares the weights files stable
     (``stable_files: true``); ``evict`` evicts the done components' file pages (``evict: true``); ``register`` and
     ``stage`` pin from the files (``pinned_copies.from_files``); ``encoders`` pins the text encoders from their files
-    too and keeps them so (``keep_encoders_pinned: true``); ``register_all``, the name of earlier runs for
+    too and keeps them so (``keep_encoders_pinned: true``); ``nores``: the ring runtime keeps no block weight on the
+    GPU (``offload.resident_bytes: 0``); ``poison``: its slots filled with NaN before each copy (a check);
+    ``register_all``, the name of earlier runs for
     ``register+encoders``; ``without_<action>`` takes that action out of every boundary (which of a preset's actions
     costs the time), and disables a boundary it leaves with none."""
     from ddo_hooks import HookPolicy
@@ -216,6 +221,8 @@ def preset_policy(preset: str) -> dict[str, Any]:
             policy["pinned_copies"]["keep_encoders_pinned"] = True
             if extra == "register_all":
                 policy["pinned_copies"]["from_files"] = "register"
+        elif extra in ("nores", "poison"):
+            policy["offload"].update({"resident_bytes": 0} if extra == "nores" else {"poison": True})
         elif extra.startswith("without_"):  # a boundary left with no action is disabled (a policy needs one)
             for boundary in policy["boundaries"].values():
                 boundary["actions"] = [a for a in boundary["actions"] if a["name"] != extra.removeprefix("without_")]
@@ -223,7 +230,7 @@ def preset_policy(preset: str) -> dict[str, Any]:
         else:
             raise SystemExit(
                 f"unknown preset extra {extra!r} in {preset!r}: stable, evict, register, stage, encoders, "
-                "register_all or without_<action>"
+                "register_all, nores, poison or without_<action>"
             )
     return policy
 

@@ -30,6 +30,10 @@
 #                test_host_cache_gpu.py; RANKS_TESTS=0 leaves them out), then benchmarks/bench_ranks.py at the
 #                Flux-shaped size, --budget-s $RANKS_BUDGET_S (300) $RANKS_ARGS, within $RANKS_TIMEOUT_S (450) s:
 #                two ranks under torchrun, each on its own GPU, in one cgroup, beside one rank alone
+#   ring         the ring runtime, the parts in $RING_PARTS ("tests probe timeline nores"): its GPU tests
+#                (tests/gpu/test_ring_gpu.py), then on the Flux-shaped weights (drawn first if missing)
+#                benchmarks/probe_overlap.py (the CPU's issue time, the link alone and under the compute) and
+#                benchmarks/probe_ring_timeline.py (two steps' copies and computes; nores: again with --nores)
 #   bench        every benchmarks/bench_*.py with its defaults
 #
 # Carried wheels live in .whl/ (ignored by git; see docs/development.md for the download line).
@@ -109,6 +113,20 @@ for step in "${steps[@]}"; do
            fi
            timeout "${RANKS_TIMEOUT_S:-450}" python3 benchmarks/bench_ranks.py --out "$OUT/ranks" --budget-s "${RANKS_BUDGET_S:-300}" \
              ${RANKS_ARGS:-} 2>&1 | tee "$OUT/ranks.log"; rc[$step]=${PIPESTATUS[0]} ;;
+    ring) parts=" ${RING_PARTS:-tests probe timeline nores} "; weights=/tmp/ddo-floor-weights/flux-full
+          if [[ $parts == *" tests "* ]]; then
+            python3 -m pytest tests/gpu/test_ring_gpu.py -m gpu -p no:cacheprovider -s -q -rA 2>&1 | tee "$OUT/ring-tests.log"
+            rc[$step:tests]=${PIPESTATUS[0]}
+          fi
+          if [[ $parts == *" probe "* ]]; then
+            python3 benchmarks/probe_overlap.py --dir $weights --out "$OUT/probe_overlap.json" 2>&1 | tee -a "$OUT/ring.log"
+            rc[$step:probe]=${PIPESTATUS[0]}
+          fi
+          for nores in "" --nores; do
+            [[ -z $nores && $parts != *" timeline "* || -n $nores && $parts != *" nores "* ]] && continue
+            python3 benchmarks/probe_ring_timeline.py --dir $weights --out "$OUT/timeline$nores.json" \
+              --png "$OUT/timeline$nores.png" $nores 2>&1 | tee -a "$OUT/ring.log"; rc[$step:timeline$nores]=${PIPESTATUS[0]}
+          done ;;
     *) echo "unknown step $step"; rc[$step]=2 ;;
   esac
 done
@@ -116,5 +134,5 @@ for i in "${!structural_pids[@]}"; do wait "${structural_pids[$i]}"; rc["structu
 tar czf /tmp/session.tgz -C "$OUT" . && mv /tmp/session.tgz "$OUT/session.tgz"
 echo "=== summary ==="
 for k in "${!rc[@]}"; do echo "$k: exit ${rc[$k]}"; done
-grep -hE "passed|failed|error" "$OUT"/gpu-suite.log "$OUT"/gpu-tests.log "$OUT"/repack-tests.log "$OUT"/ranks-tests.log \
+grep -hE "passed|failed|error" "$OUT"/gpu-suite.log "$OUT"/gpu-tests.log "$OUT"/repack-tests.log "$OUT"/ranks-tests.log "$OUT"/ring-tests.log \
   "$OUT"/structural-*.log "$OUT"/cpu-suite.log 2>/dev/null | tail -n 6
