@@ -128,7 +128,7 @@ def _summarize(args: argparse.Namespace) -> int:
         from ddo_hooks.cli.summarize import summary_lines
         from ddo_hooks.cli.table import arrow_for
 
-        for piece in summary_lines(read_reports(args.files), arrow=arrow_for(sys.stdout)):
+        for piece in summary_lines(read_reports(args.files, rotated=True), arrow=arrow_for(sys.stdout)):
             print(piece)
     return 0
 
@@ -152,7 +152,7 @@ def _plot(args: argparse.Namespace) -> int:
         check_target(out)
     except NotRegularFile as e:
         raise InvalidArgumentError(f"-o {e}") from None
-    written = draw_runs(read_reports(args.files), out)
+    written = draw_runs(read_reports(args.files, rotated=True), out)
     print(f"wrote {written}")
     return 0
 
