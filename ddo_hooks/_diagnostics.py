@@ -48,11 +48,13 @@ __all__ = [
     "json_error_sentence",
     "literal_problem",
     "located_error",
+    "looks_like_text",
     "nearest_position",
     "read_text_file",
     "show_repr",
     "show_value",
     "special_file_kind",
+    "text_given_for_path",
     "where",
 ]
 
@@ -72,12 +74,16 @@ def read_text_file(
     directory_fix: str,
     binary_fix: str,
     encoding_fix: str,
+    text_fix: str = "",
 ) -> str:
     """Read ``path`` as UTF-8 text (a leading byte-order mark is dropped), at most ``max_bytes`` of it.
 
     The path is checked with :func:`os.stat` before it is opened: only a regular file is read, so
     a FIFO, a socket or a device such as ``/dev/zero`` is refused at once instead of blocking or
     reading without end, and a file larger than ``max_bytes`` is refused before any byte is read.
+    A size of 0 is not taken for an empty file (``/proc`` files say 0): the file is read. A path that
+    names nothing and holds a line break, starts with ``{`` or is longer than a path may be is the
+    file's text given instead of its path: the message shows its start and says ``text_fix``.
 
     Args:
         path: The file.
@@ -87,6 +93,7 @@ def read_text_file(
         directory_fix: What to do when ``path`` is a directory.
         binary_fix: What to do when the file holds a NUL byte.
         encoding_fix: What to do when the file is not UTF-8.
+        text_fix: What to do with text given where the path was expected (which function reads text).
 
     Raises:
         DdoHooksError: Of type ``error``: missing, a directory or another non-regular file, larger than
@@ -96,9 +103,12 @@ def read_text_file(
     file = Path(source)
     try:
         info = os.stat(source)
-    except FileNotFoundError as e:
-        raise error(f"{source}: no such {kind} file (looked for {file.absolute()}); check the path") from e
     except (OSError, ValueError) as e:  # ValueError: a NUL byte in the path
+        missing = isinstance(e, FileNotFoundError)
+        if getattr(e, "errno", None) == errno.ENAMETOOLONG or (missing and looks_like_text(source)):
+            raise error(text_given_for_path(source, kind, text_fix)) from e
+        if missing:
+            raise error(f"{source}: no such {kind} file (looked for {file.absolute()}); check the path") from e
         raise error(f"{source}: cannot read the {kind} file: {getattr(e, 'strerror', None) or e}") from e
     if stat.S_ISDIR(info.st_mode):
         cause = IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), source)
@@ -127,6 +137,27 @@ def read_text_file(
     except UnicodeDecodeError as e:
         bad = f"byte {raw[e.start]:#04x} at offset {e.start}"
         raise error(f"{source}: is not UTF-8 text ({bad}); {encoding_fix}") from e
+
+
+def looks_like_text(source: str) -> bool:
+    r"""Whether ``source``, a path that names nothing, is a file's text given instead: a line break, or a ``{`` first.
+
+    Examples:
+        >>> looks_like_text("version: 1\nenabled: true\n"), looks_like_text(' {"a": 1}'), looks_like_text("p.yaml")
+        (True, True, False)
+    """
+    return "\n" in source or "\r" in source or source.lstrip().startswith("{")
+
+
+def text_given_for_path(source: str, kind: str, fix: str) -> str:
+    r"""The message for ``kind`` text (policy, report) given where a file's path was expected: its start, and ``fix``.
+
+    Examples:
+        >>> print(text_given_for_path("version: 1\n" * 500, "policy", "load it with from_yaml_text"))
+        'version: 1\nversion: 1\nversion: 1\nversion: 1\nversion:... (501 lines) is policy text, not ...
+    """
+    lines = f"{source.count(chr(10)) + 1:,} lines" if "\n" in source else f"{len(source):,} characters"
+    return f"{show_repr(source)} ({lines}) is {kind} text, not the path of a {kind} file; {fix}"
 
 
 def _too_large(source: str, kind: str, size: str, max_bytes: int) -> str:

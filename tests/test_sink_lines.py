@@ -146,6 +146,9 @@ def test_read_jsonl_and_summarize_read_a_sinks_rotated_files_oldest_first(tmp_pa
     assert read == [(f"{path}.1", "3"), (f"{path}.2", "3"), (str(path), "2")], out
     path.unlink()  # just rotated, the next line not written yet: the rotated files are the sink
     assert MetricsTracker.read_jsonl(path).components() == tuple(f"c{n}" for n in range(6))
+    path.touch()  # what attach leaves (it opens the sink without writing): no record yet, no error
+    assert main(["summarize", str(path)]) == 0
+    assert MetricsTracker.read_jsonl(path).components() == tuple(f"c{n}" for n in range(6))
 
 
 def test_a_sink_that_waited_while_another_rotated_writes_to_the_new_file(tmp_path, monkeypatch):

@@ -75,7 +75,8 @@ def read_reports(paths: Sequence[str], *, rotated: bool = False) -> Iterator[Any
     """Each report file, opened when it is reached (its records validated as they are read).
 
     With ``rotated``, each path stands for its report sink's set: the files rotated away from it
-    (``path.1``, ``path.2``, ...), oldest first, then the path itself.
+    (``path.1``, ``path.2``, ...), oldest first, then the path itself; a file of such a set that
+    holds no record yet (the sink's new file: empty, or its first line cut off) adds none.
 
     A file given twice, or a file whose bytes are those of a file given before (a copy), is read
     once, with a warning: records without an envelope cannot be told apart, so they would count
@@ -87,14 +88,17 @@ def read_reports(paths: Sequence[str], *, rotated: bool = False) -> Iterator[Any
     from ddo_hooks.reports.sink_files import sink_files
 
     given: list[tuple[str, os.stat_result]] = []
-    named = [name if file == Path(name) else str(file) for name in paths for file in sink_files(name)]
-    for path in named if rotated else paths:
+    named: list[tuple[str, bool]] = []  # each file, and whether it is one of a sink's several
+    for name in paths:
+        files = sink_files(name) if rotated else [Path(name)]
+        named += [(name if file == Path(name) else str(file), len(files) > 1) for file in files]
+    for path, of_a_set in named:
         same = _same_as(path, given)
         if same is not None:
             print(f"warning: {path}: {same}; read once, so that its records count once", file=sys.stderr)
             continue
         try:
-            opened = open_report_file(path, cut_lines=True)
+            opened = open_report_file(path, cut_lines=True, empty_ok=of_a_set)
         except DdoHooksError as e:
             raise other_kind(e, path, "policy", "validate-policy") from e
         yield dataclasses.replace(opened, entries=_entries_of(opened.entries, opened.warnings, path))

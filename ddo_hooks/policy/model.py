@@ -38,7 +38,15 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from ddo_hooks._diagnostics import KeyPath, Positions, below, did_you_mean_hint, show_value
+from ddo_hooks._diagnostics import (
+    KeyPath,
+    Positions,
+    below,
+    did_you_mean_hint,
+    looks_like_text,
+    show_value,
+    text_given_for_path,
+)
 from ddo_hooks.actions.contract import OptionsT, RegisteredAction, ResolvedAction
 from ddo_hooks.actions.host_cache_release import HostCacheReleaseOptions
 from ddo_hooks.actions.registry import registered
@@ -240,6 +248,9 @@ class HookPolicy(Model):
         if name in PRESETS and not os.path.exists(name):
             return cls.preset(name)
         if not os.path.lexists(name):
+            if looks_like_text(name):
+                fix = "load YAML text with HookPolicy.from_yaml_text(text) and pass the policy"
+                raise PolicyError(text_given_for_path(name, "policy", fix))
             hint = did_you_mean_hint(name, PRESETS)
             raise PolicyError(
                 f"{name}: no such policy file, and no preset of that name; {hint}check the path, or give a "

@@ -402,4 +402,5 @@ def read_policy_file(path: str | os.PathLike[str]) -> str:
         directory_fix="pass a .yaml file's path",
         binary_fix="a policy is a UTF-8 YAML text file",
         encoding_fix="save the policy as UTF-8",
+        text_fix="pass the file's path, or load YAML text with HookPolicy.from_yaml_text(text) and pass the policy",
     )

@@ -18,7 +18,6 @@ Examples:
 from __future__ import annotations
 
 import collections
-import contextlib
 import json
 import os
 import threading
@@ -262,12 +261,14 @@ class MetricsTracker:
 
         The files a report sink rotated away from ``path`` (``path.1``, ``path.2``, ...: see
         :mod:`~ddo_hooks.reports.sink_files`) are read first, oldest first, so that a sink reads whole.
-        An empty file is an empty tracker. A line cut off mid-record is left out with a warning that
-        names ``file:line``, as :meth:`from_jsonl` does.
+        A file is read whatever size it says (``/proc`` files say 0). A file without a record (empty,
+        blank lines, what a sink holds before its first whole write) is an empty tracker. A line cut
+        off mid-record is left out with a warning that names ``file:line``, as :meth:`from_jsonl` does.
 
         Raises:
             ReportError: The file is missing, not a regular file, larger than 64 MiB, binary or not
-                UTF-8, holds another form of report file (read it with
+                UTF-8, is JSON Lines text rather than a path (read text with :meth:`from_jsonl`),
+                holds another form of report file (read it with
                 :func:`~ddo_hooks.reports.files.load_report_file`), or a line is not a valid record:
                 the message says ``file:line:col: key.path: problem``.
 
@@ -294,10 +295,7 @@ def _file_entries(path: Path) -> Iterator[Entry]:
     """The records of one JSON Lines file of records, a line cut off left out with a warning (``read_jsonl``)."""
     from ddo_hooks.reports.files import open_report_file  # it reads trackers: imported when used
 
-    with contextlib.suppress(OSError, ValueError):
-        if os.stat(path).st_size == 0 and os.path.isfile(path):  # what write_jsonl writes of no records
-            return
-    opened = open_report_file(path, cut_lines=True)
+    opened = open_report_file(path, cut_lines=True, empty_ok=True)  # empty: what write_jsonl writes of no records
     if opened.form != "JSON Lines":
         raise ReportError(
             f"{opened.path}: holds {opened.form}, not JSON Lines of records (as write_jsonl writes them); read "
