@@ -42,7 +42,7 @@ def looks_like(path: str) -> str | None:
     """``"report"`` or ``"policy"`` when the file's first object has the keys of one, else ``None``."""
     import json
 
-    from ddo_hooks._diagnostics import read_text_file
+    from ddo_hooks._text_files import read_text_file
     from ddo_hooks.errors import ReportError
 
     try:

@@ -66,7 +66,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Literal
 
-from ddo_hooks._diagnostics import special_file_kind
+from ddo_hooks._text_files import special_file_kind
 from ddo_hooks.errors import ReportSinkError
 
 if sys.platform != "win32":  # Windows has no flock: no lock and no rotation there (see the module's docstring)

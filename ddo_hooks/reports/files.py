@@ -30,8 +30,9 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from ddo_hooks._diagnostics import json_error_sentence, read_text_file, show_value
+from ddo_hooks._diagnostics import json_error_sentence, show_value
 from ddo_hooks._moved import warn_renamed
+from ddo_hooks._text_files import read_text_file
 from ddo_hooks.errors import ReportError
 from ddo_hooks.reports import REPORT_FILE_FORMS
 from ddo_hooks.reports.file_problems import diagnose_report_file, json_positions
