@@ -1,17 +1,11 @@
-"""Private helpers for users' text files: reading them, and saying where in them a problem is.
+"""Private helpers for users' text files: saying where in them a problem is, and what a value was.
 
-Both the policy loader and the report-file reader use these: :func:`read_text_file` turns every
-way reading a file can fail into the caller's own error type, and the key-path helpers
-(:data:`KeyPath`, :data:`Positions`, :func:`format_key_path`, :func:`nearest_position`,
-:func:`where`) point a message at ``file:line:col: key.path``.
+Both the policy loader and the report-file reader use these (reading the files is
+:mod:`ddo_hooks._text_files`'s): the key-path helpers (:data:`KeyPath`, :data:`Positions`,
+:func:`format_key_path`, :func:`nearest_position`, :func:`where`) point a message at
+``file:line:col: key.path``, and :func:`show_value` and :func:`cut` keep a value short.
 
 Examples:
-    >>> from ddo_hooks.errors import PolicyError
-    >>> read_text_file("no/such.yaml", kind="policy", error=PolicyError, max_bytes=1024,
-    ...                directory_fix="", binary_fix="", encoding_fix="")
-    Traceback (most recent call last):
-    ...
-    ddo_hooks.errors.PolicyError: no/such.yaml: no such policy file (looked for ...); check the path
     >>> format_key_path(("boundaries", "after_call", "actions", 1, "name"))
     'boundaries.after_call.actions[1].name'
 """
@@ -19,18 +13,12 @@ Examples:
 from __future__ import annotations
 
 import difflib
-import errno
 import json
 import math
-import os
-import stat
 import types
 import typing
 from collections.abc import Iterable, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Union
-
-from ddo_hooks.errors import DdoHooksError
 
 if TYPE_CHECKING:  # pydantic is imported where a model is read: the command line's --help needs none
     from pydantic import BaseModel
@@ -49,10 +37,8 @@ __all__ = [
     "literal_problem",
     "located_error",
     "nearest_position",
-    "read_text_file",
     "show_repr",
     "show_value",
-    "special_file_kind",
     "where",
 ]
 
@@ -61,92 +47,6 @@ KeyPath = tuple[str | int, ...]
 
 Positions = dict[KeyPath, tuple[int, int]]
 """Each key path mapped to the 1-based (line, column) of its key (or list item)."""
-
-
-def read_text_file(
-    path: str | os.PathLike[str],
-    *,
-    kind: str,
-    error: type[DdoHooksError],
-    max_bytes: int,
-    directory_fix: str,
-    binary_fix: str,
-    encoding_fix: str,
-) -> str:
-    """Read ``path`` as UTF-8 text (a leading byte-order mark is dropped), at most ``max_bytes`` of it.
-
-    The path is checked with :func:`os.stat` before it is opened: only a regular file is read, so
-    a FIFO, a socket or a device such as ``/dev/zero`` is refused at once instead of blocking or
-    reading without end, and a file larger than ``max_bytes`` is refused before any byte is read.
-
-    Args:
-        path: The file.
-        kind: What the file should be (``"policy"``, ``"report"``), for messages.
-        error: The error type to raise.
-        max_bytes: The largest file accepted, in bytes.
-        directory_fix: What to do when ``path`` is a directory.
-        binary_fix: What to do when the file holds a NUL byte.
-        encoding_fix: What to do when the file is not UTF-8.
-
-    Raises:
-        DdoHooksError: Of type ``error``: missing, a directory or another non-regular file, larger than
-            ``max_bytes``, unreadable, binary or not UTF-8.
-    """
-    source = os.fspath(path)
-    file = Path(source)
-    try:
-        info = os.stat(source)
-    except FileNotFoundError as e:
-        raise error(f"{source}: no such {kind} file (looked for {file.absolute()}); check the path") from e
-    except (OSError, ValueError) as e:  # ValueError: a NUL byte in the path
-        raise error(f"{source}: cannot read the {kind} file: {getattr(e, 'strerror', None) or e}") from e
-    if stat.S_ISDIR(info.st_mode):
-        cause = IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), source)
-        raise error(f"{source}: is a directory, not a {kind} file; {directory_fix}") from cause
-    if not stat.S_ISREG(info.st_mode):
-        what = special_file_kind(info.st_mode)
-        raise error(f"{source}: is {what}, not a regular file; save the {kind} to a file and pass that file's path")
-    if info.st_size > max_bytes:
-        raise error(_too_large(source, kind, f"{info.st_size:,} bytes", max_bytes))
-    try:
-        descriptor = os.open(source, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
-        with os.fdopen(descriptor, "rb") as stream:
-            if not stat.S_ISREG(os.fstat(stream.fileno()).st_mode):  # replaced since the check above
-                raise error(f"{source}: is not a regular file; pass the path of a {kind} file")
-            raw = stream.read(max_bytes + 1)
-    except OSError as e:
-        if isinstance(e, IsADirectoryError):
-            raise error(f"{source}: is a directory, not a {kind} file; {directory_fix}") from e
-        raise error(f"{source}: cannot read the {kind} file: {e.strerror or e}") from e
-    if len(raw) > max_bytes:
-        raise error(_too_large(source, kind, "more bytes", max_bytes))
-    if (nul := raw.find(b"\x00")) >= 0:
-        raise error(f"{source}: looks like a binary file (NUL byte at offset {nul}); {binary_fix}")
-    try:
-        return raw.decode("utf-8-sig")
-    except UnicodeDecodeError as e:
-        bad = f"byte {raw[e.start]:#04x} at offset {e.start}"
-        raise error(f"{source}: is not UTF-8 text ({bad}); {encoding_fix}") from e
-
-
-def _too_large(source: str, kind: str, size: str, max_bytes: int) -> str:
-    return (
-        f"{source}: is {size}, more than a {kind} file may hold ({max_bytes:,} bytes); "
-        f"check that this is the {kind} file you meant"
-    )
-
-
-def special_file_kind(mode: int) -> str:
-    """What a file that is not a regular file or a directory is, from its ``st_mode``: ``a FIFO (named pipe)``, ..."""
-    for test, what in (
-        (stat.S_ISFIFO, "a FIFO (named pipe)"),
-        (stat.S_ISCHR, "a character device"),
-        (stat.S_ISBLK, "a block device"),
-        (stat.S_ISSOCK, "a socket"),
-    ):
-        if test(mode):
-            return what
-    return "a special file"
 
 
 def format_key_path(path: KeyPath) -> str:

@@ -47,6 +47,7 @@ _ACTIONS = "each built-in action is one module of ddo_hooks.actions"
 _NAMED = "each action's name is in its own module"
 _ROUTE = "a report module is named after its route"
 _ONE_MODULE = "no two modules share a name"
+_WEIGHTS_FILES = "a component's weights files are found, opened and told changed in one module"
 
 
 class Renamed(NamedTuple):
@@ -91,6 +92,9 @@ RENAMED: dict[str, Renamed] = {
     },
     # "dropped" is the one word for a component that left the pipeline
     "BoundaryContext.left": Renamed("BoundaryContext.dropped_names", kind="attribute"),
+    # a weights file's identity, its index and which files a pipeline reads: one module of its own
+    "ddo_hooks.release.file_views.note_files": Renamed("ddo_hooks.release.weights_files.note_files", _WEIGHTS_FILES),
+    "ddo_hooks.release.file_identity": Renamed("ddo_hooks.release.weights_files", _WEIGHTS_FILES, "module"),
     # one module per built-in action (ddo_hooks.actions), on the contract every action is written on
     "ddo_hooks.hooks.actions": Renamed("ddo_hooks.actions.registry", _ACTIONS, "module"),
     **{

@@ -85,7 +85,7 @@ USER_ERRORS = {
         "report.setup.host_cache_release.status: 'done' is not one of executed, noop",
     ],
     "report invalid json": ["mangled.jsonl:3:2:", "not JSON"],
-    "report empty": ["empty.jsonl: is empty; expected JSON Lines"],
+    "report empty": ["empty.jsonl: holds only blank lines, no report (a report sink whose first write"],
     "report binary": ["binary.dat: looks like a binary file"],
     "report directory": ["is a directory, not a report file"],
 }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import io
 import os
 import stat
 import subprocess
@@ -287,3 +288,48 @@ def test_demo_report_is_never_written_through_a_link_planted_beside_it(tmp_path,
     assert not report.is_symlink()
     assert len(MetricsTracker.from_jsonl(report.read_text(encoding="utf-8")).records()) > 0
     assert sorted(p.name for p in tmp_path.iterdir()) == [planted.name, "elsewhere", "run.jsonl"]
+
+
+# -- D: the command's own output cannot be written ----------------------------------------------------
+
+
+def strict_stream() -> io.TextIOWrapper:
+    """A stream as ``PYTHONIOENCODING=utf-8:strict`` makes stdout: a name that is not UTF-8 cannot be written."""
+    return io.TextIOWrapper(io.BytesIO(), encoding="utf-8", errors="strict", write_through=True)
+
+
+def test_a_file_name_the_output_cannot_encode_is_one_line_not_a_traceback(tmp_path, monkeypatch, capsys):
+    path, _ = reports(tmp_path)
+    odd = tmp_path / os.fsdecode(b"run\xff.jsonl")  # a name that is not UTF-8: a lone surrogate in Python
+    path.rename(odd)
+    monkeypatch.setattr(sys, "stdout", strict_stream())
+    assert main(["validate-report", str(odd)]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert err.startswith("ddo-hooks validate-report: cannot write the output: ")
+    assert "PYTHONIOENCODING" in err
+
+
+def test_an_error_naming_a_file_that_stderr_cannot_encode_is_still_said(tmp_path, monkeypatch):
+    monkeypatch.setattr(sys, "stdout", strict_stream())
+    monkeypatch.setattr(sys, "stderr", strict_stream())
+    assert main(["validate-report", str(tmp_path / os.fsdecode(b"gone\xff.jsonl"))]) == 1
+    said = sys.stderr.buffer.getvalue().decode("utf-8")
+    assert said.startswith(f"{tmp_path}/gone\\udcff.jsonl: no such report file"), said
+    assert said.count("\n") == 1, said
+
+
+@pytest.mark.parametrize("argv", [["schema", "report"], ["validate-policy", "lowest-peak"], ["--version"]])
+def test_a_closed_stdout_is_one_line_and_status_1(monkeypatch, capsys, argv):
+    monkeypatch.setattr(sys, "stdout", None)  # what Python makes of `>&-`
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert "standard output is closed" in err
+
+
+def test_a_command_run_with_stdout_closed_says_so_in_one_line():
+    command = f'exec "{sys.executable}" -m ddo_hooks schema report >&-'
+    done = subprocess.run(["sh", "-c", command], capture_output=True, text=True, timeout=600)
+    assert (done.returncode, done.stderr.count("\n")) == (1, 1), done.stderr
+    assert done.stderr.startswith("ddo-hooks schema: standard output is closed")

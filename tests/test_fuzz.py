@@ -16,6 +16,7 @@ import os
 import random
 import sys
 import tempfile
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -27,13 +28,13 @@ from support.fuzz_inputs import PYTHON_TAGS, SEED_POLICIES, mutate_json_text, mu
 from support.report_corpus import base_reports, random_mutant
 from test_policy import documents, valid_documents
 
-from ddo_hooks import HookPolicy, parse_report
+from ddo_hooks import HookPolicy, MetricsTracker, parse_report
 from ddo_hooks.cli import main
 from ddo_hooks.errors import DdoHooksError
 from ddo_hooks.reports.envelope import RecordEnvelope
-from ddo_hooks.reports.files import load_report_file
+from ddo_hooks.reports.files import iter_report_lines, load_report_file
 from ddo_hooks.reports.json_lines import text_lines
-from ddo_hooks.reports.records import _checked_entry, record_from_json
+from ddo_hooks.reports.records import _checked_entry, iter_entries, record_from_json
 
 EXAMPLES = int(os.environ.get("DDO_FUZZ_EXAMPLES", "150"))
 fuzz = settings(
@@ -172,3 +173,28 @@ def test_fuzz_the_file_commands_exit_0_or_1_without_a_traceback(text: str):
             assert "Traceback" not in err
             assert status == 0 or err.removeprefix("warning: ").startswith(str(path))  # a line cut off: warned first
     no_python_object_was_built()
+
+
+# -- text that UTF-8 cannot encode -----------------------------------------------------------------
+
+lone_surrogates = st.characters(min_codepoint=0xD800, max_codepoint=0xDFFF)
+
+
+@fuzz
+@given(record_lines, st.lists(st.tuples(st.integers(min_value=0), lone_surrogates), min_size=1, max_size=3))
+def test_fuzz_report_text_with_a_lone_surrogate_gives_a_report_error(line: str, inserted: list[tuple[int, str]]):
+    """Issue 51 found 249 of 218,456 such lines letting a TypeError out of parse_report."""
+    for at, character in inserted:
+        at %= len(line) + 1
+        line = line[:at] + character + line[at:]
+    readers: list[Callable[[str], Any]] = [
+        parse_report,
+        MetricsTracker.from_jsonl,
+        MetricsTracker.from_json,
+        lambda text: list(iter_entries(text)),
+        lambda text: list(iter_report_lines(text)),
+    ]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a line cut off is left out with a warning
+        for read in readers:
+            only_own_errors(lambda read=read: read(line))

@@ -188,3 +188,15 @@ def test_the_renamed_page_lists_every_old_name_from_the_table():
     rows = load_file(ROOT / "docs" / "hooks.py", "ddo_docs_hooks").renamed_table().splitlines()[2:]
     assert [row.split("`")[1] for row in rows] == list(RENAMED)
     assert all(f"| `{RENAMED[row.split('`')[1]].new}` |" in row for row in rows)
+
+
+def test_the_weights_files_names_that_left_file_views_and_file_identity_still_work_and_warn(monkeypatch):
+    """Split out to ddo_hooks.release.weights_files (ff1ed68) without a row: the old names raised at once."""
+    from ddo_hooks.release import file_views, weights_files
+
+    with pytest.warns(DeprecationWarning, match=r"^ddo_hooks\.release\.file_views\.note_files is now ddo_hooks\.rele"):
+        assert file_views.note_files is weights_files.note_files
+    monkeypatch.delitem(sys.modules, "ddo_hooks.release.file_identity", raising=False)
+    with pytest.warns(DeprecationWarning, match=r"^ddo_hooks\.release\.file_identity is now ddo_hooks\.release\.weig"):
+        from ddo_hooks.release.file_identity import open_regular, read_index
+    assert (open_regular, read_index) == (weights_files.open_regular, weights_files.read_index)

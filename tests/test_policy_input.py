@@ -6,17 +6,21 @@ never by the clock: a loaded machine cannot make these tests fail.
 
 from __future__ import annotations
 
+import errno
+import os
 import re
 from pathlib import Path
 
 import pytest
 
+from ddo_hooks import attach
 from ddo_hooks.cli import main
 from ddo_hooks.errors import PolicyError
 from ddo_hooks.policy import messages, yaml_loader
 from ddo_hooks.policy.messages import MAX_PROBLEMS
 from ddo_hooks.policy.model import HookPolicy
 from ddo_hooks.policy.yaml_loader import MAX_DEPTH, MAX_POLICY_BYTES
+from ddo_hooks.testing.tiny_pipelines import build_pipeline
 
 V = "version: 1\n"
 LOCATED = re.compile(r"^policy\.yaml:\d+:\d+: ")
@@ -355,3 +359,55 @@ def test_many_duplicate_keys_are_capped_too():
 def test_every_message_line_is_located():
     for text in (V + "release: {collect: !!bool maybe}\nzzz: 1\n", "version: 2\nenabled: 3\n"):
         assert all(LOCATED.match(line) for line in problem(text).splitlines())
+
+
+# -- F: what a policy is given, taken as it is written --------------------------------------------------
+
+
+@pytest.mark.parametrize("unordered", [set, frozenset])
+def test_a_set_of_actions_is_refused_since_actions_run_in_their_order(unordered: type):
+    """A set's order follows the hash seed: release_done_components before host_cache_release releases other memory."""
+    actions = unordered(["release_done_components", "malloc_trim"])
+    data = {"version": 1, "boundaries": {"after_call": {"actions": actions}}}
+    with pytest.raises(PolicyError, match=r"boundaries\.after_call\.actions: actions is a list, in the order they run"):
+        HookPolicy.from_mapping(data)
+
+
+@pytest.mark.parametrize("target", ["no-such-file.yaml", "lowest-peak"], ids=["dangling", "looping"])
+def test_a_broken_link_named_like_a_preset_is_refused_not_taken_for_the_preset(tmp_path: Path, monkeypatch, target):
+    monkeypatch.chdir(tmp_path)
+    os.symlink(target, "lowest-peak")  # "lowest-peak" to itself: a loop
+    for load in (HookPolicy.from_name_or_yaml, lambda name: attach(build_pipeline("sd"), name)):
+        with pytest.raises(PolicyError, match=r"^lowest-peak: a symbolic link that (names nothing|loops)") as raised:
+            load("lowest-peak")
+        assert "the preset" in str(raised.value)
+    assert main(["validate-policy", "lowest-peak"]) == 1
+
+
+def test_a_policy_in_a_folder_this_user_cannot_search_is_not_called_missing(tmp_path: Path, monkeypatch, capsys):
+    """As root every folder can be searched: the refusal a non-root user meets is made by hand."""
+    path = tmp_path / "locked" / "policy.yaml"
+    path.parent.mkdir()
+    path.write_text("version: 1\n", encoding="utf-8")
+    for name in ("stat", "lstat"):
+        real = getattr(os, name)
+
+        def refused(file, *args, real=real, **kwargs):
+            if str(file).startswith(str(path.parent) + os.sep):
+                raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(file))
+            return real(file, *args, **kwargs)
+
+        monkeypatch.setattr(os, name, refused)
+    for load in (HookPolicy.from_name_or_yaml, HookPolicy.from_yaml):
+        with pytest.raises(PolicyError, match=r"cannot look for the policy file: a folder on its path") as raised:
+            load(str(path))
+        assert "no such" not in str(raised.value)
+    assert main(["validate-policy", str(path)]) == 1
+    assert "no such" not in capsys.readouterr().err
+
+
+def test_a_policy_of_too_many_nodes_without_an_alias_is_not_told_to_use_fewer_aliases():
+    text = "version: 1\nnotes: [" + "0, " * 100_001 + "]\n"  # 300 KB, no alias
+    with pytest.raises(PolicyError, match=r"has more than 100000 YAML nodes; a policy is a few dozen") as raised:
+        HookPolicy.from_yaml_text(text)
+    assert "alias" not in str(raised.value)

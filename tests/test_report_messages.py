@@ -63,7 +63,7 @@ def test_a_long_component_in_a_file_is_cut_and_located(tmp_path: Path):
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        ('{"a": "b', "r.jsonl:1:7: not JSON: a string is not closed (Unterminated string starting at); expected "),
+        ('{"a": "b', "r.jsonl:1:7: not JSON: a string is not closed (Unterminated string starting at): line 1 is cut"),
         ("{\n", "r.jsonl:2:1: not JSON: a key in double quotes is expected here (Expecting property name"),
         ('{"a" 1}', "r.jsonl:1:6: not JSON: a ':' is expected after the key (Expecting ':' delimiter)"),
         ("{'a': 1}", "r.jsonl:1:2: not JSON: a key in double quotes is expected here"),

@@ -10,7 +10,8 @@ module here and one line in :data:`BUILT_IN`.
 
 This layer sits below the policy (which validates the options) and above the release core and the
 reports (which the actions call and answer with). Modules: :mod:`~ddo_hooks.actions.contract` (what
-every action is written on, your own included), :mod:`~ddo_hooks.actions.registry` (actions by name),
+every action is written on, your own included), :mod:`~ddo_hooks.actions.option_messages` (how an
+options model reads a policy's keys and says what it refused), :mod:`~ddo_hooks.actions.registry` (actions by name),
 :mod:`~ddo_hooks.actions.host_cache_release`, :mod:`~ddo_hooks.actions.malloc_trim`,
 :mod:`~ddo_hooks.actions.release_done_components` and :mod:`~ddo_hooks.actions.stage_done_components`.
 

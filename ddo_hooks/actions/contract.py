@@ -27,6 +27,7 @@ Examples:
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import typing
 import weakref
@@ -35,9 +36,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, Self, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
-from pydantic_core import PydanticCustomError
 
-from ddo_hooks._diagnostics import KeyPath, literal_problem, located_error
+from ddo_hooks._diagnostics import KeyPath, located_error
+from ddo_hooks.actions.option_messages import located_option_error, option_keys, spelling
 from ddo_hooks.boundaries import component_name
 from ddo_hooks.errors import InvalidArgumentError, ReportError
 from ddo_hooks.reports.base import RouteReport, describe_errors
@@ -82,8 +83,8 @@ class ActionOptions(BaseModel):
 
     @classmethod
     def takes(cls) -> str:
-        """The options the model takes, as the message that refuses an unknown one lists them."""
-        return ", ".join(cls.model_fields) or "none"
+        """The options the model takes, as the message that refuses an unknown one lists them (aliases as written)."""
+        return ", ".join(spelling(cls, name) for name in cls.model_fields) or "none"
 
     @classmethod
     def from_options(cls, action: str, options: Mapping[str, Any]) -> Self:
@@ -93,19 +94,27 @@ class ActionOptions(BaseModel):
             action: The action's name, for the messages.
             options: Its options (JSON data).
 
+        A field with an alias is set under either spelling, once (:mod:`~ddo_hooks.actions.option_messages`).
+
         Raises:
-            PydanticCustomError: An unknown option or a value the model refuses, located at
-                ``options.<key>`` below the action's entry (inside a policy's validation: one
-                located line of its :class:`~ddo_hooks.errors.PolicyError`).
+            PydanticCustomError: An unknown option, one given under both spellings, or a value the
+                model refuses, located at ``options.<key>`` below the action's entry (inside a
+                policy's validation: one located line of its :class:`~ddo_hooks.errors.PolicyError`),
+                its choices and types said as a policy writes them.
         """
+        keys, given = option_keys(cls), dict[str, str]()  # given: field -> the key it was given under
         for key in options:
-            if key not in cls.model_fields:
+            if key not in keys:
                 message = f"unknown option of {action}; it takes {cls.takes()}"
                 raise located_error("action_option", message, ("options", key))
+            if keys[key] in given:
+                message = f"given twice, as {given[keys[key]]!r} and as {key!r}; give it once"
+                raise located_error("action_option", message, ("options", key))
+            given[keys[key]] = key
         try:
-            return cls.model_validate(options)
+            return cls.model_validate(options, by_alias=True, by_name=True)
         except ValidationError as e:
-            raise _located(cls, e, options) from e
+            raise located_option_error(cls, e, options) from e
 
     def with_defaults(self, defaults: Self | None, written: Mapping[str, Any]) -> Self:
         """The options the action receives where the policy writes ``written``, over ``defaults``.
@@ -118,25 +127,6 @@ class ActionOptions(BaseModel):
             PydanticCustomError: Each valid, the two do not fit once merged; located below the action's entry.
         """
         return self
-
-
-def _located(model: type[ActionOptions], error: ValidationError, options: Mapping[str, Any]) -> PydanticCustomError:
-    """The first problem of ``error`` as a located error at ``options.<key>``, showing the value as written."""
-    item = error.errors(include_url=False)[0]
-    context = item.get("ctx") or {}
-    if "at" in context:  # a located error of the model's own validators (core: ddo with a setting it cannot honour)
-        at = (*item["loc"], *context["at"])
-        message = context.get("template", context["message"])
-        return located_error("action_option", message, ("options", *at), value=options.get(str(at[0])))
-    at, value = ("options", *item["loc"]), item["input"]
-    if item["type"] == "literal_error":
-        choices = typing.get_args(model.model_fields[str(item["loc"][0])].annotation)
-        message = literal_problem("{value}", choices, value)
-    elif item["type"] == "size":
-        message = f"{{value}} {context['problem']}"
-    else:
-        message = f"{{value}}: {item['msg'].removeprefix('Value error, ')}"
-    return located_error("action_option", message, at, value=value)
 
 
 class NoOptions(ActionOptions):
@@ -373,8 +363,8 @@ class RegisteredAction(Generic[OptionsT]):
         Raises:
             PydanticCustomError: The options do not fit the model; located below the action's entry.
         """
-        if self.options is None:
-            return typing.cast(OptionsT, dict(written))
+        if self.options is None:  # a copy, deep: nothing the action changes reaches the policy
+            return typing.cast(OptionsT, copy.deepcopy(dict(written)))
         model = typing.cast("type[ActionOptions]", self.options)
         settings = model.from_options(self.name, written)
         return typing.cast(OptionsT, settings.with_defaults(typing.cast(Any, defaults), written))

@@ -120,7 +120,9 @@ def register_action(
         name: Lowercase letters, digits, ``_ . -``, starting with a letter.
         function: The action; without it, a decorator that registers the function it decorates.
         component_prefix: Prefix of the tracker component (default: ``name``).
-        replace: Allow replacing an action already registered under ``name``.
+        replace: Allow replacing an action already registered under ``name``; a built-in replaced so
+            comes back whole with :func:`unregister_action` (registering its function again would
+            lose its declaration: its options model and defaults).
         options: The model of its options, a subclass of
             :class:`~ddo_hooks.actions.contract.ActionOptions`: a policy that names the action then
             has its options validated where it loads (or at attach, for a policy loaded before), with
@@ -162,17 +164,24 @@ def register_action(
 
 
 def unregister_action(name: str) -> None:
-    """Remove a registered action.
+    """Remove a registered action; for a replaced built-in, the replacement, so the built-in is back whole.
+
+    A built-in that ``register_action(name, ..., replace=True)`` replaced comes back with its whole
+    declaration: its options model, its ``release`` defaults, its steps at attach and detach.
 
     Raises:
-        InvalidArgumentError: No action is registered under ``name`` (or it is built in).
+        InvalidArgumentError: No action is registered under ``name``, or it is a built-in that nothing replaced.
     """
+    if name in _REGISTRY:
+        del _REGISTRY[name]
+        return
     if name in actions.names():
-        raise InvalidArgumentError(f"the built-in action {name!r} cannot be unregistered")
-    if name not in _REGISTRY:
-        known = sorted({*_REGISTRY, *actions.names()})
-        raise InvalidArgumentError(f"no action named {name!r} is registered (registered: {known})")
-    del _REGISTRY[name]
+        raise InvalidArgumentError(
+            f"the built-in action {name!r} cannot be unregistered (nothing replaces it now; unregister_action "
+            "restores a built-in that register_action replaced); leave it out of the policy instead"
+        )
+    known = sorted({*_REGISTRY, *actions.names()})
+    raise InvalidArgumentError(f"no action named {name!r} is registered (registered: {known})")
 
 
 def _entry_point_names() -> dict[str, Any]:

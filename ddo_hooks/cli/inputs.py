@@ -2,7 +2,9 @@
 
 ``summarize`` and ``plot`` read report files with :func:`read_reports`: each file is opened when
 it is reached and its records validated as they are read, so that only what a command keeps of a
-record stays in memory; a file given twice, or a copy of one, is read once. A policy given where
+record stays in memory; a file given twice, or a copy of one, is read once. A report sink's file
+is read with the files the sink rotated away from it, oldest first
+(:func:`~ddo_hooks.reports.sink_files.sink_files`). A policy given where
 reports are expected (or the other way round) is refused with the command that reads it
 (:func:`other_kind`).
 """
@@ -17,6 +19,7 @@ import os
 import stat
 import sys
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 from ddo_hooks.errors import DdoHooksError
@@ -39,7 +42,7 @@ def looks_like(path: str) -> str | None:
     """``"report"`` or ``"policy"`` when the file's first object has the keys of one, else ``None``."""
     import json
 
-    from ddo_hooks._diagnostics import read_text_file
+    from ddo_hooks._text_files import read_text_file
     from ddo_hooks.errors import ReportError
 
     try:
@@ -68,8 +71,12 @@ def looks_like(path: str) -> str | None:
     return None
 
 
-def read_reports(paths: Sequence[str]) -> Iterator[Any]:
+def read_reports(paths: Sequence[str], *, rotated: bool = False) -> Iterator[Any]:
     """Each report file, opened when it is reached (its records validated as they are read).
+
+    With ``rotated``, each path stands for its report sink's set: the files rotated away from it
+    (``path.1``, ``path.2``, ...), oldest first, then the path itself; a file of such a set that
+    holds no record yet (the sink's new file: empty, or its first line cut off) adds none.
 
     A file given twice, or a file whose bytes are those of a file given before (a copy), is read
     once, with a warning: records without an envelope cannot be told apart, so they would count
@@ -78,15 +85,20 @@ def read_reports(paths: Sequence[str]) -> Iterator[Any]:
     the reading passes it.
     """
     from ddo_hooks.reports.files import open_report_file
+    from ddo_hooks.reports.sink_files import sink_files
 
     given: list[tuple[str, os.stat_result]] = []
-    for path in paths:
+    named: list[tuple[str, bool]] = []  # each file, and whether it is one of a sink's several
+    for name in paths:
+        files = sink_files(name) if rotated else [Path(name)]
+        named += [(name if file == Path(name) else str(file), len(files) > 1) for file in files]
+    for path, of_a_set in named:
         same = _same_as(path, given)
         if same is not None:
             print(f"warning: {path}: {same}; read once, so that its records count once", file=sys.stderr)
             continue
         try:
-            opened = open_report_file(path, cut_lines=True)
+            opened = open_report_file(path, cut_lines=True, empty_ok=of_a_set)
         except DdoHooksError as e:
             raise other_kind(e, path, "policy", "validate-policy") from e
         yield dataclasses.replace(opened, entries=_entries_of(opened.entries, opened.warnings, path))

@@ -7,6 +7,12 @@ a user error (a missing, unreadable or invalid file; the message names the file,
 column, the key and the fix, or the command that reads a file of the other kind), 2 for a usage
 error.
 
+:func:`main` is the last line of defence: whatever goes wrong writing the command's own output is
+one line on stderr and exit status 1, never a traceback. A standard output that is closed
+(``>&-``) is refused before anything runs; a name the output's encoding cannot write (a file name
+that is not UTF-8, with ``PYTHONIOENCODING=utf-8``) ends the command with a line that says how to
+write it; and a message on stderr that its encoding cannot write is written with backslash escapes.
+
 Examples:
     >>> import contextlib, io
     >>> from importlib import resources
@@ -25,6 +31,7 @@ Examples:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 from collections import Counter
@@ -128,7 +135,7 @@ def _summarize(args: argparse.Namespace) -> int:
         from ddo_hooks.cli.summarize import summary_lines
         from ddo_hooks.cli.table import arrow_for
 
-        for piece in summary_lines(read_reports(args.files), arrow=arrow_for(sys.stdout)):
+        for piece in summary_lines(read_reports(args.files, rotated=True), arrow=arrow_for(sys.stdout)):
             print(piece)
     return 0
 
@@ -152,7 +159,7 @@ def _plot(args: argparse.Namespace) -> int:
         check_target(out)
     except NotRegularFile as e:
         raise InvalidArgumentError(f"-o {e}") from None
-    written = draw_runs(read_reports(args.files), out)
+    written = draw_runs(read_reports(args.files, rotated=True), out)
     print(f"wrote {written}")
     return 0
 
@@ -326,6 +333,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     parser = build_parser()
     argv = sys.argv[1:] if argv is None else list(argv)
+    if sys.stdout is None or getattr(sys.stdout, "closed", False):  # `>&-`: nowhere to say what was done
+        command = f"ddo-hooks {argv[0]}" if argv and argv[0] in COMMANDS else "ddo-hooks"
+        _say(f"{command}: standard output is closed; give the output somewhere to go (e.g. >/dev/null)")
+        return 1
     try:
         _refuse_unknown_command(parser, argv)
         args = parser.parse_args(argv)
@@ -338,15 +349,33 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.flush()  # a closed pipe shows here, not at interpreter exit
         return status
     except DdoHooksError as e:
-        print(e, file=sys.stderr)
+        _say(str(e))
     except BrokenPipeError:  # e.g. `ddo-hooks schema report | head -1`: the reader has what it wanted
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the final flush goes nowhere
+        with contextlib.suppress(OSError, ValueError):  # the final flush goes nowhere
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except UnicodeEncodeError as e:  # a name the output's encoding cannot write (not UTF-8, as a file name may be)
+        bad = e.object[e.start : e.end] if isinstance(e.object, str) else ""
+        _say(
+            f"ddo-hooks {args.command}: cannot write the output: {e.encoding} cannot encode {bad!r} (a name that is "
+            f"not {e.encoding}?); set PYTHONIOENCODING={e.encoding}:surrogateescape to write such names as their bytes"
+        )
     except (OSError, UnicodeDecodeError) as e:
         filename = getattr(e, "filename", None)
         where = f"{filename}: " if filename else ""
-        print(f"ddo-hooks {args.command}: {where}{getattr(e, 'strerror', None) or e}", file=sys.stderr)
+        _say(f"ddo-hooks {args.command}: {where}{getattr(e, 'strerror', None) or e}")
     except KeyboardInterrupt:
-        print(f"ddo-hooks {args.command}: interrupted", file=sys.stderr)
+        _say(f"ddo-hooks {args.command}: interrupted")
         return 130
     return 1
+
+
+def _say(line: str) -> None:
+    """Write one line on stderr: what its encoding cannot write as backslash escapes; nothing where it is closed."""
+    stream = sys.stderr
+    with contextlib.suppress(OSError, ValueError, AttributeError):  # nowhere left to say it
+        try:
+            print(line, file=stream)
+        except UnicodeEncodeError:
+            encoding = getattr(stream, "encoding", None) or "utf-8"
+            print(line.encode(encoding, "backslashreplace").decode(encoding), file=stream)

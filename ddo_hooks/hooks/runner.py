@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import copy
 import functools
 import logging
 import os
@@ -292,7 +293,7 @@ class BoundaryRunner:
                 device=self.policy.device,
                 tracker=self.recorder.tracker,
                 policy=self.policy,
-                options=dict(spec.options) if isinstance(spec.options, Mapping) else spec.options,
+                options=copy.deepcopy(spec.options) if isinstance(spec.options, Mapping) else spec.options,
                 dropped=dropped,
                 dropped_names=left,
                 done=done,

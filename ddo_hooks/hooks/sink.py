@@ -8,13 +8,27 @@ writing without writing to it. A write that fails or is short (a full disk) leav
 is: the failure is a :class:`~ddo_hooks.errors.ReportSinkError` that names the file and the fix,
 and where part of the line reached the file, that cut line stays. So that only the cut line is
 lost (readers leave it out and name it), every line starts on a line of its own, whichever writer
-cut the line before it: before each write the sink reads the file's last byte (``fstat``, then
-``pread`` of the descriptor it appends with) and starts its line with a newline when that byte is
-not one. What remains: the check and the write are two system calls, so a write that another
-process cuts short between them (its disk full at that very moment) still glues this line to its
-cut one, and both are lost though :meth:`ReportSink.write` returned ``True``; and a sink that may
-append to the file but not read it (mode ``0o200``) sees only its own cut lines. The policy's
-``report_sink_failure`` decides
+cut the line before it: the sink reads the file's last byte (``fstat``, then ``pread`` of the
+descriptor it appends with) and starts its line with a newline when that byte is not one.
+
+One rule makes that check and the append one step: each sink holds an exclusive ``flock`` on the
+file from the check to the end of its write, so no other sink's append is still growing the file
+when the last byte is read (without it, processes sharing a sink gained blank lines). A sink waits
+for the lock at most :data:`LOCK_WAIT_S` (another process stopped while holding it, a file system
+without locks, a system without ``fcntl`` such as Windows); past that it appends without it, as
+before, so a call never hangs on its sink, and every reader of the project skips blank lines.
+What remains: a sink that may append to the file but not read it (mode ``0o200``) sees only its
+own cut lines.
+
+A sink that runs for long never outgrows its readers: under the lock, a line that would take the
+file past :data:`~ddo_hooks.reports.sink_files.ROTATE_BYTES` (32 MiB) first renames the file to the
+next free ``reports.jsonl.N`` (``.1`` the oldest; nothing is deleted), and goes to a new file; a
+sink that opened the old file before the rename finds it renamed once it holds the lock, and opens
+the new one. :meth:`~ddo_hooks.reports.tracker.MetricsTracker.read_jsonl` and ``ddo-hooks
+summarize``/``plot`` read the whole set (:func:`~ddo_hooks.reports.sink_files.sink_files`). A
+rename that fails (a folder the process may not write) is logged once, and the line is appended.
+
+The policy's ``report_sink_failure`` decides
 what a failure does: ``raise`` ends the pipeline call with it; ``continue`` (the default) keeps the
 call going, keeps the failure in :attr:`ReportSink.failures` (the last 100) and logs it once, so
 that a failed log write never costs the user the image.
@@ -45,15 +59,25 @@ import errno
 import logging
 import os
 import stat
+import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Literal
 
-from ddo_hooks._diagnostics import special_file_kind
+from ddo_hooks._text_files import special_file_kind
 from ddo_hooks.errors import ReportSinkError
 
-__all__ = ["MAX_FAILURES_KEPT", "ReportSink", "missing_folder"]
+if sys.platform != "win32":  # Windows has no flock: no lock and no rotation there (see the module's docstring)
+    import fcntl
+
+__all__ = ["LOCK_WAIT_S", "MAX_FAILURES_KEPT", "ReportSink", "missing_folder"]
+
+LOCK_WAIT_S = 2.0
+"""The longest a write waits for another sink's lock on the file before it appends without it."""
+
+_REOPENS = 100  # a file renamed under a sink this many times in a row is appended to as it is
 
 MAX_FAILURES_KEPT = 100
 """How many sink failures are kept in memory (the newest); :attr:`ReportSink.failure_count` counts all."""
@@ -84,11 +108,20 @@ class ReportSink:
     Args:
         path: The file (created when missing; its folder must exist).
         on_failure: ``"continue"`` or ``"raise"`` (the policy's ``report_sink_failure``).
+        rotate_bytes: The size the file does not grow past: the line that would take it past goes to
+            a new file, the old one renamed ``path.N`` (see the module's docstring). ``None`` (the
+            default): :data:`~ddo_hooks.reports.sink_files.ROTATE_BYTES`.
     """
 
-    def __init__(self, path: Path, *, on_failure: Literal["continue", "raise"]) -> None:
+    def __init__(
+        self, path: Path, *, on_failure: Literal["continue", "raise"], rotate_bytes: int | None = None
+    ) -> None:
+        from ddo_hooks.reports.sink_files import ROTATE_BYTES  # here: the CLI's --help imports this module
+
         self.path = path
         self.on_failure = on_failure
+        self.rotate_bytes = ROTATE_BYTES if rotate_bytes is None else rotate_bytes
+        self._rotation_failed = False  # logged once
         self.failures: collections.deque[str] = collections.deque(maxlen=MAX_FAILURES_KEPT)
         self.failure_count = 0
         self._lock = threading.Lock()
@@ -173,23 +206,55 @@ class ReportSink:
             return os.open(self.path, os.O_WRONLY | _FLAGS, 0o666), False
 
     def _append(self, data: bytes) -> None:
-        with self._lock, self._opened() as (fd, readable):
-            mid_line = _ends_mid_line(fd) if readable else None  # a line cut short there, by any writer
-            if mid_line is None:  # cannot be told: only this sink's own cut line is known
-                mid_line = self._cut
-            if mid_line:  # this one starts on a line of its own
-                data = b"\n" + data
-            try:
-                written = os.write(fd, data)
-            except OSError as e:
-                raise self._error("cannot be written", e) from e
-            if written != len(data):
-                self._cut = written > 0
-                cut = OSError(
-                    f"only {written} of {len(data)} bytes were written (is the disk full?); the cut line is left"
+        with self._lock:
+            for attempt in range(_REOPENS):
+                with self._opened() as (fd, readable):
+                    checked = _take_lock(fd) and attempt < _REOPENS - 1  # under the lock: renamed, or to rotate
+                    if checked and (not _still_named(fd, self.path) or self._rotated(fd, len(data))):
+                        continue  # renamed away (by this sink or another): the line goes to the new file
+                    self._write_line(fd, readable, data)
+                    return
+
+    def _rotated(self, fd: int, size: int) -> bool:
+        """Rename the file to the next free ``path.N`` when ``size`` more bytes would take it past ``rotate_bytes``."""
+        from ddo_hooks.reports.sink_files import rotated_name, rotated_numbers
+
+        current = os.fstat(fd).st_size
+        if current == 0 or current + size <= self.rotate_bytes:
+            return False
+        number = max(rotated_numbers(self.path), default=0) + 1
+        while os.path.lexists(rotated_name(self.path, number)):  # never over a file of that name
+            number += 1
+        try:
+            os.rename(self.path, rotated_name(self.path, number))
+        except OSError as e:
+            if not self._rotation_failed:
+                self._rotation_failed = True
+                _log.warning(
+                    "report_sink %r cannot be rotated (%s); it grows past %s bytes, which the readers refuse: "
+                    "let the process rename files in its folder",
+                    str(self.path),
+                    e.strerror or e,
+                    f"{self.rotate_bytes:,}",
                 )
-                raise self._error("cannot be written", cut)
-            self._cut = False
+            return False
+        return True
+
+    def _write_line(self, fd: int, readable: bool, data: bytes) -> None:
+        mid_line = _ends_mid_line(fd) if readable else None  # a line cut short there, by any writer
+        if mid_line is None:  # cannot be told: only this sink's own cut line is known
+            mid_line = self._cut
+        if mid_line:  # this one starts on a line of its own
+            data = b"\n" + data
+        try:
+            written = os.write(fd, data)
+        except OSError as e:
+            raise self._error("cannot be written", e) from e
+        if written != len(data):
+            self._cut = written > 0
+            cut = OSError(f"only {written} of {len(data)} bytes were written (is the disk full?); the cut line is left")
+            raise self._error("cannot be written", cut)
+        self._cut = False
 
     def _linked(self) -> ReportSinkError:
         real = os.path.realpath(self.path)
@@ -225,3 +290,32 @@ def _ends_mid_line(fd: int) -> bool | None:
         return size > 0 and os.pread(fd, 1, size - 1) not in (b"\n", b"")
     except (OSError, AttributeError):
         return None
+
+
+def _take_lock(fd: int) -> bool:
+    """Take an exclusive ``flock`` on ``fd`` (released when it is closed), waiting at most :data:`LOCK_WAIT_S`.
+
+    ``False`` when it is not taken: held past the wait, no locks on this file system, no ``fcntl``.
+    """
+    if sys.platform == "win32":
+        return False
+    deadline, pause = time.monotonic() + LOCK_WAIT_S, 0.0002
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(pause)
+            pause = min(pause * 2, 0.01)
+        except OSError:  # ENOLCK, EOPNOTSUPP: no locks here
+            return False
+
+
+def _still_named(fd: int, path: Path) -> bool:
+    """Whether ``path`` still names the file open at ``fd`` (not renamed away since it was opened)."""
+    try:
+        return os.path.samestat(os.fstat(fd), os.lstat(path))
+    except OSError:
+        return False

@@ -61,6 +61,7 @@ from ddo_hooks.policy.parts import (
     validate_device,
 )
 from ddo_hooks.policy.passes import SUPPORTED_VERSIONS, checked_whole, version_problem
+from ddo_hooks.policy.sources import named_source
 from ddo_hooks.policy.yaml_loader import LoadedYaml, compose_policy_yaml, read_policy_file
 from ddo_hooks.reports.tracker import MAX_RECORDS
 
@@ -236,13 +237,16 @@ class HookPolicy(Model):
 
     @classmethod
     def from_name_or_yaml(cls, source: str | os.PathLike[str]) -> HookPolicy:
-        """A preset's name where no file of that name exists (``"lowest-peak"``), else the policy file at the path.
+        """A preset's name where nothing of that name is here (``"lowest-peak"``), else the policy file at the path.
 
-        :func:`~ddo_hooks.attach` and the CLI's ``--policy`` read a string so.
+        :func:`~ddo_hooks.attach` and the CLI's ``--policy`` read a string so; a symbolic link is read
+        as the file too, so one that names nothing is refused, never taken for a preset
+        (:mod:`~ddo_hooks.policy.sources`).
 
         Raises:
             PolicyError: Neither a file nor a preset of that name (the message lists the presets and the
-                closest one), or the file is not a valid policy.
+                closest one), a broken link, YAML text given instead of a path, or the file is not a
+                valid policy.
 
         Examples:
             >>> HookPolicy.from_name_or_yaml("smallest-box").pinned_copies.from_files
@@ -251,15 +255,7 @@ class HookPolicy(Model):
         if not isinstance(source, (str, os.PathLike)):
             raise PolicyError(f"a policy is a path or a preset's name (str), got {type(source).__name__}")
         name = os.fspath(source)
-        if name in PRESETS and not os.path.exists(name):
-            return cls.preset(name)
-        if not os.path.lexists(name):
-            hint = did_you_mean_hint(name, PRESETS)
-            raise PolicyError(
-                f"{name}: no such policy file, and no preset of that name; {hint}check the path, or give a "
-                f"preset: {', '.join(PRESETS)}"
-            )
-        return cls.from_yaml(name)
+        return cls.preset(name) if named_source(name) == "preset" else cls.from_yaml(name)
 
     @classmethod
     def from_yaml_text(cls, text: str, source: str = "<string>") -> HookPolicy:

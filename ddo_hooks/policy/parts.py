@@ -310,11 +310,20 @@ class BoundaryPolicy(Model):
     enabled: StrictBool = True
     """Whether the boundary acts; a disabled boundary is a no-op."""
     actions: tuple[ActionEntry, ...] = (ActionSpec(name=HOST_CACHE_RELEASE),)
-    """The actions run at the boundary, in order; each name at most once."""
+    """The actions run at the boundary, in order; each name at most once. A list (a set, whose order
+    follows Python's hash seed, is refused)."""
     idle: Duration | None = None
     """``after_call`` only: run the actions once the pipeline has been idle this long after the
     call (e.g. ``2s``, ``500ms``), instead of at once; the next call cancels them. Back-to-back
     calls keep their pinned cache; an idle service gives it back."""
+
+    @field_validator("actions", mode="before")
+    @classmethod
+    def _in_order(cls, actions: object) -> object:
+        if isinstance(actions, (set, frozenset)):
+            fix = "a set has no order of its own (it follows the hash seed): write them as a list"
+            raise located_error("actions_in_order", f"actions is a list, in the order they run; {fix}")
+        return actions
 
     @field_validator("actions")
     @classmethod

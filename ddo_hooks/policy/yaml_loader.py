@@ -36,7 +36,8 @@ from typing import Any
 
 import yaml
 
-from ddo_hooks._diagnostics import KeyPath, Positions, cut, format_key_path, read_text_file, show_value
+from ddo_hooks._diagnostics import KeyPath, Positions, cut, format_key_path, show_value
+from ddo_hooks._text_files import read_text_file
 from ddo_hooks.errors import PolicyError
 from ddo_hooks.policy.messages import Problem, join_problems
 
@@ -58,7 +59,7 @@ MAX_DEPTH = 100
 """The deepest nesting of mappings and lists a policy may have, checked before and while parsing."""
 
 MAX_NODES = 100_000
-"""The most YAML nodes a policy may expand to (guards against alias bombs)."""
+"""The most YAML nodes a policy may expand to (guards against alias bombs; aliases are blamed where there are some)."""
 
 _MAP_TAG = "tag:yaml.org,2002:map"
 _SEQ_TAG = "tag:yaml.org,2002:seq"
@@ -125,6 +126,8 @@ class _Builder:
         self.loaded = LoadedYaml(None)
         self.count = 0
         self.active: set[int] = set()
+        self.built: set[int] = set()  # the nodes built: one built again is reached through an alias
+        self.aliased = False
 
     def problem(self, mark: Any, path: KeyPath, text: str, *, broken: bool = False) -> None:
         line, column = mark.line + 1, mark.column + 1
@@ -137,6 +140,8 @@ class _Builder:
         self.count += 1
         if self.count > MAX_NODES:
             raise _TooLarge
+        self.aliased |= id(node) in self.built
+        self.built.add(id(node))
         if len(path) > MAX_DEPTH:
             raise _TooDeep(node.start_mark.line + 1, node.start_mark.column + 1)
         if id(node) in self.active:
@@ -256,7 +261,9 @@ def compose_policy_yaml(text: str, source: str = "<string>") -> LoadedYaml:
     except yaml.YAMLError as e:
         raise PolicyError(f"{source}: not valid YAML: {cut(str(e), 200)}") from e
     except _TooLarge as e:
-        raise PolicyError(f"{source}: the policy expands to more than {MAX_NODES} YAML nodes; use fewer aliases") from e
+        has, why = ("expands to", "use fewer aliases") if builder.aliased else ("has", "a policy is a few dozen")
+        fix = "" if builder.aliased else ": check that this is the policy you meant"
+        raise PolicyError(f"{source}: the policy {has} more than {MAX_NODES} YAML nodes; {why}{fix}") from e
     except _TooDeep as e:
         raise PolicyError(
             f"{source}:{e.line}:{e.column}: the YAML is nested too deeply to be a policy (more than "
@@ -402,4 +409,5 @@ def read_policy_file(path: str | os.PathLike[str]) -> str:
         directory_fix="pass a .yaml file's path",
         binary_fix="a policy is a UTF-8 YAML text file",
         encoding_fix="save the policy as UTF-8",
+        text_fix="pass the file's path, or load YAML text with HookPolicy.from_yaml_text(text) and pass the policy",
     )

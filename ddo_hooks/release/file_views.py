@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
+from ddo_hooks import _moved
 from ddo_hooks._compat import diffusers as diffusers_compat
 from ddo_hooks.errors import WeightsFileChangedError
 from ddo_hooks.release import allocator as _allocator
@@ -449,3 +450,7 @@ def _rebound(module: Any, *, pinned: bool | None) -> Rebound | None:
     except TypeError:  # not weakly referable: never rebound
         return None
     return None if rebound is None or (pinned is not None and rebound.pinned != pinned) else rebound
+
+
+def __getattr__(name: str) -> Any:
+    return _moved.old_attribute(__name__, name)

@@ -11,6 +11,7 @@ own report shape), :mod:`~ddo_hooks.reports.parse` (any report, of either shape)
 :mod:`~ddo_hooks.reports.tracker` (:class:`~ddo_hooks.reports.tracker.MetricsTracker`), which
 writes its files through :mod:`~ddo_hooks.reports.atomic_file` (whole or not at all),
 :mod:`~ddo_hooks.reports.json_lines` (the lines of JSON Lines text),
+:mod:`~ddo_hooks.reports.sink_files` (a report sink's file and those it rotated away),
 :mod:`~ddo_hooks.reports.files` (reading a saved run) and :mod:`~ddo_hooks.reports.file_problems`
 (where an invalid one is wrong). Imports only the foundation modules.
 """

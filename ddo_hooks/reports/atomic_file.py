@@ -37,7 +37,7 @@ import secrets
 import stat
 from pathlib import Path
 
-from ddo_hooks._diagnostics import special_file_kind
+from ddo_hooks._text_files import special_file_kind
 
 __all__ = ["NotRegularFile", "check_target", "replace_with_bytes", "replace_with_text"]
 

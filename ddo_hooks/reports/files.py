@@ -8,7 +8,10 @@ writes each ``metrics.as_dict()`` as a line), a tracker JSON document
 The form is told from the first line (past any line cut off mid-record before it): a record has
 ``component`` and ``report``, a bare report ``route``. A line of JSON Lines cut off mid-record,
 wherever it is, is an error, or, with ``cut_lines=True``, left out with a warning that names it
-(:mod:`~ddo_hooks.reports.json_lines`). When it does not validate,
+(:mod:`~ddo_hooks.reports.json_lines`). A file is read for what it holds, never judged by its
+size (``/proc`` files say 0), and a file without a whole line is told as what it is: empty, blank
+lines, or only lines cut off (what a report sink holds when its first write met a full disk); text
+given where the path was expected names the function that reads text. When it does not validate,
 :func:`~ddo_hooks.reports.file_problems.diagnose_report_file` names the place as
 ``file:line:col: key.path: problem``.
 
@@ -27,8 +30,9 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from ddo_hooks._diagnostics import json_error_sentence, read_text_file, show_value
+from ddo_hooks._diagnostics import json_error_sentence, show_value
 from ddo_hooks._moved import warn_renamed
+from ddo_hooks._text_files import read_text_file
 from ddo_hooks.errors import ReportError
 from ddo_hooks.reports import REPORT_FILE_FORMS
 from ddo_hooks.reports.file_problems import diagnose_report_file, json_positions
@@ -79,7 +83,7 @@ class ReportFile:
 
 
 def _read_text(source: str) -> str:
-    text = read_text_file(
+    return read_text_file(
         source,
         kind="report",
         error=ReportError,
@@ -87,10 +91,32 @@ def _read_text(source: str) -> str:
         directory_fix="pass a .jsonl or .json file",
         binary_fix=f"expected {REPORT_FILE_FORMS}",
         encoding_fix="save the reports as UTF-8 JSON",
+        text_fix="pass the file's path, or read JSON Lines text with MetricsTracker.from_jsonl(text) (one report: "
+        "parse_report(text))",
     )
-    if not text.strip():
-        raise ReportError(f"{source}: is empty; expected {REPORT_FILE_FORMS}")
-    return text
+
+
+def _no_report(source: str, text: str, cut: list[int]) -> str:
+    """Why a file without a whole line of JSON holds no report: empty, blank lines, or only lines cut off (``cut``)."""
+    if not text:
+        return f"{source}: is empty; expected {REPORT_FILE_FORMS}"
+    if not cut:
+        return (
+            f"{source}: holds only blank lines, no report (a report sink whose first write was cut short, e.g. by a "
+            f"full disk, holds this); expected {REPORT_FILE_FORMS}"
+        )
+    lines = f"line {cut[0]} is" if len(cut) == 1 else f"lines {', '.join(map(str, cut))} are"
+    told = (
+        f"{lines} cut off (its writer stopped mid-line, e.g. in a crash or on a full disk), and the file holds no "
+        f"other line, so no report was written whole; expected {REPORT_FILE_FORMS}"
+    )
+    try:
+        json.loads(text)
+    except json.JSONDecodeError as e:
+        return f"{source}:{e.lineno}:{e.colno}: not JSON: {json_error_sentence(e)}: {told}"
+    except (ValueError, RecursionError):
+        pass
+    return f"{source}: {told}"  # never reached: a text of cut lines is no JSON
 
 
 def _detect(source: str, text: str) -> tuple[str, Any]:
@@ -193,9 +219,11 @@ def load_report_file(
 
     Raises:
         ReportError: The file is missing, a directory or another non-regular file (a FIFO, a
-            device), larger than :data:`MAX_REPORT_FILE_BYTES`, binary, not UTF-8, empty, not
-            JSON, JSON past Python's limits (an integer of more than 4,300 digits, values nested too
-            deeply), or holds an invalid record; the message says ``file:line:col: key.path: problem``.
+            device), larger than :data:`MAX_REPORT_FILE_BYTES`, binary, not UTF-8, empty, of
+            only blank lines or only lines cut off (each named so), JSON Lines text given for
+            its path, not JSON, JSON past Python's limits (an integer of more than 4,300 digits,
+            values nested too deeply), or holds an invalid record; the message says
+            ``file:line:col: key.path: problem``.
     """
     if cut_last_line is not None:
         cut_lines = _old_cut_last_line("load_report_file", cut_last_line)
@@ -233,19 +261,37 @@ class OpenReportFile:
 
 
 def open_report_file(
-    path: str | os.PathLike[str], *, cut_lines: bool = False, cut_last_line: bool | None = None
+    path: str | os.PathLike[str],
+    *,
+    cut_lines: bool = False,
+    cut_last_line: bool | None = None,
+    empty_ok: bool = False,
 ) -> OpenReportFile:
     """Read a report file's text and check its form now; validate its records as they are read.
 
     Arguments and errors as for :func:`load_report_file`: the errors of the text and its form
     are raised here, those of a JSON Lines record when ``entries`` reaches it (those of the other
     forms, small documents, here).
+
+    Args:
+        path: The file.
+        cut_lines: As for :func:`load_report_file`.
+        cut_last_line: As for :func:`load_report_file`.
+        empty_ok: A file without a whole line (empty, blank lines, or only lines cut off: what a
+            report sink holds before its first whole write) opens as JSON Lines without records,
+            each cut line named in ``warnings`` (with ``cut_lines``); ``False`` (the default): it is
+            an error that says which of the three it is.
     """
     if cut_last_line is not None:
         cut_lines = _old_cut_last_line("open_report_file", cut_last_line)
     source = os.fspath(path)
     text = _read_text(source)
     warnings: list[str] = []
+    if first_line(text, past_cut_lines=True) is None:  # no line holds a whole JSON value
+        cut_off = [number for number, line in enumerate(text_lines(text), start=1) if line.strip()]
+        if not empty_ok or (cut_off and not cut_lines):
+            raise ReportError(_no_report(source, text, cut_off))
+        return OpenReportFile(source, "JSON Lines", iter(()), [cut_line_warning(source, n) for n in cut_off])
     with _read_errors(source, text, None):
         form, data = _detect(source, text)
     if form in ("JSON Lines", "JSON Lines of bare reports"):

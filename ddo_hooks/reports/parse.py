@@ -168,7 +168,9 @@ def parse_report(data: Any) -> AnyReport:
 
     Raises:
         ReportError: The data is not a valid report of the shape it was read as; the message
-            names the shape and why, then lists each field path.
+            names the shape and why, then lists each field path. Text that holds half of a
+            surrogate pair (U+D800 to U+DFFF as a character, which no UTF-8 file or JSON text
+            decodes to) is a :class:`~ddo_hooks.errors.ReportError` too, naming its offset.
 
     Examples:
         >>> parse_report({"schema_version": 2, "route": "pytorch_host_cache_release", "setup": {}})
@@ -189,6 +191,8 @@ def parse_report(data: Any) -> AnyReport:
         document = from_json(data) if text else data
     except ValueError:  # not JSON: ddo_hooks' adapter says where
         document, shape = None, "ddo_hooks"
+    except TypeError as e:  # pydantic_core cannot encode a str holding half a surrogate pair as UTF-8
+        raise _half_surrogate(data) from e
     else:
         shape = report_shape(document)
     adapter = DDO_REPORT_ADAPTER if shape == "ddo" else REPORT_ADAPTER
@@ -200,6 +204,16 @@ def parse_report(data: Any) -> AnyReport:
             raise ReportError(f"not a valid DynamicOffloadMetrics report ({_why(shape, document)}): {found}") from e
         found = describe_errors(e, types=ROUTE_TYPES)
         raise ReportError(f"not a valid DDO report ({_why(shape, document)}): {found}") from e
+
+
+def _half_surrogate(text: Any) -> ReportError:
+    """The error for text that UTF-8 cannot encode: where its first half of a surrogate pair is."""
+    at = next((i for i, character in enumerate(text) if "\ud800" <= character <= "\udfff"), None)
+    where = f" ({text[at]!r} at offset {at:,})" if at is not None else ""
+    return ReportError(
+        f"not a valid DDO report: the text holds half of a surrogate pair{where}, which UTF-8 cannot encode; a "
+        "report read from a UTF-8 file or from JSON never holds one: check where the text came from"
+    )
 
 
 def report_json_schema() -> dict[str, Any]:

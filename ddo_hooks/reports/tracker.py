@@ -18,13 +18,12 @@ Examples:
 from __future__ import annotations
 
 import collections
-import contextlib
 import json
 import os
 import threading
 import warnings
 import weakref
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -260,12 +259,16 @@ class MetricsTracker:
     def read_jsonl(cls, path: str | os.PathLike[str]) -> MetricsTracker:
         """Load the file that :meth:`write_jsonl` wrote, validating every line: :meth:`from_jsonl` of a file.
 
-        An empty file is an empty tracker. A line cut off mid-record is left out with a warning that
-        names ``file:line``, as :meth:`from_jsonl` does.
+        The files a report sink rotated away from ``path`` (``path.1``, ``path.2``, ...: see
+        :mod:`~ddo_hooks.reports.sink_files`) are read first, oldest first, so that a sink reads whole.
+        A file is read whatever size it says (``/proc`` files say 0). A file without a record (empty,
+        blank lines, what a sink holds before its first whole write) is an empty tracker. A line cut
+        off mid-record is left out with a warning that names ``file:line``, as :meth:`from_jsonl` does.
 
         Raises:
             ReportError: The file is missing, not a regular file, larger than 64 MiB, binary or not
-                UTF-8, holds another form of report file (read it with
+                UTF-8, is JSON Lines text rather than a path (read text with :meth:`from_jsonl`),
+                holds another form of report file (read it with
                 :func:`~ddo_hooks.reports.files.load_report_file`), or a line is not a valid record:
                 the message says ``file:line:col: key.path: problem``.
 
@@ -279,21 +282,28 @@ class MetricsTracker:
             ...     MetricsTracker.read_jsonl(path).reports() == tracker.reports()
             True
         """
-        from ddo_hooks.reports.files import open_report_file  # it reads trackers: imported when used
+        from ddo_hooks.reports.sink_files import sink_files
 
-        with contextlib.suppress(OSError, ValueError):
-            if os.stat(path).st_size == 0 and os.path.isfile(path):  # what write_jsonl writes of no records
-                return cls()
-        opened = open_report_file(path, cut_lines=True)
-        if opened.form != "JSON Lines":
-            raise ReportError(
-                f"{opened.path}: holds {opened.form}, not JSON Lines of records (as write_jsonl writes them); read "
-                "it with ddo_hooks.reports.files.load_report_file(path), which reads every form of report file"
-            )
-        tracker = cls.from_records(opened.entries)
-        for warning in opened.warnings:
-            warnings.warn(warning, stacklevel=2)
+        tracker = cls()
+        for file in sink_files(path):
+            for entry in _file_entries(file):
+                tracker.record_ddo_metrics(entry.report, component=entry.component, envelope=entry.envelope)
         return tracker
+
+
+def _file_entries(path: Path) -> Iterator[Entry]:
+    """The records of one JSON Lines file of records, a line cut off left out with a warning (``read_jsonl``)."""
+    from ddo_hooks.reports.files import open_report_file  # it reads trackers: imported when used
+
+    opened = open_report_file(path, cut_lines=True, empty_ok=True)  # empty: what write_jsonl writes of no records
+    if opened.form != "JSON Lines":
+        raise ReportError(
+            f"{opened.path}: holds {opened.form}, not JSON Lines of records (as write_jsonl writes them); read "
+            "it with ddo_hooks.reports.files.load_report_file(path), which reads every form of report file"
+        )
+    yield from opened.entries
+    for warning in opened.warnings:
+        warnings.warn(warning, stacklevel=3)
 
 
 def _refuse_a_path(text: object, method: str, reader: str) -> None:
