@@ -76,12 +76,15 @@ def test_the_encoders_give_back_every_resident_page_and_the_next_calls_are_bitwi
         reports = attachment.reports
     assert all(torch.equal(a, b) for a, b in zip(plain, got, strict=True))
     assert [r.release.status for r in reports] == ["executed"] * 3
-    for report in reports:
+    for call, report in enumerate(reports):
         body = report.release
         assert [c.component for c in body.components] == list(encoders)
         assert all(c.outcome == "released" and c.released_bytes >= c.file_bytes * 0.95 for c in body.components)
         dropped = body.host_before.rss_file_bytes - body.host_after.rss_file_bytes
-        assert dropped >= 0.95 * body.released_bytes  # RssFile falls by what the census counted
+        if call:  # RssFile falls by what the census counted. Not in the first call, whose release can fault in
+            # code pages of torch's libraries that no earlier test of the session ran (RssFile too: 750 KB seen,
+            # against 76 KB of tiny weights)
+            assert dropped >= 0.95 * body.released_bytes
     assert reports[0].release.faults_since_previous is None
     since = reports[1].release.faults_since_previous
     assert since.since == "before_transformer"

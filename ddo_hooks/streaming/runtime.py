@@ -122,6 +122,7 @@ class StreamedPipeline:
         self._handles: dict[str, list[Any]] = {}
         self._streamed: dict[str, list[_Streamed]] = {}
         self._rows: dict[int, int] = {}  # id of a streamed Linear weight -> the most rows it multiplied
+        self._traces: list[Any] = []  # the hooks that note them, until the budget is chosen
         self._forwards: dict[str, int] = {}
         self._resident_chosen = options.resident_bytes == 0
         self.resident_weights = 0
@@ -159,7 +160,7 @@ class StreamedPipeline:
             if not self._resident_chosen:
                 for sub in planned.module.modules():
                     if isinstance(sub, torch.nn.Linear) and id(sub.weight) in streamed:
-                        handles.append(sub.register_forward_pre_hook(self._trace(sub)))
+                        self._traces.append(sub.register_forward_pre_hook(self._trace(sub)))
         if hooked:
             handles.append(module.register_forward_pre_hook(self._root(name)))
             handles.append(module.register_forward_hook(self._root_done(name), always_call=True))
@@ -242,6 +243,8 @@ class StreamedPipeline:
                     entry.tensors = [t for t, _ in kept]
                     self.ring.relayout(entry.unit, [s for _, s in kept])
         self._rows.clear()
+        while self._traces:  # the first forwards were traced: nothing more to note
+            self._traces.pop().remove()
 
     # -- undoing -----------------------------------------------------------------------------------
     def forget(self, name: str) -> None:
@@ -264,6 +267,8 @@ class StreamedPipeline:
 
     def close(self) -> None:
         """Undo the runtime on every component (:meth:`forget`) and free the ring after its last copy."""
+        while self._traces:
+            self._traces.pop().remove()
         for name in list({*self._handles, *self._streamed, *self._originals}):
             self.forget(name)
         if hasattr(self, "ring"):
