@@ -114,9 +114,10 @@ def test_close_is_the_exact_inverse(flux, expected):
     assert torch.equal(flux(**call_kwargs("flux", seed=1)).images, expected[1])
 
 
-def test_a_forward_that_raises_leaves_the_runtime_ready_for_the_next_call(flux, expected):
+@pytest.mark.parametrize("where", ["transformer", "vae"])  # the VAE decodes through decode(), not forward()
+def test_a_forward_that_raises_leaves_the_runtime_ready_for_the_next_call(flux, expected, where):
     runtime, transport = streamed(flux)
-    block = flux.transformer.transformer_blocks[1]
+    block = flux.transformer.transformer_blocks[1] if where == "transformer" else flux.vae.decoder.up_blocks[1]
 
     def fail(module, args, kwargs):
         raise KeyboardInterrupt  # not an Exception: PyTorch runs no always-called hook for it

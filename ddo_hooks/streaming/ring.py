@@ -153,14 +153,16 @@ class Ring:
         if unit.slot is not None:
             self._evict(unit)
         self.units.remove(unit)
+        if unit in self._running:
+            self._running.remove(unit)
         self._successor = {key: after for key, after in self._successor.items() if after is not unit}
         self._successor.pop(id(unit), None)
         if self._previous is unit:
             self._previous = None
 
-    def is_running(self, unit: Unit) -> bool:
-        """Whether ``unit`` began and has not ended."""
-        return unit in self._running
+    def running(self) -> list[Unit]:
+        """The units that began and have not ended."""
+        return list(self._running)
 
     # -- what the hooks call ---------------------------------------------------------------
     def begin(self, unit: Unit) -> list[torch.Tensor]:

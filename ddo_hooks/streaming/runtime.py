@@ -121,6 +121,7 @@ class StreamedPipeline:
         self._originals: dict[str, list[tuple[torch.Tensor, torch.Tensor]]] = {}
         self._handles: dict[str, list[Any]] = {}
         self._streamed: dict[str, list[_Streamed]] = {}
+        self._entries: dict[int, _Streamed] = {}  # by id of its ring unit
         self._rows: dict[int, int] = {}  # id of a streamed Linear weight -> the most rows it multiplied
         self._traces: list[Any] = []  # the hooks that note them, until the budget is chosen
         self._forwards: dict[str, int] = {}
@@ -155,6 +156,7 @@ class StreamedPipeline:
             unit = self.ring.add(f"{name}.{planned.name}", [t.data for t in planned.streamed])
             entry = _Streamed(name, unit, list(planned.streamed))
             hooked.append(entry)
+            self._entries[id(unit)] = entry
             handles.append(planned.module.register_forward_pre_hook(self._begin(entry)))
             handles.append(planned.module.register_forward_hook(self._end(entry), always_call=True))
             if not self._resident_chosen:
@@ -171,6 +173,8 @@ class StreamedPipeline:
         ring = self.ring
 
         def begin(module: torch.nn.Module, args: Any) -> None:
+            for stale in ring.running():  # units never nest: one still running was cut short (Ctrl-C) before its end
+                self._end(self._entries[id(stale)])(module, args, None)
             for tensor, view in zip(entry.tensors, ring.begin(entry.unit), strict=True):
                 tensor.data = view
 
@@ -197,9 +201,6 @@ class StreamedPipeline:
 
     def _root(self, name: str) -> Callable[..., None]:
         def root(module: torch.nn.Module, args: Any) -> None:
-            for entry in self._streamed.get(name, ()):  # a run cut short (Ctrl-C) left its unit pointed in the ring
-                if self.ring.is_running(entry.unit):
-                    self._end(entry)(module, (), None)
             if not self._resident_chosen and self._forwards.get(name, 0) >= 1:
                 self._choose_resident()
 
@@ -262,6 +263,7 @@ class StreamedPipeline:
             for tensor, source in zip(entry.tensors, entry.unit.sources, strict=True):
                 tensor.data = source
             self.ring.remove(entry.unit)
+            self._entries.pop(id(entry.unit), None)
         for tensor, original in reversed(self._originals.pop(name, [])):
             tensor.data = original
 
