@@ -106,6 +106,18 @@ def test_the_readme_gain_table_is_that_of_the_runs_it_names(plot, rows):
     assert "![Memory against the steady call, one point per arm](docs/img/box-runtimes.png)" in text
 
 
+def test_the_demo_quotes_the_presets_box_and_speed_from_the_run(plot, rows):
+    from ddo_hooks.cli.demo import DEMO_POLICY, H200_FIGURES
+
+    ours = rows[f"{plot.PRESET}@ddo"]
+    assert DEMO_POLICY == "smallest-box"  # the arm's policy (test_the_preset_is_the_measured_arms_policy)
+    said = (
+        f"in a box of at most {ours['box']:.2f} GiB, where diffusers' group offloading with low_cpu_mem_usage=False "
+        f"needed {box_of('today', 'false/nothing'):.2f}, at {ours['to_fastest']:.2f}x DDO's own time"
+    )
+    assert said in H200_FIGURES
+
+
 def test_the_preset_is_the_measured_arms_policy():
     floor = load_file(ROOT / "benchmarks" / "floor_workload.py", "floor_workload", beside=True)
     measured = HookPolicy.from_mapping(floor.preset_policy("default+register+encoders"))

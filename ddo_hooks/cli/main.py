@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ddo_hooks import __version__
-from ddo_hooks.cli.demo import DEFAULT_REPORT, FAMILIES
+from ddo_hooks.cli.demo import DEFAULT_REPORT, DEMO_POLICY, FAMILIES
 from ddo_hooks.cli.inputs import cycle_collector_off, other_kind, read_reports
 from ddo_hooks.errors import DdoHooksError, InvalidArgumentError
 from ddo_hooks.policy import PRESETS
@@ -214,20 +214,18 @@ def build_parser() -> argparse.ArgumentParser:
         "demo",
         _demo,
         "run a tiny real pipeline with the policy attached and show what each boundary did",
-        "Build a tiny real diffusers pipeline (random weights, nothing downloaded), attach the policy, "
-        "run one call with the prompt, drop the text encoders, run the remaining calls with prompt embeddings, "
-        "then print one row per boundary report and write the reports as JSON Lines. On CUDA the model "
-        "components use group offloading, so pinned host memory exists; on the CPU the table shows why each "
-        "boundary was a no-op. Pinning alone is about 3x cheaper when the process starts with "
-        "PYTORCH_CUDA_ALLOC_CONF set to pinned_use_cuda_host_register:True,pinned_num_register_threads:8 "
-        "(set it before CUDA starts), though whole calls were not faster in the benchmark (the Policy reference of "
-        "the docs has the figures).",
+        f"Build a tiny real diffusers pipeline (random weights, nothing downloaded), attach the policy "
+        f"({DEMO_POLICY} unless --policy names another), run one call with the prompt, drop the text encoders, run "
+        "the remaining calls with prompt embeddings, then print one row per report and write the reports as JSON "
+        "Lines. A policy that pins the weights from their files gets the pipeline saved through safetensors and "
+        "loaded back. On CUDA the model components use group offloading, so pinned host memory exists; on the CPU "
+        "the table shows why each boundary was a no-op, and attach says what it would pin on a CUDA machine.",
         file=False,
     )
     demo.add_argument(
         "--policy",
         metavar="FILE|PRESET",
-        help="a YAML hook policy, or a preset: default, lowest-peak, lowest-latency, smallest-box (default: default)",
+        help=f"a YAML hook policy, or a preset: {', '.join(PRESETS)} (default: {DEMO_POLICY})",
     )
     demo.add_argument(
         "--device", type=_device, metavar="DEV", help="cpu, cuda or cuda:N (default: cuda when available, else cpu)"
