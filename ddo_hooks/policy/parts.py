@@ -386,6 +386,11 @@ class PinnedCopiesPolicy(Model):
     their files too, and keep them pinned between calls, so that they encode from pinned memory at every call
     (their pages stay in memory: with ``register`` they are the files' own pages, not a second copy, and
     ``release_done_components`` leaves them). ``false`` (the default): they are left as loaded."""
+    on_ddo_pinning: Literal["raise", "warn"] = "raise"
+    """With ``from_files``, where DDO's runtime offloads a component with ``pin_cpu_memory`` on (its
+    ``DDO_PIN_CPU_MEMORY`` missing, misspelt or not ``0``: DDO pins copies of its own beside the files' pages):
+    ``raise`` (the default) makes attach raise, naming the component and the fix; ``warn`` warns in the same words
+    and leaves that component as it is (``ddo_pins_copies`` in the report)."""
 
     @model_validator(mode="after")
     def _encoders_from_files(self) -> PinnedCopiesPolicy:

@@ -3,9 +3,9 @@
 :mod:`ddo_hooks.release.from_files` pins what :func:`locate` finds, and
 :mod:`ddo_hooks.release.file_census` says, where torch has no CUDA host allocator, what it would pin. Both ask the
 same questions in the same order: which components (:func:`chosen`), which tensors (:func:`sources`, less the
-buffers :func:`built_at_init`), and where each tensor is in its file (:func:`locate`): :func:`find` asks them
-all. Each refusal is a :class:`~ddo_hooks.release.pinned_copies.Left` with the reason and a sentence that names the
-component and the fix.
+buffers :func:`built_at_init`), whether DDO's runtime pins copies of its own (:func:`ddo_pinned`), and where each
+tensor is in its file (:func:`locate`): :func:`find` asks them all. Each refusal is a
+:class:`~ddo_hooks.release.pinned_copies.Left` with the reason and a sentence that names the component and the fix.
 
 Examples:
     >>> import torch
@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 
+from ddo_hooks._compat import ddo as ddo_compat
 from ddo_hooks._compat import diffusers as diffusers_compat
 from ddo_hooks.release import allocator as _allocator
 from ddo_hooks.release import file_pages
@@ -30,10 +31,12 @@ from ddo_hooks.release.file_pins import Located
 from ddo_hooks.release.pinned_copies import Component, Stored, _tensor_problem, inspect_component, refuse, skip
 
 __all__ = [
-    "DDO_HOOK",
+    "DDO_PIN_FIX",
     "ONCE_PER_CALL",
     "built_at_init",
     "chosen",
+    "ddo_pinned",
+    "ddo_pinning",
     "find",
     "locate",
     "sources",
@@ -44,8 +47,34 @@ ONCE_PER_CALL = ("text_encoder", "image_encoder", "prior")
 """Name prefixes of the components that run once per call: left as they are (their pages are given back by
 ``release_done_components``) unless :func:`~ddo_hooks.release.from_files.pin_from_files` is asked for ``encoders``."""
 
-DDO_HOOK = "dynamic_offload"
-"""The name under which DDO (diffusers-dynamic-offloader) registers its runtime's hook in diffusers' registry."""
+DDO_PIN_FIX = (
+    "offload with enable_pipeline_offload(pipe, ..., environ={'DDO_PIN_CPU_MEMORY': '0'}), or attach before DDO"
+)
+"""How to keep DDO from pinning copies of its own, as every message about it says."""
+
+
+def ddo_pinning(names: list[str]) -> str:
+    """Why pinning these components from their files is in vain: DDO's runtime pins copies of its own of them.
+
+    DDO reads ``DDO_PIN_CPU_MEMORY`` and never checks the spelling of its variables: where that one is missing,
+    misspelt or not ``0``, its ``auto`` preset pins a copy of each weight it streams (on a CUDA machine), beside the
+    files' pages. The sentence says so, with the fix (:data:`DDO_PIN_FIX`); attach and the report use it alike.
+
+    Examples:
+        >>> ddo_pinning(["transformer"]).split(":")[0]
+        "transformer is offloaded by DDO's runtime with pin_cpu_memory on, so DDO pins a copy of each weight it streams"
+    """
+    subject = f"{names[0]} is" if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]} are"
+    return (
+        f"{subject} offloaded by DDO's runtime with pin_cpu_memory on, so DDO pins a copy of each weight it streams: "
+        "DDO_PIN_CPU_MEMORY was not '0' where DDO read it (missing, misspelt, or set otherwise; DDO does not check "
+        f"its variables' names); {DDO_PIN_FIX}"
+    )
+
+
+def ddo_pinned(pipeline: Any, encoders: bool) -> list[str]:
+    """The components pinning from the files would pin whose DDO runtime pins copies of its own."""
+    return [name for name, module, _ in chosen(pipeline, encoders) if ddo_compat.runtime_pins_copies(module)]
 
 
 def _weight_name(module: torch.nn.Module, entry: Stored) -> str:
@@ -69,7 +98,7 @@ def locate(name: str, module: torch.nn.Module, component: Component, others: set
             pinned = ""
             if _allocator.backend().is_pinned(entry.tensor):
                 pinned = " (a pinned copy: low_cpu_mem_usage=False)"
-                if diffusers_compat.has_hook(module, DDO_HOOK):
+                if diffusers_compat.has_hook(module, ddo_compat.RUNTIME_HOOK):
                     pinned = " (a copy DDO pinned: offload it with DDO_PIN_CPU_MEMORY=0, or attach before DDO)"
             raise refuse(
                 "not_file_backed",
@@ -156,5 +185,7 @@ def find(name: str, module: torch.nn.Module, others: set[int]) -> tuple[Componen
     Raises:
         Left: The component would be left as it is, with the reason and a sentence.
     """
+    if ddo_compat.runtime_pins_copies(module):
+        raise refuse("ddo_pins_copies", ddo_pinning([name]))
     component, built = built_at_init(module, sources(name, module))
     return component, built, locate(name, module, component, others)

@@ -28,8 +28,9 @@ so is left exactly as it was, with the reason: its weights are all on the device
 their files (``not_file_backed``: built or loaded into memory, converted to another dtype, or pinned copies
 already), a file was deleted, replaced or truncated since it was loaded (``file_changed``: each file is checked on
 its opened descriptor, a regular file that holds every view's bytes, before it is mapped or read), a page of a view
-was written (``modified``), a weight is shared with another component (``shared_storage``), or pinning failed
-(``pin_failed``). Buffers a model builds at init and does not save
+was written (``modified``), a weight is shared with another component (``shared_storage``), DDO's runtime pins
+copies of its own (``ddo_pins_copies``, where the policy's ``pinned_copies.on_ddo_pinning`` is ``warn``; else
+attach raises), or pinning failed (``pin_failed``). Buffers a model builds at init and does not save
 (``persistent=False``, as Wan's rotary tables, Chroma's ``mod_proj``, CLIP's ``position_ids``) are in no file: they
 are left as they were, the rest of the component is pinned, and the report says how many. :func:`unpin_from_files`
 undoes it exactly: the weights are the views they were before (a weight an offload moved to the device since stays
@@ -48,16 +49,19 @@ Examples:
 from __future__ import annotations
 
 import time
+import warnings
 import weakref
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
+from ddo_hooks._compat import ddo as ddo_compat
 from ddo_hooks._compat import diffusers as diffusers_compat
-from ddo_hooks.errors import WeightsFileChangedError
+from ddo_hooks._moved import outside_stacklevel
+from ddo_hooks.errors import InvalidArgumentError, WeightsFileChangedError
 from ddo_hooks.release import allocator as _allocator
 from ddo_hooks.release.file_pins import FromFilesMode, Pinned, register, stage
-from ddo_hooks.release.file_sources import DDO_HOOK, ONCE_PER_CALL, chosen, find
+from ddo_hooks.release.file_sources import ONCE_PER_CALL, chosen, ddo_pinned, ddo_pinning, find
 from ddo_hooks.release.pinned_copies import REPACKED, Left, skip
 from ddo_hooks.reports.repack import ComponentRepack, PinnedCopyRepackReport
 
@@ -65,12 +69,16 @@ __all__ = [
     "DDO_HOOK",
     "ONCE_PER_CALL",
     "FromFilesMode",
+    "check_ddo_pinning",
     "check_registered",
     "pin_from_files",
     "pinned_from_files",
     "unpin_from_files",
 ]
 
+
+DDO_HOOK = ddo_compat.RUNTIME_HOOK
+"""The name under which DDO (diffusers-dynamic-offloader) registers its runtime's hook in diffusers' registry."""
 
 _PINNED: weakref.WeakKeyDictionary[torch.nn.Module, Pinned] = weakref.WeakKeyDictionary()
 
@@ -139,6 +147,32 @@ def _one(name: str, module: torch.nn.Module, mode: FromFilesMode, others: set[in
         seconds=time.perf_counter() - started,
         files=tuple(dict.fromkeys(where.mapping.path for where in located)),
     )
+
+
+def check_ddo_pinning(pipeline: Any, *, encoders: bool, on: Literal["raise", "warn"], source: str) -> None:
+    """At attach, before pinning: raise (or warn) where DDO's runtime pins copies of its own of what would be pinned.
+
+    Args:
+        pipeline: The pipeline attach pins from its files.
+        encoders: Whether its encoders are pinned too (``keep_encoders_pinned``).
+        on: The policy's ``pinned_copies.on_ddo_pinning``.
+        source: Where the policy came from, for the message.
+
+    Raises:
+        InvalidArgumentError: ``on`` is ``raise`` and DDO pins copies of such a component; the message names them, the
+            fix, and the policy switch.
+    """
+    names = ddo_pinned(pipeline, encoders)
+    if not names:
+        return
+    what = ddo_pinning(names)
+    if on == "raise":
+        raise InvalidArgumentError(
+            f"attach(): {what}. The policy ({source}) pins the weights in place from their files "
+            "(pinned_copies.from_files); to go on anyway, leaving such components as they are, set "
+            "pinned_copies.on_ddo_pinning: warn"
+        )
+    warnings.warn(f"{what}; left as they are (pinned_copies.on_ddo_pinning: warn)", stacklevel=outside_stacklevel())
 
 
 def pin_from_files(

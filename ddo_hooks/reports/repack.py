@@ -65,6 +65,7 @@ RepackReason = Literal[
     "not_file_backed",
     "file_changed",
     "modified",
+    "ddo_pins_copies",
 ]
 """Why a component was not repacked.
 
@@ -82,7 +83,9 @@ reference, which a repack could not free; or a weight another component holds to
 a slab, or registering pages in place, failed). Pinning from the files (``pinned_copies.from_files``) also
 refuses: ``not_file_backed`` (a weight is not a view of its weights file: built or loaded into memory, converted
 to another dtype, or pinned already), ``file_changed`` (its file was deleted, replaced or truncated since it was
-loaded), ``modified`` (a page of its views was written since: an edit, a fused LoRA).
+loaded), ``modified`` (a page of its views was written since: an edit, a fused LoRA), ``ddo_pins_copies`` (DDO's
+runtime offloads it with ``pin_cpu_memory`` on: ``DDO_PIN_CPU_MEMORY`` missing, misspelt or not ``0``, and the
+policy's ``pinned_copies.on_ddo_pinning`` is ``warn``).
 """
 
 REPACK_SKIPS = frozenset(
@@ -94,7 +97,7 @@ CENSUS = frozenset({"would_register", "would_stage"})
 CUDA machine, found where torch has no CUDA host allocator (the census of a no-op ``unsupported_build``)."""
 REPACK_REFUSALS = frozenset({
     "disk_offload", "unsupported_tensor", "onloaded", "shared_storage", "pin_failed", "not_file_backed",
-    "file_changed", "modified",
+    "file_changed", "modified", "ddo_pins_copies",
 })  # fmt: skip
 """The reasons of a ``refused`` component."""
 
