@@ -14,10 +14,10 @@ Examples:
     >>> with tempfile.TemporaryDirectory() as folder:
     ...     build_pipeline("sd").save_pretrained(folder)
     ...     pipe = DiffusionPipeline.from_pretrained(folder)  # its weights are views of its files
-    ...     report = census(pipe, "register", encoders=False, phase="attach", unsupported="no CUDA here")
+    ...     report = census(pipe, "register", encoders=False, phase="attach", unsupported="no CUDA")
     >>> sorted((c.component, c.status) for c in report.repack.components)
     [('unet', 'would_register'), ('vae', 'would_register')]
-    >>> report.repack.detail.startswith("no CUDA here: nothing was pinned. With CUDA, attach would register ")
+    >>> report.repack.detail.startswith("no CUDA: nothing was pinned. With CUDA, attach would register")
     True
 """
 
@@ -94,8 +94,10 @@ def census_sentence(why: str, mode: FromFilesMode, components: list[ComponentRep
         ...     detail="would register 1.0 KiB in place from /w/vae.safetensors", groups=0, tensors=1,
         ...     tensor_bytes=1024, pinned_bytes_before=0, pinned_bytes_after=0, slabs=(), seconds=0.0,
         ...     files=("/w/vae.safetensors",))
-        >>> census_sentence("no CUDA", "register", [would]).split(". ")[1]
-        'With CUDA, attach would register 1.0 KiB in place from 1 file (vae), and leave no component as it is'
+        >>> for sentence in census_sentence("no CUDA", "register", [would]).split(". "):
+        ...     print(sentence)
+        no CUDA: nothing was pinned
+        With CUDA, attach would register 1.0 KiB in place from 1 file (vae), and leave no component as it is
     """
     pinned = [c for c in components if c.status.startswith("would_")]
     left = [c for c in components if not c.status.startswith("would_")]

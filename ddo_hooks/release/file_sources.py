@@ -61,8 +61,8 @@ def ddo_pinning(names: list[str]) -> str:
     files' pages. The sentence says so, with the fix (:data:`DDO_PIN_FIX`); attach and the report use it alike.
 
     Examples:
-        >>> ddo_pinning(["transformer"]).split(":")[0]
-        "transformer is offloaded by DDO's runtime with pin_cpu_memory on, so DDO pins a copy of each weight it streams"
+        >>> ddo_pinning(["transformer"]).split(", so ")[0]
+        "transformer is offloaded by DDO's runtime with pin_cpu_memory on"
     """
     subject = f"{names[0]} is" if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]} are"
     return (
