@@ -20,13 +20,15 @@ import pytest
 import torch
 from support.fakes import FakeHostAllocator
 
-from ddo_hooks import MetricsTracker, release_pytorch_host_cache
+from ddo_hooks import HookPolicy, MetricsTracker, PolicyError, attach, release_pytorch_host_cache
 from ddo_hooks.cli import main
 from ddo_hooks.cli.demo import CPU_RUN, DEMO_POLICY, FROM_FILES_RUN, H200_FIGURES
 from ddo_hooks.cli.table import boundary_rows, infer_calls
+from ddo_hooks.policy import PRESETS
 from ddo_hooks.release.allocator import use_backend
 from ddo_hooks.reports.boundary import BoundaryRefusal, BoundaryRefusalReport, BoundaryRefusalSetup
 from ddo_hooks.sizes import format_size
+from ddo_hooks.testing.tiny_pipelines import build_pipeline
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
@@ -324,10 +326,11 @@ def test_demo_families_are_the_tiny_pipeline_families():
 def test_validate_policy_summarizes_a_valid_policy(runs: Runs):
     result = runs["policy valid"]
     assert result.returncode == 0, result.stderr
-    assert result.stdout.count("\n") == 6  # the summary, each boundary, then each size as parsed (A.7)
+    assert result.stdout.count("\n") == 7  # the summary, each boundary, each size as parsed (A.7), each other setting
     assert "after-call-only.yaml: valid policy (version 1, device cuda)\n" in result.stdout
     assert "  release.min_releasable_bytes: 0 bytes (0 B, the default)\n" in result.stdout
     assert "\n  before_transformer: off\n  before_vae: off\n  after_call: host_cache_release\n" in result.stdout
+    assert result.stdout.endswith("\n  release.collect: young (default: auto)\n")
 
 
 # -- validate-report --------------------------------------------------------------------------
@@ -564,11 +567,52 @@ def test_demo_on_cuda_without_cuda_says_how_to_run_on_the_cpu(capsys: pytest.Cap
     assert "leave --device out (or pass --device cpu)" in err
 
 
-def test_validate_policy_notes_actions_that_are_not_registered(capsys: pytest.CaptureFixture[str]):
+def test_validate_policy_refuses_an_action_not_registered_here_as_attach_would(capsys: pytest.CaptureFixture[str]):
     status, out, err = _main(capsys, "validate-policy", str(EXAMPLES / "custom-action.yaml"))
+    assert status == 1
+    first = _flat(out.split("\n  before_transformer")[0])
+    assert first == (
+        f"{EXAMPLES / 'custom-action.yaml'}: attach() would refuse it: my_pkg.log_memory is not registered here "
+        "(otherwise a valid policy (version 1, device cuda:1))"
+    )
+    assert "  after_call: host_cache_release, my_pkg.log_memory {label: after-call}\n" in out
+    where = f"{EXAMPLES / 'custom-action.yaml'}:22:9"
+    assert err.startswith(f"{where}: action 'my_pkg.log_memory' is not registered here\n")
+    assert _flat(err).endswith("where the host registers it before attach(), pass --allow-unregistered")
+    with pytest.raises(PolicyError, match=r"my_pkg\.log_memory"):  # what attach() says of it
+        attach(build_pipeline("sd"), str(EXAMPLES / "custom-action.yaml"))
+
+
+def test_validate_policy_allows_an_action_registered_elsewhere_when_told(capsys: pytest.CaptureFixture[str]):
+    status, out, err = _main(capsys, "validate-policy", "--allow-unregistered", str(EXAMPLES / "custom-action.yaml"))
+    assert (status, err) == (0, "")
+    assert _flat(out).startswith(
+        f"{EXAMPLES / 'custom-action.yaml'}: valid policy (version 1, device cuda:1); my_pkg.log_memory to be "
+        "registered by the host before attach() (--allow-unregistered)"
+    )
+
+
+@pytest.mark.parametrize("name", PRESETS)
+def test_validate_policy_prints_every_setting_that_makes_a_preset(name: str, capsys: pytest.CaptureFixture[str]):
+    import yaml
+
+    from ddo_hooks.policy.model import preset_file
+
+    status, out, _ = _main(capsys, "validate-policy", name)
     assert status == 0
-    assert "after_call: host_cache_release, my_pkg.log_memory" in out
-    assert err == "note: not registered here, so attach() will refuse them: my_pkg.log_memory\n"
+    written = yaml.safe_load(preset_file(name).read_text(encoding="utf-8"))
+    ours, default = HookPolicy.preset(name).model_dump(mode="json"), HookPolicy.default().model_dump(mode="json")
+    expected = [
+        f"  {section}.{key}: " for section, keys in written.items() if section != "boundaries"
+        for key in (keys if isinstance(keys, dict) else ()) if ours[section][key] != default[section][key]
+    ]  # fmt: skip
+    shown = [line for line in out.splitlines() if "(default: " in line and "bytes" not in line]
+    assert [line.split(": ")[0] + ": " for line in shown] == expected
+    if name == "smallest-box":
+        assert shown == [
+            "  pinned_copies.from_files: register (default: null)",
+            "  pinned_copies.keep_encoders_pinned: true (default: false)",
+        ]
 
 
 def test_calls_are_inferred_from_the_boundary_order():

@@ -62,13 +62,13 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _validate_policy(args: argparse.Namespace) -> int:
-    from ddo_hooks.actions.registry import available_actions
     from ddo_hooks.boundaries import BOUNDARIES
-    from ddo_hooks.cli.policies import policy_or_preset, preset_path, size_lines
+    from ddo_hooks.cli import policies
+    from ddo_hooks.cli.layout import wrap_text
 
-    path = preset_path(args.file) or args.file
+    path = policies.preset_path(args.file) or args.file
     try:
-        policy = policy_or_preset(args.file)
+        policy = policies.policy_or_preset(args.file)
     except DdoHooksError as e:
         raise other_kind(e, args.file, "report", "validate-report") from e
     if path != args.file:
@@ -76,16 +76,33 @@ def _validate_policy(args: argparse.Namespace) -> int:
     if not policy.enabled:
         print(f"{args.file}: valid policy (version {policy.version}), disabled (enabled: false): no boundary acts")
         return 0
-    print(f"{args.file}: valid policy (version {policy.version}, device {policy.device})")
+    missing = policies.unregistered(policy)
+    names = ", ".join(dict.fromkeys(name for name, _ in missing))
+    valid = f"valid policy (version {policy.version}, device {policy.device})"
+    first = f"{args.file}: {valid}"
+    if missing and not args.allow_unregistered:
+        first = f"{args.file}: attach() would refuse it: {names} is not registered here (otherwise a {valid})"
+    elif missing:
+        first += f"; {names} to be registered by the host before attach() (--allow-unregistered)"
+    print(wrap_text(first) if missing else first)  # a valid policy's line stays whole, however long its path
     for name in BOUNDARIES:
         boundary = policy.boundary(name)
-        print(f"  {name}: {', '.join(boundary.action_names()) if boundary.enabled else 'off'}")
-    for line in size_lines(policy, path):
+        actions = ", ".join(map(policies.action_text, boundary.actions)) if boundary.enabled else "off"
+        print(wrap_text(f"  {name}: {actions}", indent="    "))
+    for line in [*policies.size_lines(policy, path), *policies.setting_lines(policy)]:
         print(f"  {line}")
-    known = set(available_actions())
-    missing = sorted({a for n in policy.enabled_boundaries() for a in policy.boundary(n).action_names()} - known)
-    if missing:
-        print(f"note: not registered here, so attach() will refuse them: {', '.join(missing)}", file=sys.stderr)
+    if missing and not args.allow_unregistered:
+        from ddo_hooks.actions.registry import ENTRY_POINT_GROUP
+
+        for name, where in missing:
+            print(f"{where}: action {name!r} is not registered here", file=sys.stderr)
+        hint = (
+            f"  attach() refuses an action no code registered: install the package that provides it (with "
+            f"@ddo_hooks.register_action or a {ENTRY_POINT_GROUP!r} entry point), remove it from the policy, or, "
+            "where the host registers it before attach(), pass --allow-unregistered"
+        )
+        print(wrap_text(hint, indent="    "), file=sys.stderr)
+        return 1
     return 0
 
 
@@ -244,13 +261,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     checked = "Exit 0 with a one-line summary, or 1 with file:line:col: key: problem."
-    _command(
+    validate = _command(
         commands,
         "validate-policy",
         _validate_policy,
         "check a YAML hook policy, or a preset",
         f"Check a policy: a YAML file, or a preset's name ({', '.join(PRESETS)}) where no file of that name exists. "
-        f"{checked}",
+        f"{checked} An action that no code in this Python environment registers is refused too (exit 1), as "
+        "attach() would refuse it.",
+    )
+    validate.add_argument(
+        "--allow-unregistered",
+        action="store_true",
+        help="accept actions not registered here, for a host that registers them before attach() (exit 0)",
     )
     _command(
         commands,
