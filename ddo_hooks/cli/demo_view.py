@@ -108,7 +108,9 @@ def format_result(result: DemoResult, *, arrow: str = "→", width: int = TABLE_
     for component, report in result.tracker.records():
         if component == "pinned_from_files" and (census := census_lines(report, width=width)):
             lines += ["", *census]
-    memory = format_memory_table(rows, width=width)
+    observed = {(r.call, r.boundary) for r in rows if r.action != result.observer and r.memory_after is not None}
+    kept = [r for r in rows if r.action != result.observer or (r.call, r.boundary) not in observed]
+    memory = format_memory_table(kept, width=width)  # the demo's own reading only where no release read the host
     if memory is not None:
         lines += ["", wrap_text(MEMORY_NOTE + ":", width=width), memory]
     if result.observer is not None:

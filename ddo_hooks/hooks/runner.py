@@ -22,6 +22,7 @@ import functools
 import logging
 import os
 import threading
+import time
 import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -38,7 +39,13 @@ from ddo_hooks.hooks.phases import Call, CallPhases
 from ddo_hooks.hooks.recorder import Recorder
 from ddo_hooks.policy.model import HookPolicy
 from ddo_hooks.release import guard
-from ddo_hooks.reports.boundary import BoundaryRefusal, BoundaryRefusalReport, BoundaryRefusalSetup, RequestedBy
+from ddo_hooks.reports.boundary import (
+    ActionReport,
+    BoundaryRefusal,
+    BoundaryRefusalReport,
+    BoundaryRefusalSetup,
+    RequestedBy,
+)
 
 __all__ = ["BoundActions", "BoundaryRunner", "bind_actions", "each_action"]
 
@@ -300,8 +307,11 @@ class BoundaryRunner:
                 on_survivors=self.components.forget,
                 holder=self.holder,
             )
+            started = time.perf_counter()
             try:
                 report = action(context)
+                if isinstance(report, ActionReport):  # how long the action took, for its row
+                    report = report.timed(time.perf_counter() - started)
             except BoundaryRefusedError as e:
                 reason: RefusalReason = "action_refused"
                 detail = f"{e.reason}: {e}"
