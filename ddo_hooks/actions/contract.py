@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, Self, TypeVar
 from pydantic import BaseModel, ConfigDict, ValidationError
 from pydantic_core import PydanticCustomError
 
-from ddo_hooks._diagnostics import KeyPath, literal_problem, located_error
+from ddo_hooks._diagnostics import EXPECTED_TYPES, KeyPath, literal_problem, located_error
 from ddo_hooks.boundaries import component_name
 from ddo_hooks.errors import InvalidArgumentError, ReportError
 from ddo_hooks.reports.base import RouteReport, describe_errors
@@ -134,6 +134,8 @@ def _located(model: type[ActionOptions], error: ValidationError, options: Mappin
         message = literal_problem("{value}", choices, value)
     elif item["type"] == "size":
         message = f"{{value}} {context['problem']}"
+    elif item["type"] in EXPECTED_TYPES:  # in the words of the policy's own options
+        message = f"{EXPECTED_TYPES[item['type']]}, got {{value}}"
     else:
         message = f"{{value}}: {item['msg'].removeprefix('Value error, ')}"
     return located_error("action_option", message, at, value=value)

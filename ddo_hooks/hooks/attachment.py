@@ -262,7 +262,11 @@ class Attachment:
             InvalidArgumentError: Unknown or disabled boundary, or the attachment is detached.
         """
         if name not in BOUNDARIES:
-            raise InvalidArgumentError(f"unknown boundary {name!r}; boundaries are {', '.join(BOUNDARIES)}")
+            from ddo_hooks.boundaries import boundary_hint
+
+            raise InvalidArgumentError(
+                f"unknown boundary {name!r}; {boundary_hint(name)}boundaries are {', '.join(BOUNDARIES)}"
+            )
         if self._detached:
             raise InvalidArgumentError("this attachment is detached; attach() again to request boundaries")
         if not (self.policy.enabled and self.policy.boundary(name).enabled):
