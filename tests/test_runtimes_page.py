@@ -101,6 +101,12 @@ def test_the_readme_gain_table_is_that_of_the_runs_it_names(plot, rows):
     missing = [row for row in expected if row not in text] + [f"home: {row}" for row in expected if row not in home]
     assert not missing, "the README's or the docs home's gain table lacks:\n" + "\n".join(missing)
     assert f"under DDO, `smallest-box` was {ours['to_fastest']:.2f}{TIMES} DDO's own time" in flat(README)
+    first = (  # the README's first paragraph: one result
+        f"ran in at most {ours['box']:.2f} GiB of memory where diffusers' group offloading needed "
+        f"{box_of('today', 'false/nothing'):.2f} GiB, as fast as the fastest offload runtime measured"
+    )
+    assert first in flat(README)
+    assert ours["to_fastest"] <= 1.05  # "as fast as": within the target the page holds
     leaf = rows[f"{plot.PRESET}@leaf-rs"]
     assert f"same `attach` ({leaf['steady']:.2f} s a call in the same run, one process)" in flat(README)
     assert "![Memory against the steady call, one point per arm](docs/img/box-runtimes.png)" in text

@@ -38,7 +38,15 @@ from ddo_hooks.errors import DdoHooksError, InvalidArgumentError
 from ddo_hooks.policy import PRESETS
 from ddo_hooks.reports import REPORT_FILE_FORMS
 
-__all__ = ["SCHEMA_NAMES", "build_parser", "main"]
+__all__ = ["PITCH", "SCHEMA_NAMES", "build_parser", "main"]
+
+PITCH = (
+    "For people who run large diffusion models through diffusers with the weights offloaded to host memory: "
+    'attach(pipe, "smallest-box") keeps each weight once in host memory, its file\'s own pages pinned in place, and '
+    "hands back a validated report of what each step did."
+)
+"""What ddo-hooks is, in one sentence: the CLI's help says it, and the README, the docs' home, ``mkdocs.yml``'s
+``site_description`` and the package's description say it word for word (``tests/test_pitch.py``)."""
 
 SCHEMA_NAMES = ("policy", "report", "record")
 """What ``ddo-hooks schema`` prints: the schema of a policy, a report, or a record of a report file."""
@@ -219,8 +227,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The ``ddo-hooks`` argument parser, with one sub-parser per command."""
     parser = argparse.ArgumentParser(
         prog="ddo-hooks",
-        description="Release PyTorch's pinned host cache at quiet points of diffusers pipeline calls, "
-        "and check the policies and reports that drive and record it.",
+        description=PITCH,
         epilog="Start with: ddo-hooks demo. Run 'ddo-hooks COMMAND --help' for a command's options.",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
