@@ -98,8 +98,18 @@ def test_the_readme_gain_table_is_that_of_the_runs_it_names(plot, rows):
         f"{ours['steady']:.2f} |",
     ]
     text, home = README.read_text(encoding="utf-8"), (ROOT / "docs" / "index.md").read_text(encoding="utf-8")
+    answer = PAGE.read_text(encoding="utf-8").split("\n## ", 2)[1]  # the benchmarks page's first section
+    assert answer.startswith("What to take away\n")
     missing = [row for row in expected if row not in text] + [f"home: {row}" for row in expected if row not in home]
-    assert not missing, "the README's or the docs home's gain table lacks:\n" + "\n".join(missing)
+    missing += [f"benchmarks: {row}" for row in expected if row not in answer]
+    assert not missing, "the README's, the docs home's or the benchmarks page's gain table lacks:\n" + "\n".join(
+        missing
+    )
+    assert "![Memory against the steady call, one point per arm](img/box-runtimes.png)" in answer
+    leaf_steady = rows[f"{plot.PRESET}@leaf-rs"]["steady"]
+    assert f"`smallest-box` made its calls in {leaf_steady:.2f} s (one process of the same run)" in " ".join(
+        answer.split()
+    )
     assert f"under DDO, `smallest-box` was {ours['to_fastest']:.2f}{TIMES} DDO's own time" in flat(README)
     first = (  # the README's first paragraph: one result
         f"ran in at most {ours['box']:.2f} GiB of memory where diffusers' group offloading needed "
