@@ -52,7 +52,6 @@ from ddo_hooks.testing import FAMILIES, Family
 if TYPE_CHECKING:  # imported when the demo runs, so that the command line starts fast
     import torch
 
-    from ddo_hooks.actions.contract import BoundaryContext
     from ddo_hooks.policy.model import HookPolicy
     from ddo_hooks.reports.tracker import MetricsTracker
 
@@ -260,29 +259,6 @@ def component_bytes(pipe: Any) -> dict[str, int]:
     return sizes
 
 
-def _observe_rss(ctx: BoundaryContext) -> Any:
-    """The demo's action: the process RSS at this boundary, as a validated action report."""
-    from ddo_hooks.release.host_memory import observe_host
-
-    seen = observe_host()
-    detail = "the process RSS at this boundary and which memory it is, seen by the demo"
-    fields = ("rss_bytes", "rss_anon_bytes", "rss_file_bytes", "rss_shmem_bytes", "cgroup_memory_bytes")
-    data = {name: getattr(seen, name) for name in fields if getattr(seen, name) is not None}
-    return ctx.action_report("executed", detail=detail, data=data)
-
-
-def _with_observer(policy: HookPolicy) -> HookPolicy:
-    """The policy with :data:`RSS_ACTION` last at each enabled boundary (its report_sink made absolute)."""
-    from ddo_hooks.policy.model import HookPolicy
-
-    data = policy.model_dump(mode="json")
-    if policy.report_sink is not None:
-        data["report_sink"] = str(policy.resolve_path(policy.report_sink))
-    for name in policy.enabled_boundaries():
-        data["boundaries"][name]["actions"].append({"name": RSS_ACTION, "options": {}})
-    return HookPolicy.from_mapping(data, source=f"{policy.source} (and the demo's RSS observation)")
-
-
 def run_demo(
     *,
     family: str = "flux",
@@ -334,6 +310,7 @@ def run_demo(
     policy = _policy_for(policy, device, log)
     _check_actions(policy)
     from ddo_hooks.cli.demo_files import through_files, weights_folder
+    from ddo_hooks.cli.demo_rss import observe_rss, with_observer
     from ddo_hooks.testing import tiny_pipelines as tiny
 
     from_files = policy.enabled and policy.pinned_copies.from_files is not None
@@ -357,9 +334,9 @@ def run_demo(
             )
         _banner(pipe, device, offloaded, folder, f"{origin}{policy.source}", log)
         if observer is not None:
-            register_action(observer, replace=True)(_observe_rss)
+            register_action(observer, replace=True)(observe_rss)
         try:
-            attached = _with_observer(policy) if observer else policy
+            attached = with_observer(policy, observer) if observer else policy
             _calls(pipe, attached, tracker, numbers, family, steps, calls, progress, log)
         finally:
             if observer is not None:
