@@ -255,33 +255,41 @@ def short_table(found: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
-def draw(found: list[dict[str, Any]], out: Path) -> None:
+def draw(found: list[dict[str, Any]], out: Path) -> Any:
+    """Box against speed, one numbered point per arm, named in a key beside the axes (no label near another).
+
+    Returns the figure, saved to ``out`` (the caller closes it).
+    """
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(8, 4.5), dpi=110)
-    for row in found:
-        if row["box"] is None or row["steady"] is None:
-            continue
+    shown = [row for row in found if row["box"] is not None and row["steady"] is not None]
+    for index, row in enumerate(shown):
         color = "#0072b2" if row["lcmu"] else "#d55e00"
         marker = "o" if row["exact"] else "v"
         ax.scatter(row["steady"], row["box"], color=color, marker=marker, s=60, zorder=3)
         if row["failed_below"] is not None:
             ax.plot([row["steady"]] * 2, [row["failed_below"], row["box"]], color=color, lw=1, alpha=0.5)
-        mode = "lcmu=True" if row["lcmu"] else "lcmu=False"
-        ax.annotate(f"{row['label'].replace('`', '')} ({mode})", (row["steady"], row["box"]),
-                    textcoords="offset points", xytext=(6, 4), fontsize=8)  # fmt: skip
+        ax.annotate(str(index + 1), (row["steady"], row["box"]), textcoords="offset points", xytext=(6, 4),
+                    fontsize=9)  # fmt: skip
+    keys = [f"{i + 1}: {row['label'].replace('`', '')}, low_cpu_mem_usage={row['lcmu']}" for i, row in enumerate(shown)]
+    ax.text(1.02, 1.0, "\n".join(keys), transform=ax.transAxes, fontsize=8, va="top")
+    ax.scatter([], [], color="#d55e00", label="low_cpu_mem_usage=False")
+    ax.scatter([], [], color="#0072b2", label="low_cpu_mem_usage=True")
+    ax.legend(fontsize=8, loc="lower left")
     ax.set_xlabel("steady plain call, s (median of calls 2-5)")
     ax.set_ylabel("smallest cgroup memory.max that fits, GiB")
     ax.set_title("Flux-shaped pipeline, 1024x1024, 20 steps, one H200: box against speed\n"
                  "(a line down to the box that failed; a triangle: an upper bound)", fontsize=9)  # fmt: skip
-    ax.set_xlim(left=0)
-    ax.set_ylim(bottom=0)
+    ax.set_xlim(left=0, right=max(row["steady"] for row in shown) * 1.1)
+    ax.set_ylim(bottom=0, top=max(row["box"] for row in shown) * 1.12)
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(out)
+    fig.savefig(out, bbox_inches="tight")  # the key beside the axes too
+    return fig
 
 
 def main() -> None:

@@ -120,8 +120,11 @@ def phase_table(found: list[dict[str, Any]]) -> list[str]:
     ]
 
 
-def draw(found: list[dict[str, Any]], out: Path) -> None:
-    """Memory against the steady call, one point per arm: the box where the run bisected it, else the peak."""
+def draw(found: list[dict[str, Any]], out: Path) -> Any:
+    """Memory against the steady call, one point per arm: the box where the run bisected it, else the peak.
+
+    Returns the figure, saved to ``out`` (the caller closes it).
+    """
     import matplotlib
 
     matplotlib.use("Agg")
@@ -150,6 +153,7 @@ def draw(found: list[dict[str, Any]], out: Path) -> None:
     ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(out, bbox_inches="tight")
+    return fig
 
 
 def main() -> None:

@@ -1,4 +1,4 @@
-"""ddo_hooks: release PyTorch's pinned host cache at quiet boundaries of diffusers pipeline calls.
+"""ddo_hooks: each weight of an offloaded diffusers pipeline once in host memory, pinned in place, with reports.
 
 The names below are what users use; each is imported when first used, so ``import ddo_hooks``
 costs almost nothing and imports neither diffusers nor transformers. The layers behind them are

@@ -25,6 +25,7 @@ if TYPE_CHECKING:  # pydantic is imported where a model is read: the command lin
     from pydantic_core import PydanticCustomError
 
 __all__ = [
+    "EXPECTED_TYPES",
     "MAX_SHOWN",
     "KeyPath",
     "Positions",
@@ -71,6 +72,23 @@ def where(source: str, positions: Positions, path: KeyPath) -> str:
     """``"source:line:col"`` for ``path`` (or its closest known ancestor), else just ``source``."""
     found = nearest_position(positions, path)
     return f"{source}:{found[0]}:{found[1]}" if found else source
+
+
+EXPECTED_TYPES = {
+    "bool_type": "expected true or false",
+    "bool_parsing": "expected true or false",
+    "string_type": "expected a string",
+    "string_too_short": "expected a non-empty string",
+    "int_type": "expected an integer",
+    "int_parsing": "expected an integer",
+    "tuple_type": "expected a list",
+    "list_type": "expected a list",
+    "dict_type": "expected a mapping",
+    "model_type": "expected a mapping",
+    "model_attributes_type": "expected a mapping",
+}
+"""What a value of the wrong type should have been, by pydantic's error type, in this project's words (every
+message about a policy's or an action's option says it so: ``expected a string, got a list``)."""
 
 
 def did_you_mean(value: object, choices: Sequence[str]) -> str | None:

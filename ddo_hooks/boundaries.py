@@ -23,15 +23,18 @@ from ddo_hooks import _moved
 
 __all__ = [
     "ACTION_NAME_PATTERN",
+    "ACTION_NAME_RULE",
     "AFTER_CALL",
     "BEFORE_TRANSFORMER",
     "BEFORE_VAE",
     "BOUNDARIES",
     "BOUNDARY_NOTES",
+    "BOUNDARY_SYNONYMS",
     "PHASE_PATTERN",
     "REFUSAL_REASONS",
     "BoundaryName",
     "RefusalReason",
+    "boundary_hint",
     "component_name",
 ]
 
@@ -69,6 +72,40 @@ BOUNDARY_NOTES: dict[str, tuple[str, str]] = {
 
 ACTION_NAME_PATTERN = r"^[a-z][a-z0-9_.\-]*$"
 """Action names: a lowercase letter, then ``a-z 0-9 _ . -``."""
+
+ACTION_NAME_RULE = "a lowercase letter, then a-z, 0-9, '_', '.' or '-' (such as my_pkg.log_memory)"
+""":data:`ACTION_NAME_PATTERN` in words, as every message about a name says it."""
+
+BOUNDARY_SYNONYMS = {
+    "before_unet": BEFORE_TRANSFORMER,
+    "before_denoiser": BEFORE_TRANSFORMER,
+    "before_denoising": BEFORE_TRANSFORMER,
+    "before_dit": BEFORE_TRANSFORMER,
+    "before_decode": BEFORE_VAE,
+    "before_decoder": BEFORE_VAE,
+}
+"""Names people give a boundary, and the boundary they mean: whatever denoises (a transformer, a UNet) comes after
+``before_transformer``."""
+
+
+def boundary_hint(name: object) -> str:
+    """``"did you mean 'x'? "`` for a boundary name that is none, or ``""``; a UNet's is ``before_transformer``.
+
+    Examples:
+        >>> print(boundary_hint("before_unet").strip())
+        did you mean 'before_transformer' (the boundary before the denoiser, a UNet too)?
+        >>> boundary_hint("before_vea"), boundary_hint("nowhere")
+        ("did you mean 'before_vae'? ", '')
+    """
+    from ddo_hooks._diagnostics import did_you_mean_hint  # at use: the foundation modules import this one
+
+    meant = BOUNDARY_SYNONYMS.get(name) if isinstance(name, str) else None
+    if meant == BEFORE_TRANSFORMER:
+        return f"did you mean {meant!r} (the boundary before the denoiser, a UNet too)? "
+    if meant is not None:
+        return f"did you mean {meant!r}? "
+    return did_you_mean_hint(name, BOUNDARIES)
+
 
 PHASE_PATTERN = r"^[a-z][a-z0-9_.\-]{0,63}$"
 """Phase and boundary labels in reports: a lowercase letter, then up to 63 of ``a-z 0-9 _ . -``."""

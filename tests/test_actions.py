@@ -183,7 +183,7 @@ def test_an_unknown_action_is_a_policy_error_at_its_line_with_a_suggestion(tmp_p
 
 
 def test_register_action_refuses_bad_names_duplicates_and_non_callables(registered):
-    with pytest.raises(InvalidArgumentError, match="must match"):
+    with pytest.raises(InvalidArgumentError, match=r"is not an action name; use a lowercase letter, then a-z"):
         register_action("Bad Name")
     registered("once", lambda ctx: None)
     with pytest.raises(InvalidArgumentError, match="already registered; pass replace=True"):

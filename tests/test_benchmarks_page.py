@@ -249,14 +249,6 @@ def test_the_pinned_floor_tables_are_those_of_the_checked_in_results():
     )
     figures = [f"{rest[key] / 2**30:.2f}" for rest in (nothing, repacked) for key in ("pinned_owned", "rss")]
     assert figures == ["6.35", "8.30", "4.01", "5.90"]
-    from ddo_hooks.cli.demo import H200_FIGURES  # what the demo says a GPU run showed
-
-    pinned, rss = (
-        f"{figures[2]} GiB of pinned memory instead of {figures[0]}",
-        f"{figures[3]} GiB instead of {figures[1]}",
-    )
-    assert pinned in H200_FIGURES
-    assert rss in H200_FIGURES
 
 
 def test_the_floor_plot_is_drawn_from_the_checked_in_results(tmp_path: Path):

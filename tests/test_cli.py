@@ -20,13 +20,15 @@ import pytest
 import torch
 from support.fakes import FakeHostAllocator
 
-from ddo_hooks import MetricsTracker, release_pytorch_host_cache
+from ddo_hooks import HookPolicy, MetricsTracker, PolicyError, attach, release_pytorch_host_cache
 from ddo_hooks.cli import main
-from ddo_hooks.cli.demo import CPU_RUN, H200_ARMS, H200_FIGURES
+from ddo_hooks.cli.demo import CPU_RUN, DEMO_POLICY, FROM_FILES_RUN, H200_FIGURES
 from ddo_hooks.cli.table import boundary_rows, infer_calls
+from ddo_hooks.policy import PRESETS
 from ddo_hooks.release.allocator import use_backend
 from ddo_hooks.reports.boundary import BoundaryRefusal, BoundaryRefusalReport, BoundaryRefusalSetup
 from ddo_hooks.sizes import format_size
+from ddo_hooks.testing.tiny_pipelines import build_pipeline
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
@@ -205,6 +207,7 @@ def test_demo_prints_one_row_per_boundary_per_call_and_explains_each_noop(runs: 
     assert [(call, boundary) for call, boundary, _ in _rows(result.stdout)] == [
         (call, boundary) for call in (1, 2) for boundary in BOUNDARIES
     ]
+    assert re.search(r"^attach +attach/register +", result.stdout, re.M)  # smallest-box's step, before call 1
     assert [status for _, _, status in _rows(result.stdout)] == [
         "executed" if r.status == "executed" else f"no-op: {r.noop_reason}" for r in releases
     ]
@@ -212,7 +215,7 @@ def test_demo_prints_one_row_per_boundary_per_call_and_explains_each_noop(runs: 
         assert release.status == "noop" or torch.cuda.is_available()  # a CPU-only torch has nothing to release
         if release.status == "noop":
             assert f"no-op {release.noop_reason}: {release.detail}" in _flat(result.stdout)
-    count = len(saved.records())  # 6 releases, and on a CPU the 6 RSS observations of the demo
+    count = len(saved.records())  # attach's step, 6 releases, and on a CPU the 6 RSS observations of the demo
     assert f"wrote {count} validated reports to {runs.folder / 'flux.jsonl'}" in _flat(result.stdout)
     assert [component for component, _ in _releases(saved)] == [f"host_cache_{b}" for b in BOUNDARIES] * 2
 
@@ -222,11 +225,14 @@ def test_demo_on_a_cpu_shows_the_rss_at_each_boundary_and_what_each_component_ho
     assert result.returncode == 0, result.stderr
     saved = MetricsTracker.from_jsonl((runs.folder / "flux.jsonl").read_text(encoding="utf-8"))
     # the demo's own action ran last at every boundary and recorded the RSS it saw, validated
-    assert saved.components() == tuple(f"{prefix}_{b}" for b in BOUNDARIES for prefix in ("host_cache", "ddo_demo.rss"))
+    assert saved.components() == (
+        "pinned_from_files",
+        *(f"{prefix}_{b}" for b in BOUNDARIES for prefix in ("host_cache", "ddo_demo.rss")),
+    )
     observed = [
         report.setup.boundary_action.data["rss_bytes"]
         for report in saved.reports()
-        if report.route != ("pytorch_host_cache_release")
+        if report.route == "boundary_action"
     ]
     assert len(observed) == 6
     assert all(isinstance(rss, int) and rss > 0 for rss in observed)
@@ -243,13 +249,14 @@ def test_demo_on_a_cpu_shows_the_rss_at_each_boundary_and_what_each_component_ho
     sizes = re.findall(r"^  (\w+) +(\d+\.\d [KMG]iB)$", result.stdout.split("\n\n", 1)[0], re.M)
     assert [name for name, _ in sizes] == ["vae", "text_encoder", "text_encoder_2", "transformer", "total"]
     assert "text_encoder, text_encoder_2 left the pipeline after call 1" in result.stdout
-    # what a CUDA machine would add, and what was measured there (no checkout path: the wheel has no README)
-    assert "On a CUDA machine the table also shows, at each boundary, the pinned bytes" in _flat(result.stdout)
-    assert H200_FIGURES in _flat(result.stdout)
+    # what a CUDA machine would add, and what was measured there, in one sentence (the wheel has no README)
+    last = result.stdout.strip().split("\n\n")[-2]
+    assert _flat(last) == f"On a CUDA machine the table also shows the pinned bytes; {H200_FIGURES}."
     assert "README" not in result.stdout
-    # the first words say what a CPU run shows and what a GPU run would; the H200's figures come once, at the end
-    assert _flat(result.stderr).startswith(_flat(CPU_RUN))
-    assert (_flat(result.stdout) + _flat(result.stderr)).count("on an H200, a Flux-shaped pipeline") == 1
+    # the first words say what a CPU run shows, and why the pipeline was saved and loaded back
+    assert _flat(result.stderr).startswith(_flat(f"{CPU_RUN} {FROM_FILES_RUN}"))
+    assert f"policy: the preset {DEMO_POLICY}, " in result.stderr
+    assert (_flat(result.stdout) + _flat(result.stderr)).count("on an H200") == 1
     assert max(len(line) for line in result.stdout.splitlines()) <= 100
 
 
@@ -274,30 +281,11 @@ def test_the_demo_numbers_what_attach_did_as_no_call_and_tells_two_observations_
         text = format_result(result)
         assert "left the pipeline" not in text  # one call: nothing was dropped
         if preset == "smallest-box":
-            assert re.search(r"^attach +attach/repack +no-op: ", text, flags=re.MULTILINE)
-        else:  # release_done_components and the demo's own observer both observe before the transformer
+            assert re.search(r"^attach +attach/register +no-op: ", text, flags=re.MULTILINE)
+        else:  # release_done_components and the release both observe before the transformer
             memory = text.split("cgroup\n", 1)[1]
             assert re.search(r"^1 +before_transformer/ +", memory, flags=re.MULTILINE)
-            assert re.search(r"^1 +\+ ddo_demo\.rss ", memory, flags=re.MULTILINE)
-
-
-def test_the_h200_figures_the_demo_quotes_name_the_arms_they_come_from():
-    arms = json.loads((ROOT / "benchmarks" / "results" / "bench_pinned_floor-flux.json").read_text("utf-8"))["arms"]
-    rest = {arm: arms[f"flux/lcmu=false/{arm.replace(' ', '')}"]["calls"][-1]["rest"] for arm in H200_ARMS}
-    repacked, nothing = (rest[arm] for arm in H200_ARMS)
-    assert len(arms["flux/lcmu=false/default+repack"]["calls"]) == 2  # "after two plain calls"
-    pinned = (
-        f"{repacked['pinned_owned'] / 2**30:.2f} GiB of pinned memory instead of {nothing['pinned_owned'] / 2**30:.2f}"
-    )
-    rss = f"an RSS of {repacked['rss'] / 2**30:.2f} GiB instead of {nothing['rss'] / 2**30:.2f}"
-    assert pinned in H200_FIGURES
-    assert rss in H200_FIGURES
-    assert f"the arm '{H200_ARMS[0]}' (the default preset)" in H200_FIGURES
-    assert f"against the arm '{H200_ARMS[1]}'" in H200_FIGURES
-    page = (ROOT / "docs" / "benchmarks.md").read_text(encoding="utf-8")
-    assert all(f"| {arm} | " in page for arm in H200_ARMS)  # the arms as the page's table names them
-    assert "Which memory a plain call wins" in page
-    assert H200_FIGURES not in CPU_RUN
+            assert re.search(r"^1 +before_transformer +\d", memory, flags=re.MULTILINE)
 
 
 def test_demo_shows_progress_and_drops_the_text_encoders_after_the_first_call(runs: Runs):
@@ -338,10 +326,11 @@ def test_demo_families_are_the_tiny_pipeline_families():
 def test_validate_policy_summarizes_a_valid_policy(runs: Runs):
     result = runs["policy valid"]
     assert result.returncode == 0, result.stderr
-    assert result.stdout.count("\n") == 6  # the summary, each boundary, then each size as parsed (A.7)
+    assert result.stdout.count("\n") == 7  # the summary, each boundary, each size as parsed (A.7), each other setting
     assert "after-call-only.yaml: valid policy (version 1, device cuda)\n" in result.stdout
     assert "  release.min_releasable_bytes: 0 bytes (0 B, the default)\n" in result.stdout
     assert "\n  before_transformer: off\n  before_vae: off\n  after_call: host_cache_release\n" in result.stdout
+    assert result.stdout.endswith("\n  release.collect: young (default: auto)\n")
 
 
 # -- validate-report --------------------------------------------------------------------------
@@ -398,10 +387,9 @@ def test_help_exits_0_on_every_command(runs: Runs, run: str):
         assert re.findall(r"^    (\S+)", result.stdout, re.MULTILINE) == [
             *("demo", "validate-policy", "validate-report", "schema", "summarize", "plot"),
         ]
-    if run == "help demo":  # the setting that makes re-pinning cheaper, which only the user can set
-        words = result.stdout.split()  # the value must stay whole, to be copied
-        assert "pinned_use_cuda_host_register:True,pinned_num_register_threads:8" in words
-        assert "PYTORCH_CUDA_ALLOC_CONF set to pinned_use_cuda_host_register" in " ".join(words)
+    if run == "help demo":  # what the demo does, and the policy it attaches unless told another
+        assert f"attach the policy ({DEMO_POLICY} unless --policy names another)" in _flat(result.stdout)
+        assert f"(default: {DEMO_POLICY})" in _flat(result.stdout)
 
 
 # -- schema and summarize ---------------------------------------------------------------------
@@ -579,11 +567,52 @@ def test_demo_on_cuda_without_cuda_says_how_to_run_on_the_cpu(capsys: pytest.Cap
     assert "leave --device out (or pass --device cpu)" in err
 
 
-def test_validate_policy_notes_actions_that_are_not_registered(capsys: pytest.CaptureFixture[str]):
+def test_validate_policy_refuses_an_action_not_registered_here_as_attach_would(capsys: pytest.CaptureFixture[str]):
     status, out, err = _main(capsys, "validate-policy", str(EXAMPLES / "custom-action.yaml"))
+    assert status == 1
+    first = _flat(out.split("\n  before_transformer")[0])
+    assert first == (
+        f"{EXAMPLES / 'custom-action.yaml'}: attach() would refuse it: my_pkg.log_memory is not registered here "
+        "(otherwise a valid policy (version 1, device cuda:1))"
+    )
+    assert "  after_call: host_cache_release, my_pkg.log_memory {label: after-call}\n" in out
+    where = f"{EXAMPLES / 'custom-action.yaml'}:22:9"
+    assert err.startswith(f"{where}: action 'my_pkg.log_memory' is not registered here\n")
+    assert _flat(err).endswith("where the host registers it before attach(), pass --allow-unregistered")
+    with pytest.raises(PolicyError, match=r"my_pkg\.log_memory"):  # what attach() says of it
+        attach(build_pipeline("sd"), str(EXAMPLES / "custom-action.yaml"))
+
+
+def test_validate_policy_allows_an_action_registered_elsewhere_when_told(capsys: pytest.CaptureFixture[str]):
+    status, out, err = _main(capsys, "validate-policy", "--allow-unregistered", str(EXAMPLES / "custom-action.yaml"))
+    assert (status, err) == (0, "")
+    assert _flat(out).startswith(
+        f"{EXAMPLES / 'custom-action.yaml'}: valid policy (version 1, device cuda:1); my_pkg.log_memory to be "
+        "registered by the host before attach() (--allow-unregistered)"
+    )
+
+
+@pytest.mark.parametrize("name", PRESETS)
+def test_validate_policy_prints_every_setting_that_makes_a_preset(name: str, capsys: pytest.CaptureFixture[str]):
+    import yaml
+
+    from ddo_hooks.policy.model import preset_file
+
+    status, out, _ = _main(capsys, "validate-policy", name)
     assert status == 0
-    assert "after_call: host_cache_release, my_pkg.log_memory" in out
-    assert err == "note: not registered here, so attach() will refuse them: my_pkg.log_memory\n"
+    written = yaml.safe_load(preset_file(name).read_text(encoding="utf-8"))
+    ours, default = HookPolicy.preset(name).model_dump(mode="json"), HookPolicy.default().model_dump(mode="json")
+    expected = [
+        f"  {section}.{key}: " for section, keys in written.items() if section != "boundaries"
+        for key in (keys if isinstance(keys, dict) else ()) if ours[section][key] != default[section][key]
+    ]  # fmt: skip
+    shown = [line for line in out.splitlines() if "(default: " in line and "bytes" not in line]
+    assert [line.split(": ")[0] + ": " for line in shown] == expected
+    if name == "smallest-box":
+        assert shown == [
+            "  pinned_copies.from_files: register (default: null)",
+            "  pinned_copies.keep_encoders_pinned: true (default: false)",
+        ]
 
 
 def test_calls_are_inferred_from_the_boundary_order():

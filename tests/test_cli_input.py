@@ -149,11 +149,13 @@ def test_validate_policy_refuses_a_near_miss_of_a_built_in_action_as_attach_does
     assert err.startswith(f"{path}:3:26: unknown action 'host_cache_relase'; did you mean 'host_cache_release'?")
 
 
-def test_validate_policy_still_allows_an_action_the_host_will_register(tmp_path, capsys):
+def test_validate_policy_allows_an_action_the_host_will_register_when_told(tmp_path, capsys):
     path = tmp_path / "custom.yaml"
     path.write_text("version: 1\nboundaries:\n  after_call: {actions: [my_plugin.log]}\n", encoding="utf-8")
-    assert main(["validate-policy", str(path)]) == 0
-    assert "note: not registered here, so attach() will refuse them: my_plugin.log" in capsys.readouterr().err
+    assert main(["validate-policy", str(path)]) == 1  # attach() would refuse it here
+    assert capsys.readouterr().err.startswith(f"{path}:3:26: action 'my_plugin.log' is not registered here\n")
+    assert main(["validate-policy", "--allow-unregistered", str(path)]) == 0
+    assert "my_plugin.log to be registered by the host before attach()" in capsys.readouterr().out
 
 
 def test_demo_takes_a_preset_name_and_names_the_presets_when_neither_a_file_nor_a_preset_matches(capsys):

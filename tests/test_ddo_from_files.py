@@ -24,6 +24,7 @@ from support.saved_pipelines import loaded
 
 from ddo_hooks import HookPolicy, attach
 from ddo_hooks._compat import diffusers as diffusers_compat
+from ddo_hooks.errors import InvalidArgumentError
 from ddo_hooks.release.allocator import use_backend
 from ddo_hooks.release.from_files import DDO_HOOK, pin_from_files, unpin_from_files
 from ddo_hooks.testing.tiny_pipelines import call_kwargs
@@ -126,3 +127,62 @@ def test_copies_ddo_pinned_are_refused_with_the_setting_that_avoids_them(saved, 
         "with low_cpu_mem_usage=True"
     )
     unpin_from_files(pipe)
+
+
+def warn_policy() -> HookPolicy:
+    pinned = {"from_files": "register", "keep_encoders_pinned": True, "on_ddo_pinning": "warn"}
+    return HookPolicy.from_mapping({"version": 1, "pinned_copies": pinned})
+
+
+@pytest.mark.parametrize(
+    "environ",
+    [
+        {"DDO_PIN_CPU_MEMROY": "0"},  # misspelt: DDO does not check, its preset's 1 stays
+        {"DDO_PIN_CPU_MEMORY": "1"},  # set otherwise
+        {},  # missing
+    ],
+    ids=["misspelt", "set-otherwise", "missing"],
+)
+def test_a_ddo_runtime_that_pins_its_own_copies_is_refused_at_attach_with_the_fix(saved, fake, monkeypatch, environ):
+    monkeypatch.delenv("DDO_PIN_CPU_MEMORY", raising=False)
+    plain = {k: v for k, v in NO_PINNING.items() if k != "DDO_PIN_CPU_MEMORY"}
+    pipe = loaded(saved["flux"])
+    from diffusers_dynamic_offloader import enable_pipeline_offload
+
+    enable_pipeline_offload(pipe, preset="auto", execution_device="cpu", environ={**plain, **environ})
+    before = weights(pipe)
+    with pytest.raises(InvalidArgumentError) as raised:
+        attach(pipe, policy())
+    message = str(raised.value)
+    assert message.startswith(
+        "attach(): text_encoder_2 and transformer are offloaded by DDO's runtime with pin_cpu_memory on, so DDO pins "
+        "a copy of each weight it streams: DDO_PIN_CPU_MEMORY was not '0' where DDO read it (missing, misspelt, or "
+        "set otherwise"
+    )
+    assert "enable_pipeline_offload(pipe, ..., environ={'DDO_PIN_CPU_MEMORY': '0'}), or attach before DDO" in message
+    assert message.endswith("set pinned_copies.on_ddo_pinning: warn")
+    assert weights(pipe) == before  # nothing was pinned
+    assert fake.registered == {}
+    with pytest.warns(UserWarning, match="on_ddo_pinning: warn"), attach(pipe, warn_policy()):
+        pass  # the refused attach left nothing attached: the pipeline attaches again
+
+
+def test_on_ddo_pinning_warn_warns_in_the_reports_words_and_leaves_those_components(saved, fake, monkeypatch):
+    monkeypatch.delenv("DDO_PIN_CPU_MEMORY", raising=False)
+    pipe = ddo_offload(loaded(saved["flux"]), DDO_PIN_CPU_MEMORY="1")
+    warn = HookPolicy.from_mapping(
+        {
+            "version": 1,
+            "pinned_copies": {"from_files": "register", "keep_encoders_pinned": True, "on_ddo_pinning": "warn"},
+        }
+    )
+    with pytest.warns(UserWarning, match=r"on, so DDO pins a copy of each weight it streams") as caught:
+        attachment = attach(pipe, warn)
+    with attachment:
+        found = {c.component: c for c in attachment.from_files_report.repack.components}
+    for name in RUNTIME:
+        assert (found[name].status, found[name].reason) == ("refused", "ddo_pins_copies")
+        said = found[name].detail.split(" is offloaded by ", 1)[1]
+        assert said in str(caught[0].message)  # the same words
+    assert str(caught[0].message).endswith("; left as they are (pinned_copies.on_ddo_pinning: warn)")
+    assert caught[0].filename == __file__  # the warning names the caller's line

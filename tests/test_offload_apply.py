@@ -234,7 +234,7 @@ def test_runtime_registration_checks_its_input(broken_runtime):
     assert register_offload_runtime(broken_runtime, replace=True) is broken_runtime
     with pytest.raises(InvalidArgumentError, match="is built in and cannot be replaced"):
         register_offload_runtime(builtin, replace=True)
-    with pytest.raises(InvalidArgumentError, match="runtime name 'Bad Name' must match"):
+    with pytest.raises(InvalidArgumentError, match=r"'Bad Name' is not a runtime name; use a lowercase letter"):
         register_offload_runtime(OffloadRuntime("Bad Name", builtin.apply, builtin.adapter))
     with pytest.raises(InvalidArgumentError, match="adapter must be callable"):
         register_offload_runtime(OffloadRuntime("test.x", builtin.apply, None))  # type: ignore[arg-type]

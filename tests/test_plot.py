@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 from support.report_runs import ddo_run, gpu_run
 
-from ddo_hooks import MetricsTracker, release_pytorch_host_cache
+from ddo_hooks import MetricsTracker
 from ddo_hooks.cli import main
+from ddo_hooks.reports.host_cache import noop_release
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -172,7 +173,8 @@ def test_a_run_without_readings_has_nothing_to_plot_and_plot_says_what_it_needs(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ):
     tracker = MetricsTracker()
-    tracker.record_ddo_metrics(release_pytorch_host_cache(phase="after_call"), component="host_cache_after_call")
+    bare = noop_release("after_call", "disabled", "off", device="cuda", torch_version="2.13.0", elapsed_seconds=0.0)
+    tracker.record_ddo_metrics(bare, component="host_cache_after_call")  # as written before no-ops read the RSS
     cpu = tracker.write_jsonl(tmp_path / "cpu.jsonl")
     assert main(["plot", str(cpu), "-o", str(tmp_path / "run.png")]) == 1
     err = " ".join(capsys.readouterr().err.split())

@@ -61,17 +61,22 @@ def test_the_gpu_table_is_what_summarize_prints_for_the_saved_h200_reports():
 
 
 def test_the_first_screen_says_who_it_is_for_what_they_gain_and_shows_the_plot():
-    top = _flat("\n".join(TEXT.splitlines()[:12]))  # before the two commands
-    assert top.startswith("# ddo-hooks For people who run large diffusion models (Flux, SD3, Wan, Qwen-Image")
-    assert '`attach(pipe, "smallest-box")` keeps each weight once in host memory' in top
+    top = _flat(TEXT.split("<!-- docs-test:", 1)[0])  # before the two commands: who, what, one result
+    assert top.startswith("# ddo-hooks For people who run large diffusion models")  # the pitch: tests/test_pitch.py
     assert "1.5 minutes" in top  # what the first command costs, before it runs
-    assert re.search(r"the test suite \(\d+:\d\d on 2 cores at a load average of [\d.]+ on", top)  # and the second
+    assert "the second runs the tests (how long they take: [development](docs/development.md#tests))" in top
+    assert not re.search(r"\d,\d{3} passed|load average", top)  # CI's figures are on the development page
     first = TEXT[: TEXT.index("## On a GPU")]  # the first screen; tests/test_runtimes_page.py holds its figures
-    for word in ("box", "pinned, registered", "offload, onload", "boundary", "steady call"):
-        assert f"| {word} |" in first, f"the glossary lacks {word}"
+    glossary = first.index("| word | what it means here |")
+    gains = first.index("## What it gains")
+    assert glossary < gains, "the glossary comes before the words it defines are used"
+    for word in ("box", "pinned, registered", "offload, onload", "offload runtime", "DDO", "boundary", "steady call"):
+        assert f"| {word} |" in first[glossary:gains], f"the glossary lacks {word}"
+    for word in (r"(?<!-)\bbox\b", "steady call", "DDO", "registered"):  # used after the glossary only
+        assert not re.search(word, top), word
     presets = [line for line in first.splitlines() if line.startswith("| ") and line.endswith("` |")]
     assert [line.rsplit("|", 2)[1].strip() for line in presets] == ["`smallest-box`", "`default`", "`lowest-peak`"]
-    assert "DDO: diffusers-dynamic-offloader, a separate package" in _flat(first)  # what DDO is to this project
+    assert "| DDO | diffusers-dynamic-offloader, a separate package" in first  # what DDO is to this project
     for what in ("`low_cpu_mem_usage=False`", "With `True`", "DDO's `enable_pipeline_offload`"):  # the baselines
         assert what in _flat(first)
     assert "![Memory against the steady call, one point per arm](docs/img/box-runtimes.png)" in first

@@ -64,6 +64,7 @@ def test_a_value_of_the_wrong_json_type_is_refused_by_the_model_and_the_schema(p
 def test_whole_seconds_are_seconds_in_python_and_in_json_text():
     document = replaced(noop(), (*RELEASE, "elapsed_seconds"), 0)
     document = replaced(document, (*RELEASE, "timings", "collect_seconds"), 0)
+    document = replaced(document, (*RELEASE, "timings", "snapshot_seconds"), 0)  # a no-op reads the host
     assert schema_validator().is_valid(document)
     assert parse_report(document).release.elapsed_seconds == 0.0
     assert parse_report(json.dumps(document)).release.elapsed_seconds == 0.0

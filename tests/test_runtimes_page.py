@@ -98,12 +98,40 @@ def test_the_readme_gain_table_is_that_of_the_runs_it_names(plot, rows):
         f"{ours['steady']:.2f} |",
     ]
     text, home = README.read_text(encoding="utf-8"), (ROOT / "docs" / "index.md").read_text(encoding="utf-8")
+    answer = PAGE.read_text(encoding="utf-8").split("\n## ", 2)[1]  # the benchmarks page's first section
+    assert answer.startswith("What to take away\n")
     missing = [row for row in expected if row not in text] + [f"home: {row}" for row in expected if row not in home]
-    assert not missing, "the README's or the docs home's gain table lacks:\n" + "\n".join(missing)
+    missing += [f"benchmarks: {row}" for row in expected if row not in answer]
+    assert not missing, "the README's, the docs home's or the benchmarks page's gain table lacks:\n" + "\n".join(
+        missing
+    )
+    assert "![Memory against the steady call, one point per arm](img/box-runtimes.png)" in answer
+    leaf_steady = rows[f"{plot.PRESET}@leaf-rs"]["steady"]
+    assert f"`smallest-box` made its calls in {leaf_steady:.2f} s (one process of the same run)" in " ".join(
+        answer.split()
+    )
     assert f"under DDO, `smallest-box` was {ours['to_fastest']:.2f}{TIMES} DDO's own time" in flat(README)
+    first = (  # the README's first paragraph: one result
+        f"ran in at most {ours['box']:.2f} GiB of memory where diffusers' group offloading needed "
+        f"{box_of('today', 'false/nothing'):.2f} GiB, as fast as the fastest offload runtime measured"
+    )
+    assert first in flat(README)
+    assert ours["to_fastest"] <= 1.05  # "as fast as": within the target the page holds
     leaf = rows[f"{plot.PRESET}@leaf-rs"]
     assert f"same `attach` ({leaf['steady']:.2f} s a call in the same run, one process)" in flat(README)
     assert "![Memory against the steady call, one point per arm](docs/img/box-runtimes.png)" in text
+
+
+def test_the_demo_quotes_the_presets_box_and_speed_from_the_run(plot, rows):
+    from ddo_hooks.cli.demo import DEMO_POLICY, H200_FIGURES
+
+    ours = rows[f"{plot.PRESET}@ddo"]
+    assert DEMO_POLICY == "smallest-box"  # the arm's policy (test_the_preset_is_the_measured_arms_policy)
+    said = (
+        f"in a box of at most {ours['box']:.2f} GiB, where diffusers' group offloading with low_cpu_mem_usage=False "
+        f"needed {box_of('today', 'false/nothing'):.2f}, at {ours['to_fastest']:.2f}x DDO's own time"
+    )
+    assert said in H200_FIGURES
 
 
 def test_the_preset_is_the_measured_arms_policy():

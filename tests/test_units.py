@@ -18,10 +18,8 @@ GB = re.compile(r"(?:\d[\d.,]*\s?|per )GB\b(?!/s)")
 """A figure in GB (a rate, ``GB/s``, is 10^9 bytes a second wherever it is written)."""
 
 DECIMAL = {
-    "torch 2.13.0 is a 2.74 GB CUDA build": "a download size, as PyPI shows it",
     "(2.74 GB in 29 files": "a download size, as PyPI shows it",
     "build of 2.74 GB in 29 files": "a download size, as PyPI shows it",
-    "torch 2.13.0's 0.2 GB CPU build": "a download size",
     "CPU build is at hand (0.2 GB)": "a download size",
     "(a 24 GB card has room": "a card's size as its vendor sells it",
     "as 5 GB safetensors shards": "diffusers' max_shard_size='5GB', which it reads as 5 * 10^9 bytes",

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Literal, Union
 
 from pydantic import BaseModel, ValidationError
 
-from ddo_hooks._diagnostics import literal_problem, located_error
+from ddo_hooks._diagnostics import EXPECTED_TYPES, literal_problem, located_error
 
 if TYPE_CHECKING:
     from pydantic_core import PydanticCustomError
@@ -126,6 +126,8 @@ def located_option_error(
         return located_error("action_option", said, ("options", key), value=value)
     if item["type"] == "size":
         message = f"{{value}} {context['problem']}"
+    elif item["type"] in EXPECTED_TYPES:  # in the words of the policy's own options
+        message = f"{EXPECTED_TYPES[item['type']]}, got {{value}}"
     else:
         message = f"{{value}}: {item['msg'].removeprefix('Value error, ')}"
     return located_error("action_option", message, ("options", *item["loc"]), value=value)

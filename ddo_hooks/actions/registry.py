@@ -29,7 +29,7 @@ from typing import Any, TypeVar, overload
 
 from ddo_hooks import actions
 from ddo_hooks.actions.contract import ActionFunction, ActionOptions, RegisteredAction
-from ddo_hooks.boundaries import ACTION_NAME_PATTERN
+from ddo_hooks.boundaries import ACTION_NAME_PATTERN, ACTION_NAME_RULE
 from ddo_hooks.errors import InvalidArgumentError, PolicyError
 
 __all__ = [
@@ -146,11 +146,11 @@ def register_action(
         ...     {"name": "my_pkg.flush", "options": {"depth": "deep"}}]}}})
         Traceback (most recent call last):
         ...
-        ddo_hooks.errors.PolicyError: <mapping>: boundaries.after_call.actions[0].options.depth: 'deep': ...
+        ddo_hooks.errors.PolicyError: <mapping>: ...options.depth: expected an integer, got 'deep'
         >>> unregister_action("my_pkg.flush")
     """
     if not isinstance(name, str) or not _NAME_RE.match(name):
-        raise InvalidArgumentError(f"action name {name!r} must match {_NAME_RE.pattern}")
+        raise InvalidArgumentError(f"{name!r} is not an action name; use {ACTION_NAME_RULE}")
     if registered(name) is not None and not replace:
         raise InvalidArgumentError(f"an action named {name!r} is already registered; pass replace=True to replace it")
 

@@ -2,9 +2,13 @@
 
 It builds a tiny real diffusers pipeline with random weights (:mod:`ddo_hooks.testing.tiny_pipelines`;
 nothing is downloaded), turns its progress bar on, and runs it on the default device: CUDA
-when present, else the CPU. On CUDA every model component gets diffusers group offloading
-(block level, with a transfer stream) so that pinned host memory exists to be released; on
-the CPU nothing is offloaded, and the reports say honestly why each boundary was a no-op.
+when present, else the CPU, with the policy :data:`DEMO_POLICY` unless told another. A policy that pins the
+weights from their files (``pinned_copies.from_files``) gets the pipeline saved through safetensors and loaded
+back (:mod:`ddo_hooks.cli.demo_files`), so that its weights are views of files as a real pipeline's are. On CUDA
+every model component gets diffusers group offloading (block level, with a transfer stream; with
+``low_cpu_mem_usage=True`` where the weights are pinned from their files) so that pinned host memory exists; on
+the CPU nothing is offloaded, the reports say honestly why each boundary was a no-op, and attach says what it would
+pin from the files on a CUDA machine (a census).
 Call 1 uses the prompt. Then, as memory-constrained users do, the prompt is encoded once, the
 text encoders and tokenizers are dropped from the pipeline, and the remaining calls use the
 embeddings. The validated reports are written as JSON Lines (``MetricsTracker.to_jsonl()``).
@@ -23,10 +27,10 @@ Examples:
     ...     result = run_demo(family="sd", device=torch.device("cpu"), steps=1, calls=2,
     ...                       report=report, progress=False, log=io.StringIO())
     ...     saved = MetricsTracker.from_jsonl(result.report_path.read_text(encoding="utf-8"))
-    >>> result.calls == [1] * 6 + [2] * 6, len(saved.reports())
-    (True, 12)
-    >>> saved.components()[:2]
-    ('host_cache_before_transformer', 'ddo_demo.rss_before_transformer')
+    >>> result.calls == [0] + [1] * 6 + [2] * 6, len(saved.reports())
+    (True, 13)
+    >>> saved.components()[:3]
+    ('pinned_from_files', 'host_cache_before_transformer', 'ddo_demo.rss_before_transformer')
     >>> sorted(result.component_bytes)
     ['text_encoder', 'unet', 'vae']
 """
@@ -39,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from ddo_hooks.cli.layout import TABLE_WIDTH, wrap_text
+from ddo_hooks.cli.layout import wrap_text
 from ddo_hooks.errors import InvalidArgumentError
 from ddo_hooks.hooks.sink import missing_folder
 from ddo_hooks.release.devices import parse_cuda_device
@@ -48,15 +52,15 @@ from ddo_hooks.testing import FAMILIES, Family
 if TYPE_CHECKING:  # imported when the demo runs, so that the command line starts fast
     import torch
 
-    from ddo_hooks.actions.contract import BoundaryContext
     from ddo_hooks.policy.model import HookPolicy
     from ddo_hooks.reports.tracker import MetricsTracker
 
 __all__ = [
     "DEFAULT_REPORT",
+    "DEMO_POLICY",
+    "FROM_FILES_RUN",
     "FAMILIES",
     "CPU_RUN",
-    "H200_ARMS",
     "H200_FIGURES",
     "RSS_ACTION",
     "DemoResult",
@@ -72,30 +76,32 @@ DEFAULT_REPORT = "ddo-demo-reports.jsonl"
 ACCEPTED_DEMO_DEVICES = "'cpu', 'cuda' or 'cuda:N'"
 """The ``--device`` forms, as messages say them."""
 
+DEMO_POLICY = "smallest-box"
+"""The preset the demo attaches unless ``--policy`` names another."""
+
 RSS_ACTION = "ddo_demo.rss"
 """The demo's own action on a CPU: it records the process RSS at each enabled boundary."""
 
-H200_ARMS = ("default + repack", "nothing")
-"""The arms of ``benchmarks/bench_pinned_floor.py`` whose figures :data:`H200_FIGURES` quotes, as the Benchmarks
-page names them (``flux/lcmu=false/default+repack`` and ``flux/lcmu=false/nothing`` in its results)."""
-
 H200_FIGURES = (
-    "on an H200, a Flux-shaped pipeline of 3.99 GiB under leaf-level group offloading with streams held, at rest "
-    "after two plain calls with low_cpu_mem_usage=False, 4.01 GiB of pinned memory instead of 6.35 and an RSS of "
-    f"5.90 GiB instead of 8.30: the arm '{H200_ARMS[0]}' (the default preset) against "
-    f"the arm '{H200_ARMS[1]}' (no ddo_hooks) of the same run of bench_pinned_floor.py (the Benchmarks page of "
-    "the docs, 'Which memory a plain call wins')"
+    "on an H200, smallest-box under DDO ran a Flux-shaped pipeline of 3.99 GiB in a box of at most 5.25 GiB, where "
+    "diffusers' group offloading with low_cpu_mem_usage=False needed 11.75, at 1.01x DDO's own time (the docs' "
+    "Benchmarks page)"
 )
-"""What the GPU machine measured, said once, where a CPU run cannot show it, naming the run and the arms it
-compares (installed packages hold no README)."""
+"""What the GPU machine measured for :data:`DEMO_POLICY`, said once where a CPU run cannot show it (installed
+packages hold no README); ``tests/test_runtimes_page.py`` holds it to ``bench_box-runtimes.json``."""
 
 CPU_RUN = (
-    "A CPU run pins nothing: every boundary is a no-op that says why, and the tables show the RSS at each "
-    "boundary and which memory it is. On a CUDA machine the components are group-offloaded with streams, attach "
-    "repacks their pinned copies to their size, and the boundaries release what is cached; the last lines of the "
-    "output say what that measured on an H200."
+    "A CPU run pins nothing (torch has no CUDA host allocator here): every boundary is a no-op that says why, and "
+    "the tables show the RSS at each boundary and which memory it is."
 )
-"""The demo's first words on a CPU: what this run shows and what a GPU run would (its figures close the output)."""
+"""The demo's first words on a CPU: what this run shows."""
+
+FROM_FILES_RUN = (
+    "The policy pins the weights from their files (pinned_copies.from_files), so the tiny pipeline is saved through "
+    "safetensors and loaded back, and attach says what it would pin from those files on a CUDA machine (after the "
+    "table)."
+)
+"""What the demo adds on a CPU where the policy pins the weights from their files."""
 
 _ENCODER_PREFIXES = ("text_encoder", "tokenizer")
 
@@ -194,7 +200,7 @@ def _policy_for(policy: HookPolicy | None, device: torch.device, log: TextIO) ->
     from ddo_hooks.policy.model import HookPolicy
 
     if policy is None:
-        policy = HookPolicy.default()
+        policy = HookPolicy.preset(DEMO_POLICY)
         if device.type == "cuda" and device.index is not None:
             data = {**policy.model_dump(mode="json"), "device": f"cuda:{device.index}"}
             policy = HookPolicy.from_mapping(data, source=f"{policy.source} (device cuda:{device.index})")
@@ -253,29 +259,6 @@ def component_bytes(pipe: Any) -> dict[str, int]:
     return sizes
 
 
-def _observe_rss(ctx: BoundaryContext) -> Any:
-    """The demo's action: the process RSS at this boundary, as a validated action report."""
-    from ddo_hooks.release.host_memory import observe_host
-
-    seen = observe_host()
-    detail = "the process RSS at this boundary and which memory it is, seen by the demo"
-    fields = ("rss_bytes", "rss_anon_bytes", "rss_file_bytes", "rss_shmem_bytes", "cgroup_memory_bytes")
-    data = {name: getattr(seen, name) for name in fields if getattr(seen, name) is not None}
-    return ctx.action_report("executed", detail=detail, data=data)
-
-
-def _with_observer(policy: HookPolicy) -> HookPolicy:
-    """The policy with :data:`RSS_ACTION` last at each enabled boundary (its report_sink made absolute)."""
-    from ddo_hooks.policy.model import HookPolicy
-
-    data = policy.model_dump(mode="json")
-    if policy.report_sink is not None:
-        data["report_sink"] = str(policy.resolve_path(policy.report_sink))
-    for name in policy.enabled_boundaries():
-        data["boundaries"][name]["actions"].append({"name": RSS_ACTION, "options": {}})
-    return HookPolicy.from_mapping(data, source=f"{policy.source} (and the demo's RSS observation)")
-
-
 def run_demo(
     *,
     family: str = "flux",
@@ -291,7 +274,7 @@ def run_demo(
 
     Args:
         family: ``flux``, ``sd`` or ``wan`` (see :data:`FAMILIES`).
-        policy: The policy to attach; ``None`` for the packaged default.
+        policy: The policy to attach; ``None`` for the preset :data:`DEMO_POLICY`.
         device: Where to run; ``None`` for :func:`default_device`.
         steps: Denoising steps per call (at least 1).
         calls: Pipeline calls in total (at least 1); calls after the first use prompt embeddings.
@@ -323,42 +306,58 @@ def run_demo(
     _check_device(device)
     report_path = Path(report)
     _check_report_path(report_path)
-    origin = "" if policy is not None else "the packaged default, "
+    origin = "" if policy is not None else f"the preset {DEMO_POLICY}, "
     policy = _policy_for(policy, device, log)
     _check_actions(policy)
+    from ddo_hooks.cli.demo_files import through_files, weights_folder
+    from ddo_hooks.cli.demo_rss import observe_rss, with_observer
     from ddo_hooks.testing import tiny_pipelines as tiny
 
-    pipe = tiny.build_pipeline(family)
-    sizes = component_bytes(pipe)
+    from_files = policy.enabled and policy.pinned_copies.from_files is not None
     offloaded = device.type == "cuda"
-    if offloaded:
-        pipe.enable_group_offload(  # type: ignore[attr-defined]  # diffusers ships no types: mypy sees no enable_group_offload
-            onload_device=device,
-            offload_device=torch.device("cpu"),
-            offload_type="block_level",
-            num_blocks_per_group=1,
-            use_stream=True,
-        )
-    placement = "group offloading to the CPU (pinned)" if offloaded else "no offloading (a CPU run pins nothing)"
-    if not offloaded:
-        print(wrap_text(CPU_RUN, width=TABLE_WIDTH, indent=""), file=log)
-    print(f"built a tiny {type(pipe).__name__} (random weights, nothing downloaded) on {device}: {placement}", file=log)
-    print(f"policy: {origin}{policy.source}", file=log)
     tracker = MetricsTracker()
     numbers: list[int] = []
     observer = None if offloaded else RSS_ACTION
-    if observer is not None:
-        register_action(observer, replace=True)(_observe_rss)
-    try:
-        attached = _with_observer(policy) if observer else policy
-        _calls(pipe, attached, tracker, numbers, family, steps, calls, progress, log)
-    finally:
+    with weights_folder(from_files) as folder:  # the files stay while the pipeline reads them
+        pipe = tiny.build_pipeline(family)
+        sizes = component_bytes(pipe)
+        if folder is not None:
+            pipe = through_files(pipe, folder)
+        if offloaded:
+            pipe.enable_group_offload(  # type: ignore[attr-defined]  # diffusers ships no types: mypy sees no enable_group_offload
+                onload_device=device,
+                offload_device=torch.device("cpu"),
+                offload_type="block_level",
+                num_blocks_per_group=1,
+                use_stream=True,
+                low_cpu_mem_usage=from_files,  # the weights stay views of their files, to be pinned in place
+            )
+        _banner(pipe, device, offloaded, folder, f"{origin}{policy.source}", log)
         if observer is not None:
-            unregister_action(observer)
+            register_action(observer, replace=True)(observe_rss)
+        try:
+            attached = with_observer(policy, observer) if observer else policy
+            _calls(pipe, attached, tracker, numbers, family, steps, calls, progress, log)
+        finally:
+            if observer is not None:
+                unregister_action(observer)
 
     MetricsTracker.from_jsonl(tracker.to_jsonl())  # what is written validates as it will be read back
     tracker.write_jsonl(report_path)  # replaced atomically: an earlier valid file is never left truncated
     return DemoResult(type(pipe).__name__, device, offloaded, policy, tracker, numbers, report_path, sizes, observer)
+
+
+def _banner(pipe: Any, device: torch.device, offloaded: bool, folder: Path | None, policy: str, log: TextIO) -> None:
+    """The demo's first lines: what a CPU run shows, what was built and where, and the policy."""
+    if not offloaded:
+        print(wrap_text(CPU_RUN if folder is None else f"{CPU_RUN} {FROM_FILES_RUN}", indent=""), file=log)
+    placement = "no offloading (a CPU run pins nothing)"
+    if offloaded:
+        placement = "group offloading to the CPU with streams" + (", low_cpu_mem_usage=True" if folder else "")
+    loaded = "" if folder is None else f", saved to {folder} and loaded back"
+    print(f"built a tiny {type(pipe).__name__} (random weights, nothing downloaded{loaded}) on {device}: {placement}",
+          file=log)  # fmt: skip
+    print(f"policy: {policy}", file=log)
 
 
 def _calls(

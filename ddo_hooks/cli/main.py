@@ -39,13 +39,21 @@ from collections.abc import Sequence
 from typing import Any
 
 from ddo_hooks import __version__
-from ddo_hooks.cli.demo import DEFAULT_REPORT, FAMILIES
+from ddo_hooks.cli.demo import DEFAULT_REPORT, DEMO_POLICY, FAMILIES
 from ddo_hooks.cli.inputs import cycle_collector_off, other_kind, read_reports
 from ddo_hooks.errors import DdoHooksError, InvalidArgumentError
 from ddo_hooks.policy import PRESETS
 from ddo_hooks.reports import REPORT_FILE_FORMS
 
-__all__ = ["SCHEMA_NAMES", "build_parser", "main"]
+__all__ = ["PITCH", "SCHEMA_NAMES", "build_parser", "main"]
+
+PITCH = (
+    "For people who run large diffusion models through diffusers with the weights offloaded to host memory: "
+    'attach(pipe, "smallest-box") keeps each weight once in host memory, its file\'s own pages pinned in place, and '
+    "hands back a validated report of what each step did."
+)
+"""What ddo-hooks is, in one sentence: the CLI's help says it, and the README, the docs' home, ``mkdocs.yml``'s
+``site_description`` and the package's description say it word for word (``tests/test_pitch.py``)."""
 
 SCHEMA_NAMES = ("policy", "report", "record")
 """What ``ddo-hooks schema`` prints: the schema of a policy, a report, or a record of a report file."""
@@ -69,13 +77,13 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _validate_policy(args: argparse.Namespace) -> int:
-    from ddo_hooks.actions.registry import available_actions
     from ddo_hooks.boundaries import BOUNDARIES
-    from ddo_hooks.cli.policies import policy_or_preset, preset_path, size_lines
+    from ddo_hooks.cli import policies
+    from ddo_hooks.cli.layout import wrap_text
 
-    path = preset_path(args.file) or args.file
+    path = policies.preset_path(args.file) or args.file
     try:
-        policy = policy_or_preset(args.file)
+        policy = policies.policy_or_preset(args.file)
     except DdoHooksError as e:
         raise other_kind(e, args.file, "report", "validate-report") from e
     if path != args.file:
@@ -83,16 +91,33 @@ def _validate_policy(args: argparse.Namespace) -> int:
     if not policy.enabled:
         print(f"{args.file}: valid policy (version {policy.version}), disabled (enabled: false): no boundary acts")
         return 0
-    print(f"{args.file}: valid policy (version {policy.version}, device {policy.device})")
+    missing = policies.unregistered(policy)
+    names = ", ".join(dict.fromkeys(name for name, _ in missing))
+    valid = f"valid policy (version {policy.version}, device {policy.device})"
+    first = f"{args.file}: {valid}"
+    if missing and not args.allow_unregistered:
+        first = f"{args.file}: attach() would refuse it: {names} is not registered here (otherwise a {valid})"
+    elif missing:
+        first += f"; {names} to be registered by the host before attach() (--allow-unregistered)"
+    print(wrap_text(first) if missing else first)  # a valid policy's line stays whole, however long its path
     for name in BOUNDARIES:
         boundary = policy.boundary(name)
-        print(f"  {name}: {', '.join(boundary.action_names()) if boundary.enabled else 'off'}")
-    for line in size_lines(policy, path):
+        actions = ", ".join(map(policies.action_text, boundary.actions)) if boundary.enabled else "off"
+        print(wrap_text(f"  {name}: {actions}", indent="    "))
+    for line in [*policies.size_lines(policy, path), *policies.setting_lines(policy)]:
         print(f"  {line}")
-    known = set(available_actions())
-    missing = sorted({a for n in policy.enabled_boundaries() for a in policy.boundary(n).action_names()} - known)
-    if missing:
-        print(f"note: not registered here, so attach() will refuse them: {', '.join(missing)}", file=sys.stderr)
+    if missing and not args.allow_unregistered:
+        from ddo_hooks.actions.registry import ENTRY_POINT_GROUP
+
+        for name, where in missing:
+            print(f"{where}: action {name!r} is not registered here", file=sys.stderr)
+        hint = (
+            f"  attach() refuses an action no code registered: install the package that provides it (with "
+            f"@ddo_hooks.register_action or a {ENTRY_POINT_GROUP!r} entry point), remove it from the policy, or, "
+            "where the host registers it before attach(), pass --allow-unregistered"
+        )
+        print(wrap_text(hint, indent="    "), file=sys.stderr)
+        return 1
     return 0
 
 
@@ -209,8 +234,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The ``ddo-hooks`` argument parser, with one sub-parser per command."""
     parser = argparse.ArgumentParser(
         prog="ddo-hooks",
-        description="Release PyTorch's pinned host cache at quiet points of diffusers pipeline calls, "
-        "and check the policies and reports that drive and record it.",
+        description=PITCH,
         epilog="Start with: ddo-hooks demo. Run 'ddo-hooks COMMAND --help' for a command's options.",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
@@ -221,20 +245,18 @@ def build_parser() -> argparse.ArgumentParser:
         "demo",
         _demo,
         "run a tiny real pipeline with the policy attached and show what each boundary did",
-        "Build a tiny real diffusers pipeline (random weights, nothing downloaded), attach the policy, "
-        "run one call with the prompt, drop the text encoders, run the remaining calls with prompt embeddings, "
-        "then print one row per boundary report and write the reports as JSON Lines. On CUDA the model "
-        "components use group offloading, so pinned host memory exists; on the CPU the table shows why each "
-        "boundary was a no-op. Pinning alone is about 3x cheaper when the process starts with "
-        "PYTORCH_CUDA_ALLOC_CONF set to pinned_use_cuda_host_register:True,pinned_num_register_threads:8 "
-        "(set it before CUDA starts), though whole calls were not faster in the benchmark (the Policy reference of "
-        "the docs has the figures).",
+        f"Build a tiny real diffusers pipeline (random weights, nothing downloaded), attach the policy "
+        f"({DEMO_POLICY} unless --policy names another), run one call with the prompt, drop the text encoders, run "
+        "the remaining calls with prompt embeddings, then print one row per report and write the reports as JSON "
+        "Lines. A policy that pins the weights from their files gets the pipeline saved through safetensors and "
+        "loaded back. On CUDA the model components use group offloading, so pinned host memory exists; on the CPU "
+        "the table shows why each boundary was a no-op, and attach says what it would pin on a CUDA machine.",
         file=False,
     )
     demo.add_argument(
         "--policy",
         metavar="FILE|PRESET",
-        help="a YAML hook policy, or a preset: default, lowest-peak, lowest-latency, smallest-box (default: default)",
+        help=f"a YAML hook policy, or a preset: {', '.join(PRESETS)} (default: {DEMO_POLICY})",
     )
     demo.add_argument(
         "--device", type=_device, metavar="DEV", help="cpu, cuda or cuda:N (default: cuda when available, else cpu)"
@@ -253,13 +275,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     checked = "Exit 0 with a one-line summary, or 1 with file:line:col: key: problem."
-    _command(
+    validate = _command(
         commands,
         "validate-policy",
         _validate_policy,
         "check a YAML hook policy, or a preset",
         f"Check a policy: a YAML file, or a preset's name ({', '.join(PRESETS)}) where no file of that name exists. "
-        f"{checked}",
+        f"{checked} An action that no code in this Python environment registers is refused too (exit 1), as "
+        "attach() would refuse it.",
+    )
+    validate.add_argument(
+        "--allow-unregistered",
+        action="store_true",
+        help="accept actions not registered here, for a host that registers them before attach() (exit 0)",
     )
     _command(
         commands,

@@ -94,11 +94,15 @@ pinned copies (at attach, before the first call)."""
 
 
 def release_points(run: Run) -> list[Point]:
-    """The run's release and repack reports that hold a reading (refusals and bare no-ops hold none)."""
+    """The run's release and repack reports that hold a reading (refusals hold none, a no-op at most the RSS).
+
+    A no-op's one reading of the RSS is no release: it is drawn with what actions observed (:func:`observed_points`).
+    """
     found = []
     for row in run.rows():
-        readings = (row.owned_before, row.owned_after, row.rss_before, row.rss_after)
-        if row.action in _DRAWN and row.kind != "refused" and any(v is not None for v in readings):
+        owned = row.owned_before is not None or row.owned_after is not None
+        rss = row.rss_before is not None or row.rss_after is not None
+        if row.action in _DRAWN and row.kind != "refused" and (owned or (rss and row.kind == "executed")):
             found.append(Point(row.call, row.boundary, row))
     return found
 

@@ -32,7 +32,15 @@ from typing import Any
 from ddo_hooks.errors import PolicyError
 from ddo_hooks.policy import PRESETS
 
-__all__ = ["near_misses", "policy_or_preset", "preset_path", "size_lines"]
+__all__ = [
+    "action_text",
+    "near_misses",
+    "policy_or_preset",
+    "preset_path",
+    "setting_lines",
+    "size_lines",
+    "unregistered",
+]
 
 
 def preset_path(name: str) -> str | None:
@@ -140,3 +148,76 @@ def size_lines(policy: Any, path: str) -> list[str]:
         else:
             lines.append(f"{name}: {written} = {exact}" + ("" if size < 1024 else f" ({format_size(size)})"))
     return lines
+
+
+def unregistered(policy: Any) -> list[tuple[str, str]]:
+    """Each action of an enabled boundary that no code in this environment registers, and where (``file:line:col``).
+
+    :func:`~ddo_hooks.attach` refuses such an action; a host may register it before attaching.
+    """
+    from ddo_hooks.actions.registry import available_actions
+
+    known = set(available_actions())
+    return [
+        (action.name, policy.locate(("boundaries", boundary, "actions", index)))
+        for boundary in policy.enabled_boundaries()
+        for index, action in enumerate(policy.boundary(boundary).actions)
+        if action.name not in known
+    ]
+
+
+def _yaml(value: Any) -> str:
+    """A value as a policy file writes it (flow style): ``register``, ``true``, ``null``, ``[512, 1024]``."""
+    import yaml
+
+    return (
+        str(yaml.safe_dump(value, default_flow_style=True, sort_keys=False, width=10**6))
+        .removesuffix("\n...\n")
+        .strip()
+    )
+
+
+def action_text(action: Any) -> str:
+    """An action as the summary shows it: its name, and the options the policy sets (``name {key: value}``).
+
+    Examples:
+        >>> from ddo_hooks.policy.parts import ActionSpec
+        >>> action_text(ActionSpec.model_validate({"name": "release_done_components",
+        ...                                        "options": {"stable_files": True}}))
+        'release_done_components {stable_files: true}'
+    """
+    if not action.options:
+        return str(action.name)
+    return f"{action.name} {_yaml(dict(action.options))}"
+
+
+_SHOWN_ELSEWHERE = {
+    ("version",),
+    ("enabled",),
+    ("device",),
+    ("release", "min_releasable_bytes"),
+    ("auxiliary_sources", "max_copy_bytes"),
+}
+"""The keys the summary's other lines show: the first line, and :func:`size_lines`."""
+
+
+def setting_lines(policy: Any) -> list[str]:
+    """Each setting of the policy (beyond its boundaries) that differs from the default, with the default.
+
+    A preset is its non-default keys: ``smallest-box`` is ``pinned_copies.from_files: register`` and
+    ``pinned_copies.keep_encoders_pinned: true``.
+    """
+    from ddo_hooks._diagnostics import format_key_path
+    from ddo_hooks.policy.model import HookPolicy
+
+    def leaves(data: Any, at: tuple[str, ...] = ()) -> dict[tuple[str, ...], Any]:
+        if isinstance(data, dict):
+            return {k: v for key, value in data.items() for k, v in leaves(value, (*at, key)).items()}
+        return {at: data}
+
+    ours, default = (leaves({**p.model_dump(mode="json"), "boundaries": {}}) for p in (policy, HookPolicy.default()))
+    return [
+        f"{format_key_path(key)}: {_yaml(value)} (default: {_yaml(default.get(key))})"
+        for key, value in ours.items()
+        if key not in _SHOWN_ELSEWHERE and value != default.get(key)
+    ]

@@ -6,7 +6,8 @@ by :func:`format_totals`. A row shows the call, the boundary, what happened (``e
 ``no-op: <reason>`` or ``refused: <reason>``), the pinned bytes the allocator owned before and
 after, the signed ``allocator_bytes_delta`` (before minus after: positive is what the allocator
 gave back), the process RSS before and after, and the elapsed time. Each distinct no-op or
-refusal reason seen is explained once, below the table, with the report's own ``detail``. Every
+refusal reason seen is explained once, below the table, with the report's own ``detail``, and so is
+what each other action did (its last row's ``detail``). Every
 line fits :data:`~ddo_hooks.cli.layout.TABLE_WIDTH` (100) columns: a table too wide wraps its
 cells (see :mod:`ddo_hooks.cli.layout`). The rows come from :mod:`ddo_hooks.cli.rows` and the
 totals from :mod:`ddo_hooks.cli.totals` (both re-exported here), the text of their cells from
@@ -22,7 +23,8 @@ Examples:
     call  boundary    status           owned pinned    delta  process RSS     elapsed
                                        before → after         before → after
     ----  ----------  ---------------  --------------  -----  --------------  -------
-    1     after_call  no-op: disabled  -               -      -               0... ms
+    1     after_call  no-op: disabled  -               -      ... MiB         ... ms
+    RSS: one value is the process RSS observed at the boundary (by a no-op, or by an action)
     <BLANKLINE>
     no-op disabled: release disabled (enabled=False)
 """
@@ -33,6 +35,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import NamedTuple
 
+from ddo_hooks.actions.host_cache_release import NAME as HOST_CACHE_RELEASE
 from ddo_hooks.cli.cells import (
     BOUNDARY_WIDTH,
     arrow_for,
@@ -71,6 +74,24 @@ def _notes(rows: Sequence[BoundaryRow], width: int) -> list[str]:
     if not reasons:
         return []
     return ["", *(wrap_text(f"{status}: {detail}", width=width) for status, detail in reasons.items())]
+
+
+def _action_details(rows: Sequence[BoundaryRow], width: int) -> list[str]:
+    """What each action other than ``host_cache_release`` said it did, in its own words: its last executed row's detail.
+
+    Examples:
+        >>> rows = [BoundaryRow(1, "after_call", "my_pkg.log", "executed", None, "RSS 1 GiB"),
+        ...         BoundaryRow(2, "after_call", "my_pkg.log", "executed", None, "RSS 2 GiB")]
+        >>> _action_details(rows, 100)
+        ['', 'my_pkg.log (call 2, after_call): RSS 2 GiB']
+    """
+    last: dict[str, BoundaryRow] = {}
+    for row in rows:
+        if row.action != HOST_CACHE_RELEASE and row.kind == "executed" and row.detail and row.call:
+            last[row.action] = row
+    lines = [wrap_text(f"{name} (call {row.call}, {row.boundary}): {row.detail}", width=width)
+             for name, row in last.items()]  # fmt: skip
+    return ["", *lines] if lines else []
 
 
 def format_table(rows: Sequence[BoundaryRow], *, arrow: str = "→", width: int = TABLE_WIDTH) -> str:
@@ -113,8 +134,8 @@ def _boundary_table(rows: Sequence[BoundaryRow], texts: _RowTexts, arrow: str, w
     if any(row.delta is not None for row in rows):
         lines.append("delta: allocator_bytes_delta = owned before - owned after (positive: bytes given back)")
     if any(row.rss_before is None and row.rss_after is not None for row in rows):
-        lines.append("RSS: one value is the process RSS an action observed at the boundary")
-    return "\n".join(lines + _notes(rows, width))
+        lines.append("RSS: one value is the process RSS observed at the boundary (by a no-op, or by an action)")
+    return "\n".join(lines + _notes(rows, width) + _action_details(rows, width))
 
 
 def format_rss_table(rows: Sequence[BoundaryRow], *, observer: str, arrow: str = "→", width: int = TABLE_WIDTH) -> str:

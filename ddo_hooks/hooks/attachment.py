@@ -93,7 +93,8 @@ def attach(
         The :class:`Attachment` handle; also a context manager that detaches on exit.
 
     Raises:
-        InvalidArgumentError: Not a pipeline, or already attached.
+        InvalidArgumentError: Not a pipeline, or already attached; or, with ``pinned_copies.from_files``, DDO's
+            runtime pins copies of its own of a component (unless ``pinned_copies.on_ddo_pinning: warn``).
         PolicyError: The policy is invalid, names an unknown action, its ``report_sink``
             cannot be written, or it chooses DDO's release core (``core: ddo``) where that core
             cannot run (DDO missing or not at 0.1.0rc2, or a torch before 2.12).
@@ -268,7 +269,11 @@ class Attachment:
             InvalidArgumentError: Unknown or disabled boundary, or the attachment is detached.
         """
         if name not in BOUNDARIES:
-            raise InvalidArgumentError(f"unknown boundary {name!r}; boundaries are {', '.join(BOUNDARIES)}")
+            from ddo_hooks.boundaries import boundary_hint
+
+            raise InvalidArgumentError(
+                f"unknown boundary {name!r}; {boundary_hint(name)}boundaries are {', '.join(BOUNDARIES)}"
+            )
         if self._detached:
             raise InvalidArgumentError("this attachment is detached; attach() again to request boundaries")
         if not (self.policy.enabled and self.policy.boundary(name).enabled):
@@ -429,9 +434,12 @@ class Attachment:
         self, pipeline: DiffusionPipeline, mode: FromFilesMode, encoders: bool
     ) -> PinnedCopyRepackReport:
         """Pin the weights from their files, once, before the first call (``pinned_copies.from_files``)."""
-        from ddo_hooks.release.from_files import pin_from_files
+        from ddo_hooks.release.from_files import check_ddo_pinning, pin_from_files
 
         try:
+            check_ddo_pinning(
+                pipeline, encoders=encoders, on=self.policy.pinned_copies.on_ddo_pinning, source=self.policy.source
+            )
             report = pin_from_files(pipeline, mode, encoders=encoders, phase="attach")
         except BaseException:
             self.detach()

@@ -23,6 +23,7 @@ import functools
 import logging
 import os
 import threading
+import time
 import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -39,7 +40,13 @@ from ddo_hooks.hooks.phases import Call, CallPhases
 from ddo_hooks.hooks.recorder import Recorder
 from ddo_hooks.policy.model import HookPolicy
 from ddo_hooks.release import guard
-from ddo_hooks.reports.boundary import BoundaryRefusal, BoundaryRefusalReport, BoundaryRefusalSetup, RequestedBy
+from ddo_hooks.reports.boundary import (
+    ActionReport,
+    BoundaryRefusal,
+    BoundaryRefusalReport,
+    BoundaryRefusalSetup,
+    RequestedBy,
+)
 
 __all__ = ["BoundActions", "BoundaryRunner", "bind_actions", "each_action"]
 
@@ -301,8 +308,11 @@ class BoundaryRunner:
                 on_survivors=self.components.forget,
                 holder=self.holder,
             )
+            started = time.perf_counter()
             try:
                 report = action(context)
+                if isinstance(report, ActionReport):  # how long the action took, for its row
+                    report = report.timed(time.perf_counter() - started)
             except BoundaryRefusedError as e:
                 reason: RefusalReason = "action_refused"
                 detail = f"{e.reason}: {e}"

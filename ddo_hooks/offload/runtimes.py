@@ -49,7 +49,7 @@ from diffusers.models import ModelMixin
 
 from ddo_hooks._compat import accelerate as accelerate_compat
 from ddo_hooks._compat import diffusers as diffusers_compat
-from ddo_hooks.boundaries import ACTION_NAME_PATTERN
+from ddo_hooks.boundaries import ACTION_NAME_PATTERN, ACTION_NAME_RULE
 from ddo_hooks.errors import InvalidArgumentError
 from ddo_hooks.hooks.mechanics import InstalledHook, install_hook
 
@@ -331,7 +331,7 @@ def register_offload_runtime(runtime: OffloadRuntime, *, replace: bool = False) 
     if not isinstance(runtime, OffloadRuntime):
         raise InvalidArgumentError(f"runtime must be an OffloadRuntime, got {type(runtime).__name__}")
     if not isinstance(runtime.name, str) or not _NAME_RE.match(runtime.name):
-        raise InvalidArgumentError(f"runtime name {runtime.name!r} must match {_NAME_RE.pattern}")
+        raise InvalidArgumentError(f"{runtime.name!r} is not a runtime name; use {ACTION_NAME_RULE}")
     for part in ("apply", "adapter", "validate"):
         value = getattr(runtime, part)
         if not callable(value) and not (part == "validate" and value is None):

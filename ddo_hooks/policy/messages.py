@@ -27,6 +27,7 @@ from pydantic import BaseModel, ValidationError
 from pydantic_core import PydanticCustomError
 
 from ddo_hooks._diagnostics import (
+    EXPECTED_TYPES,
     KeyPath,
     Positions,
     did_you_mean,
@@ -37,6 +38,7 @@ from ddo_hooks._diagnostics import (
     show_value,
     type_at,
 )
+from ddo_hooks.boundaries import BOUNDARIES, boundary_hint
 
 __all__ = [
     "MAX_PROBLEMS",
@@ -179,21 +181,6 @@ def describe_validation_error(
     return join_problems(validation_problems(error, model=model, source=source, positions=positions, written=written))
 
 
-_EXPECTED = {
-    "bool_type": "expected true or false",
-    "bool_parsing": "expected true or false",
-    "string_type": "expected a string",
-    "string_too_short": "expected a non-empty string",
-    "int_type": "expected an integer",
-    "int_parsing": "expected an integer",
-    "tuple_type": "expected a list",
-    "list_type": "expected a list",
-    "dict_type": "expected a mapping",
-    "model_type": "expected a mapping",
-    "model_attributes_type": "expected a mapping",
-}
-
-
 def _explain(item: Any, loc: KeyPath, model: type[BaseModel], written: Mapping[KeyPath, str]) -> str:
     kind, message, ctx = item["type"], item["msg"], item.get("ctx") or {}
     shown = written.get(loc) or show_value(item.get("input"))
@@ -210,8 +197,8 @@ def _explain(item: Any, loc: KeyPath, model: type[BaseModel], written: Mapping[K
         return literal_problem(shown, _literal_choices(model, loc), item["input"])
     if kind == "size":
         return f"{shown} {ctx['problem']}"
-    if kind in _EXPECTED:
-        text = f"{_EXPECTED[kind]}, got {shown}"
+    if kind in EXPECTED_TYPES:
+        text = f"{EXPECTED_TYPES[kind]}, got {shown}"
         keys = keys_at(model, loc)
         return f"{text} (keys: {', '.join(keys)})" if keys and "mapping" in text else text
     if kind == "value_error":
@@ -222,8 +209,11 @@ def _explain(item: Any, loc: KeyPath, model: type[BaseModel], written: Mapping[K
 
 
 def _unknown(key: object, allowed: list[str]) -> str:
-    guess = did_you_mean(key, allowed)
     listed = f" (allowed: {', '.join(allowed)})" if allowed else ""
+    if allowed == list(BOUNDARIES):  # a boundary's name: a UNet's is before_transformer, whatever it is called
+        hint = boundary_hint(key)
+        return f"unknown key; {hint.strip()}{listed}" if hint else f"unknown key{listed}"
+    guess = did_you_mean(key, allowed)
     return f"unknown key; did you mean {guess!r}?{listed}" if guess else f"unknown key{listed}"
 
 

@@ -46,7 +46,7 @@ from ddo_hooks._diagnostics import KeyPath, show_value
 from ddo_hooks.actions.contract import ActionOptions, RegisteredAction, ResolvedAction
 from ddo_hooks.actions.host_cache_release import NAME as HOST_CACHE_RELEASE
 from ddo_hooks.actions.registry import validated_options
-from ddo_hooks.boundaries import ACTION_NAME_PATTERN
+from ddo_hooks.boundaries import ACTION_NAME_PATTERN, ACTION_NAME_RULE
 from ddo_hooks.errors import InvalidArgumentError
 from ddo_hooks.policy.base import Model, located_error
 from ddo_hooks.release.devices import parse_cuda_device
@@ -87,8 +87,7 @@ def validate_device(value: object) -> str:
 
 def _action_name(value: object) -> object:
     if isinstance(value, str) and not _ACTION_NAME_RE.match(value):
-        rule = "a lowercase letter, then a-z, 0-9, '_', '.', '-'"
-        raise located_error("action_name", f"{{value}} is not an action name; use {rule}", value=value)
+        raise located_error("action_name", f"{{value}} is not an action name; use {ACTION_NAME_RULE}", value=value)
     return value
 
 
@@ -395,6 +394,11 @@ class PinnedCopiesPolicy(Model):
     their files too, and keep them pinned between calls, so that they encode from pinned memory at every call
     (their pages stay in memory: with ``register`` they are the files' own pages, not a second copy, and
     ``release_done_components`` leaves them). ``false`` (the default): they are left as loaded."""
+    on_ddo_pinning: Literal["raise", "warn"] = "raise"
+    """With ``from_files``, where DDO's runtime offloads a component with ``pin_cpu_memory`` on (its
+    ``DDO_PIN_CPU_MEMORY`` missing, misspelt or not ``0``: DDO pins copies of its own beside the files' pages):
+    ``raise`` (the default) makes attach raise, naming the component and the fix; ``warn`` warns in the same words
+    and leaves that component as it is (``ddo_pins_copies`` in the report)."""
 
     @model_validator(mode="after")
     def _encoders_from_files(self) -> PinnedCopiesPolicy:

@@ -14,7 +14,9 @@ Modules: :mod:`~ddo_hooks.release.host_cache` (``release_pytorch_host_cache``),
 :mod:`~ddo_hooks.release.weights_files` (opening its weights files safely),
 :mod:`~ddo_hooks.release.file_watch` (the kernel's account of what was done to a file held open),
 :mod:`~ddo_hooks.release.from_files` (each weight pinned once from its file, ``pinned_copies.from_files``),
-:mod:`~ddo_hooks.release.file_pins` (its two ways: registered in place, or staged into slabs) and
+:mod:`~ddo_hooks.release.file_sources` (where each weight lies in its file, or why it would not be pinned),
+:mod:`~ddo_hooks.release.file_pins` (its two ways: registered in place, or staged into slabs),
+:mod:`~ddo_hooks.release.file_census` (what it would pin where torch has no CUDA host allocator) and
 :mod:`~ddo_hooks.release.ddo_core` (DDO's release core, behind ``core: ddo``). Imports the foundation modules and
 the report models.
 """

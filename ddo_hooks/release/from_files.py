@@ -28,14 +28,18 @@ so is left exactly as it was, with the reason: its weights are all on the device
 their files (``not_file_backed``: built or loaded into memory, converted to another dtype, or pinned copies
 already), a file was deleted, replaced or truncated since it was loaded (``file_changed``: each file is checked on
 its opened descriptor, a regular file that holds every view's bytes, before it is mapped or read), a page of a view
-was written (``modified``), a weight is shared with another component (``shared_storage``), or pinning failed
-(``pin_failed``). Buffers a model builds at init and does not save (``persistent=False``, as Wan's rotary
-tables, Chroma's ``mod_proj``, CLIP's ``position_ids``) are in no file: they are left as they were, the rest of the
-component is pinned, and the report says how many. :func:`unpin_from_files` undoes it exactly: the weights are
-the views they were before (a weight an offload moved to the device since stays there).
+was written (``modified``), a weight is shared with another component (``shared_storage``), DDO's runtime pins
+copies of its own (``ddo_pins_copies``, where the policy's ``pinned_copies.on_ddo_pinning`` is ``warn``; else
+attach raises), or pinning failed (``pin_failed``). Buffers a model builds at init and does not save
+(``persistent=False``, as Wan's rotary tables, Chroma's ``mod_proj``, CLIP's ``position_ids``) are in no file: they
+are left as they were, the rest of the component is pinned, and the report says how many. :func:`unpin_from_files`
+undoes it exactly: the weights are the views they were before (a weight an offload moved to the device since stays
+there).
+
+Without CUDA nothing can be pinned, and the report says what would be (:mod:`ddo_hooks.release.file_census`).
 
 Examples:
-    On a machine without CUDA nothing can be pinned:
+    On a machine without CUDA nothing can be pinned (a pipeline built in memory has no files either):
 
     >>> from ddo_hooks.testing.tiny_pipelines import build_pipeline
     >>> pin_from_files(build_pipeline("sd"), "stage").repack.noop_reason
@@ -44,35 +48,28 @@ Examples:
 
 from __future__ import annotations
 
-import dataclasses
-import os
 import time
+import warnings
 import weakref
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
+from ddo_hooks._compat import ddo as ddo_compat
 from ddo_hooks._compat import diffusers as diffusers_compat
-from ddo_hooks.errors import WeightsFileChangedError
+from ddo_hooks._moved import outside_stacklevel
+from ddo_hooks.errors import InvalidArgumentError, WeightsFileChangedError
 from ddo_hooks.release import allocator as _allocator
-from ddo_hooks.release import file_pages
-from ddo_hooks.release.file_pins import FromFilesMode, Located, Pinned, register, stage
-from ddo_hooks.release.pinned_copies import (
-    REPACKED,
-    Component,
-    Left,
-    Stored,
-    _tensor_problem,
-    inspect_component,
-    refuse,
-    skip,
-)
+from ddo_hooks.release.file_pins import FromFilesMode, Pinned, register, stage
+from ddo_hooks.release.file_sources import ONCE_PER_CALL, chosen, ddo_pinned, ddo_pinning, find
+from ddo_hooks.release.pinned_copies import REPACKED, Left, skip
 from ddo_hooks.reports.repack import ComponentRepack, PinnedCopyRepackReport
 
 __all__ = [
     "DDO_HOOK",
     "ONCE_PER_CALL",
     "FromFilesMode",
+    "check_ddo_pinning",
     "check_registered",
     "pin_from_files",
     "pinned_from_files",
@@ -80,13 +77,8 @@ __all__ = [
 ]
 
 
-ONCE_PER_CALL = ("text_encoder", "image_encoder", "prior")
-"""Name prefixes of the components that run once per call: left as they are (their pages are given back by
-``release_done_components``) unless :func:`pin_from_files` is asked for ``encoders``."""
-
-DDO_HOOK = "dynamic_offload"
+DDO_HOOK = ddo_compat.RUNTIME_HOOK
 """The name under which DDO (diffusers-dynamic-offloader) registers its runtime's hook in diffusers' registry."""
-
 
 _PINNED: weakref.WeakKeyDictionary[torch.nn.Module, Pinned] = weakref.WeakKeyDictionary()
 
@@ -98,56 +90,6 @@ def pinned_from_files(module: Any) -> FromFilesMode | None:
     except TypeError:  # not weakly referable: never pinned
         return None
     return None if pinned is None else pinned.mode
-
-
-def _weight_name(module: torch.nn.Module, entry: Stored) -> str:
-    names = {id(t): n for n, t in [*module.named_parameters(), *module.named_buffers()]}
-    return next((names[id(w)] for w in entry.weights if id(w) in names), "a weight")
-
-
-def _locate(name: str, module: torch.nn.Module, component: Component, others: set[int]) -> list[Located]:
-    """Each storage's place in its file; raises :class:`Left` where a weight cannot be pinned from its file."""
-    at = file_pages.mapping_at(file_pages.mappings())
-    found = []
-    for entry in component.stored:
-        if any(id(w) in others for w in entry.weights):
-            what = _weight_name(module, entry)
-            raise refuse(
-                "shared_storage", f"{name}'s {what} is a weight of another component too; it is left as it was"
-            )
-        mapping = at(entry.tensor.data_ptr(), max(entry.nbytes, 1))
-        if mapping is None:
-            what = _weight_name(module, entry)
-            pinned = ""
-            if _allocator.backend().is_pinned(entry.tensor):
-                pinned = " (a pinned copy: low_cpu_mem_usage=False)"
-                if diffusers_compat.has_hook(module, DDO_HOOK):
-                    pinned = " (a copy DDO pinned: offload it with DDO_PIN_CPU_MEMORY=0, or attach before DDO)"
-            raise refuse(
-                "not_file_backed",
-                f"{name}'s {what} is not a view of its weights file{pinned}: built or loaded into memory, or converted "
-                "to another dtype; load it with the files' dtype and offload with low_cpu_mem_usage=True",
-            )
-        if mapping.deleted or _inode(mapping.path) != mapping.inode:
-            raise refuse(
-                "file_changed",
-                f"{name}'s weights file {mapping.path} was deleted or replaced since it was loaded: what the path "
-                "holds now is not what the weights read; load the pipeline again",
-            )
-        found.append(Located(mapping, mapping.offset + entry.tensor.data_ptr() - mapping.start, entry.nbytes))
-    runs = file_pages._page_runs([(e.tensor.data_ptr(), e.tensor.data_ptr() + e.nbytes) for e in component.stored])
-    _, written = file_pages._census(runs)
-    if written:
-        raise refuse("modified", f"{written} page(s) of {name}'s weights were written since they were loaded (an edit, "
-                                 "a fused LoRA): its files no longer hold them; it is left as it was")  # fmt: skip
-    return found
-
-
-def _inode(path: str) -> int | None:
-    try:
-        return os.stat(path).st_ino
-    except OSError:
-        return None
 
 
 def check_registered(pipeline: Any) -> None:
@@ -174,53 +116,12 @@ def check_registered(pipeline: Any) -> None:
                 )
 
 
-def _built_at_init(module: torch.nn.Module, component: Component) -> tuple[Component, list[Stored]]:
-    """Split off the storages of the buffers that no file holds.
-
-    Those are the buffers not in the state dict (``persistent=False``: built at init, as Wan's rotary tables are);
-    they stay as they are, and diffusers pins them at each onload.
-    """
-    saved = {id(t) for t in module.state_dict(keep_vars=True).values()}
-    kept: list[Stored] = []
-    built: list[Stored] = []
-    for entry in component.stored:
-        (built if entry.weights and not any(id(w) in saved for w in entry.weights) else kept).append(entry)
-    return dataclasses.replace(component, stored=kept), built
-
-
-def _sources(name: str, module: torch.nn.Module) -> Component:
-    """What to pin: group offloading's CPU sources where diffusers offloads ``module``, else its weights on the CPU.
-
-    The latter are those of a component not offloaded yet, or offloaded by a runtime that reads each weight where
-    it lies (DDO's linear runtime); weights kept on the device are left out.
-    """
-    if diffusers_compat.offload_groups(module):
-        return inspect_component(name, module, staging=True)
-    stored: dict[int, Stored] = {}
-    weights = [*module.parameters(), *module.buffers()]
-    for weight in weights:
-        data = weight.data
-        if data.device.type != "cpu" or data.numel() == 0:
-            continue
-        if (problem := _tensor_problem(data, staging=True)) is not None:
-            raise refuse("unsupported_tensor", f"a weight of {name} {problem}; it is left as it was")
-        entry = stored.setdefault(data.data_ptr(), Stored(data))
-        if (entry.tensor.dtype, entry.tensor.shape, entry.tensor.stride()) != (data.dtype, data.shape, data.stride()):
-            raise refuse("shared_storage", f"weights of {name} share one storage as different tensors")
-        entry.weights.append(weight)
-    if not stored:
-        where = {str(w.device) for w in weights} or {"nowhere"}
-        raise skip("on_device", f"{name}'s weights are on {', '.join(sorted(where))}, none on the CPU: nothing to pin")
-    return Component(name, [], list(stored.values()))
-
-
 def _one(name: str, module: torch.nn.Module, mode: FromFilesMode, others: set[int]) -> ComponentRepack:
     started = time.perf_counter()
     try:
         if pinned_from_files(module) is not None:
             raise skip("already_packed", f"{name}'s weights are pinned from its files already")
-        component, built = _built_at_init(module, _sources(name, module))
-        located = _locate(name, module, component, others)
+        component, built, located = find(name, module, others)
         pinned, owned, detail = (register if mode == "register" else stage)(name, module, component, located)
         if built:
             detail += (
@@ -244,12 +145,34 @@ def _one(name: str, module: torch.nn.Module, mode: FromFilesMode, others: set[in
         pinned_bytes_after=owned,
         slabs=pinned.slabs,
         seconds=time.perf_counter() - started,
+        files=tuple(dict.fromkeys(where.mapping.path for where in located)),
     )
 
 
-def _chosen(pipeline: Any, encoders: bool) -> list[tuple[str, torch.nn.Module]]:
-    modules = {n: m for n, m in pipeline.components.items() if isinstance(m, torch.nn.Module)}
-    return [(n, m) for n, m in modules.items() if encoders or not n.startswith(ONCE_PER_CALL)]
+def check_ddo_pinning(pipeline: Any, *, encoders: bool, on: Literal["raise", "warn"], source: str) -> None:
+    """At attach, before pinning: raise (or warn) where DDO's runtime pins copies of its own of what would be pinned.
+
+    Args:
+        pipeline: The pipeline attach pins from its files.
+        encoders: Whether its encoders are pinned too (``keep_encoders_pinned``).
+        on: The policy's ``pinned_copies.on_ddo_pinning``.
+        source: Where the policy came from, for the message.
+
+    Raises:
+        InvalidArgumentError: ``on`` is ``raise`` and DDO pins copies of such a component; the message names them, the
+            fix, and the policy switch.
+    """
+    names = ddo_pinned(pipeline, encoders)
+    if not names:
+        return
+    what = ddo_pinning(names)
+    if on == "raise":
+        raise InvalidArgumentError(
+            f"attach(): {what}. The policy ({source}) pins the weights in place from their files "
+            "(pinned_copies.from_files); to go on anyway, leaving such components as they are, set "
+            "pinned_copies.on_ddo_pinning: warn"
+        )
+    warnings.warn(f"{what}; left as they are (pinned_copies.on_ddo_pinning: warn)", stacklevel=outside_stacklevel())
 
 
 def pin_from_files(
@@ -271,8 +194,9 @@ def pin_from_files(
         phase: The label the report carries.
 
     Returns:
-        The report (route ``pinned_copy_repack``): each component ``registered`` or ``repacked`` (staged),
-        or left with its reason.
+        The report (route ``pinned_copy_repack``, step ``register`` or ``stage``): each component ``registered`` or
+        ``repacked`` (staged), or left with its reason. Where torch has no CUDA host allocator, a no-op
+        ``unsupported_build`` that says what would be pinned (:func:`~ddo_hooks.release.file_census.census`).
     """
     from ddo_hooks.release.counters import read_snapshot
     from ddo_hooks.release.host_memory import observe_host
@@ -281,15 +205,13 @@ def pin_from_files(
     started = time.perf_counter()
     backend = _allocator.backend()
     unsupported = backend.entry_point(lazy_init_done=False)
-    if isinstance(unsupported, str):  # no CUDA host allocator: nothing can be pinned
-        return _report(phase, [], started, unsupported=unsupported)
+    if isinstance(unsupported, str):  # no CUDA host allocator: nothing can be pinned, what would be is found
+        from ddo_hooks.release.file_census import census
+
+        return census(pipeline, mode, encoders=encoders, phase=phase, unsupported=unsupported)
     host_before, before = observe_host(), read_snapshot(backend.raw_host_stats)
-    held = [m for m in pipeline.components.values() if isinstance(m, torch.nn.Module)]
-    results = []
-    for name, module in _chosen(pipeline, encoders):
-        others = {id(t) for m in held if m is not module for t in [*m.parameters(), *m.buffers()]}
-        results.append(_one(name, module, mode, others))
-    return _report(phase, results, started, before=before, host_before=host_before)
+    results = [_one(name, module, mode, others) for name, module, others in chosen(pipeline, encoders)]
+    return _report(phase, results, started, before=before, host_before=host_before, step=mode)
 
 
 def _restore(module: torch.nn.Module, pinned: Pinned) -> None:

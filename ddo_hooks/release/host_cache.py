@@ -138,8 +138,15 @@ def _threshold(before: AllocatorSnapshot, minimum: int, torch_version: str) -> T
 def _noop(
     phase: str, reason: NoopReason, detail: str, device: str, torch_version: str, started: float
 ) -> HostCacheReleaseReport:
+    """A release that did not run; it still observes the host, so that every row of a run has the process RSS."""
+    t = time.perf_counter()
+    host = observe_host()  # nothing ran: the RSS before and after is this one reading
+    seen = time.perf_counter() - t
     elapsed = time.perf_counter() - started
-    return noop_release(phase, reason, detail, device=device, torch_version=torch_version, elapsed_seconds=elapsed)
+    return noop_release(
+        phase, reason, detail, device=device, torch_version=torch_version, elapsed_seconds=elapsed, host=host,
+        snapshot_seconds=seen,
+    )  # fmt: skip
 
 
 def not_triggered(phase: str, detail: str, device: DeviceLike = "cuda") -> HostCacheReleaseReport:

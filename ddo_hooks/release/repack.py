@@ -308,6 +308,7 @@ def _report(
     host_before: HostObservation | None = None,
     releases: list[HostCacheRelease] | None = None,
     refused: str | None = None,
+    step: Literal["repack", "register", "stage"] = "repack",
 ) -> PinnedCopyRepackReport:
     """The report: executed when a component was repacked (with the readings around it), else a no-op saying why."""
     repacked = [r for r in results if r.status in ("repacked", "registered")]
@@ -330,6 +331,7 @@ def _report(
         setup=PinnedCopyRepackSetup(
             pinned_copy_repack=PinnedCopyRepack(
                 phase=phase,
+                step=step,
                 status="executed" if repacked else "noop",
                 noop_reason=noop_reason,
                 detail=detail,

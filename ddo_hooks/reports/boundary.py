@@ -36,6 +36,7 @@ from ddo_hooks.reports.base import (
     ReportModel,
     ReportSummary,
     RouteReport,
+    Seconds,
     describe_errors,
 )
 
@@ -127,6 +128,9 @@ class ActionResult(ReportModel):
     """A sentence for people."""
     data: dict[str, JsonValue] = Field(default_factory=dict)
     """Any JSON data the action wants to keep (numbers finite: no NaN or infinity; ints of at most 4,300 digits)."""
+    elapsed_seconds: Seconds | None = None
+    """How long the action took at the boundary, timed by the attachment around the action's function; ``None``
+    where nothing timed it (a report made outside an attachment, or written before this field)."""
 
     @field_validator("data", mode="before")
     @classmethod
@@ -180,12 +184,20 @@ class ActionReport(RouteReport):
     setup: ActionResultSetup
     """The report body."""
 
+    def timed(self, seconds: float) -> ActionReport:
+        """This report with ``elapsed_seconds`` set, unless the action set it (the attachment times each action)."""
+        if self.setup.boundary_action.elapsed_seconds is not None:
+            return self
+        result = self.setup.boundary_action.model_copy(update={"elapsed_seconds": seconds})
+        return self.model_copy(update={"setup": ActionResultSetup(boundary_action=result)})
+
     def summary(self) -> ReportSummary:
         """The action as a table row; what it observed comes from the names of :data:`OBSERVED` in its ``data``.
 
         ``rss_before`` and ``rss_after`` (as ``malloc_trim`` reports them), ``rss_bytes`` (one
-        observation, shown after), ``seconds`` (its time) and the host observation's fields
-        (``rss_anon_bytes``...: which memory the RSS is, as the demo's action reports them).
+        observation, shown after), ``seconds`` (its time, where the attachment did not time it:
+        ``elapsed_seconds``) and the host observation's fields (``rss_anon_bytes``...: which memory the
+        RSS is, as the demo's action reports them).
         """
         r = self.setup.boundary_action
         data = r.data
@@ -193,7 +205,7 @@ class ActionReport(RouteReport):
         if _count(data.get("rss_anon_bytes")) is not None or _count(data.get("rss_file_bytes")) is not None:
             host: dict[str, Any] = {name: _count(data.get(name)) for name in _HOST_FIELDS}
             memory = HostObservation(platform="linux", **host)  # the split is Linux's
-        seconds: Any = data.get("seconds")  # any JSON; _number checks it
+        seconds: Any = r.elapsed_seconds if r.elapsed_seconds is not None else data.get("seconds")  # _number checks
         return ReportSummary(
             boundary=r.boundary,
             action=r.action,

@@ -357,7 +357,10 @@ def measured_summary(section: Any, *, boundary: str, action: str, reason: str | 
         owned_before=before.allocated_bytes if before else None,
         owned_after=after.allocated_bytes if after else None,
         delta=section.allocator_bytes_delta,
-        rss_before=host_before.rss_bytes if host_before else None,
+        # a no-op's one reading of the host (nothing ran between before and after) is shown once, as after
+        rss_before=host_before.rss_bytes
+        if host_before and not (section.status == "noop" and host_before == host_after)
+        else None,
         rss_after=host_after.rss_bytes if host_after else None,
         elapsed_seconds=section.elapsed_seconds,
         memory_after=host_after,
@@ -412,14 +415,28 @@ def unavailable_snapshot(reason: str) -> AllocatorSnapshot:
 
 
 def noop_release(
-    phase: str, reason: NoopReason, detail: str, *, device: str | None, torch_version: str, elapsed_seconds: float
+    phase: str,
+    reason: NoopReason,
+    detail: str,
+    *,
+    device: str | None,
+    torch_version: str,
+    elapsed_seconds: float,
+    host: HostObservation | None = None,
+    snapshot_seconds: float = 0.0,
 ) -> HostCacheReleaseReport:
-    """The report of a release that did not run: nothing collected, synchronized, read or released."""
-    timings = ReleaseTimings(collect_seconds=0.0, synchronize_seconds=None, snapshot_seconds=0.0, release_seconds=None)
+    """The report of a release that did not run: nothing collected, synchronized, read or released.
+
+    ``host``: the host observed at the boundary (the RSS before and after, since nothing ran), taken in
+    ``snapshot_seconds``.
+    """
+    timings = ReleaseTimings(
+        collect_seconds=0.0, synchronize_seconds=None, snapshot_seconds=snapshot_seconds, release_seconds=None
+    )
     release = HostCacheRelease(
         phase=phase, status="noop", noop_reason=reason, detail=detail, released=False,
-        elapsed_seconds=elapsed_seconds, timings=timings, device=device, synchronized=False, entry_point=None,
-        torch_version=torch_version, collection=None, before=None, after=None, allocator_bytes_delta=None,
-        host_before=None, host_after=None,
+        elapsed_seconds=max(elapsed_seconds, snapshot_seconds), timings=timings, device=device, synchronized=False,
+        entry_point=None, torch_version=torch_version, collection=None, before=None, after=None,
+        allocator_bytes_delta=None, host_before=host, host_after=host,
     )  # fmt: skip
     return HostCacheReleaseReport(setup=HostCacheReleaseSetup(host_cache_release=release))

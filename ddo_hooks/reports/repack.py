@@ -40,6 +40,7 @@ from ddo_hooks.reports.base import (
 from ddo_hooks.reports.host_cache import AllocatorSnapshot, HostCacheRelease, measured_summary, owned_delta
 
 __all__ = [
+    "CENSUS",
     "REPACK_REFUSALS",
     "REPACK_SKIPS",
     "ComponentRepack",
@@ -64,6 +65,7 @@ RepackReason = Literal[
     "not_file_backed",
     "file_changed",
     "modified",
+    "ddo_pins_copies",
 ]
 """Why a component was not repacked.
 
@@ -81,16 +83,21 @@ reference, which a repack could not free; or a weight another component holds to
 a slab, or registering pages in place, failed). Pinning from the files (``pinned_copies.from_files``) also
 refuses: ``not_file_backed`` (a weight is not a view of its weights file: built or loaded into memory, converted
 to another dtype, or pinned already), ``file_changed`` (its file was deleted, replaced or truncated since it was
-loaded), ``modified`` (a page of its views was written since: an edit, a fused LoRA).
+loaded), ``modified`` (a page of its views was written since: an edit, a fused LoRA), ``ddo_pins_copies`` (DDO's
+runtime offloads it with ``pin_cpu_memory`` on: ``DDO_PIN_CPU_MEMORY`` missing, misspelt or not ``0``, and the
+policy's ``pinned_copies.on_ddo_pinning`` is ``warn``).
 """
 
 REPACK_SKIPS = frozenset(
     {"not_group_offloaded", "on_device", "no_pinned_copies", "not_pinned", "already_packed", "no_gain"}
 )
 """The reasons of a ``skipped`` component."""
+CENSUS = frozenset({"would_register", "would_stage"})
+"""The statuses of a component that :func:`~ddo_hooks.release.from_files.pin_from_files` would have pinned on a
+CUDA machine, found where torch has no CUDA host allocator (the census of a no-op ``unsupported_build``)."""
 REPACK_REFUSALS = frozenset({
     "disk_offload", "unsupported_tensor", "onloaded", "shared_storage", "pin_failed", "not_file_backed",
-    "file_changed", "modified",
+    "file_changed", "modified", "ddo_pins_copies",
 })  # fmt: skip
 """The reasons of a ``refused`` component."""
 
@@ -100,12 +107,14 @@ class ComponentRepack(ReportModel):
 
     component: str
     """The pipeline's name for it (``transformer``), or the module's class for a lone module."""
-    status: Literal["repacked", "registered", "skipped", "refused"]
+    status: Literal["repacked", "registered", "skipped", "refused", "would_register", "would_stage"]
     """``repacked`` (into slabs; also a staging from the files); ``registered`` (its files' pages pinned in place,
     ``pinned_copies.from_files: register``); ``skipped`` (nothing to win) or ``refused`` (not safe): left
-    exactly as it was."""
+    exactly as it was. Where torch has no CUDA host allocator, pinning from the files finds what it would do
+    without pinning anything (a census): ``would_register`` or ``would_stage`` (``tensor_bytes`` are the weights it
+    would pin, from the files ``detail`` names), and ``skipped`` or ``refused`` with the reason it would give."""
     reason: RepackReason | None
-    """Why it was skipped or refused; ``None`` when repacked or registered."""
+    """Why it was skipped or refused; ``None`` otherwise."""
     detail: str
     """A sentence for people (the group or tensor concerned, and the fix where there is one)."""
     groups: Count
@@ -124,11 +133,14 @@ class ComponentRepack(ReportModel):
     """The slabs' sizes (powers of two); empty unless repacked."""
     seconds: Seconds
     """Inspecting, pinning the slabs and copying (not the release after it)."""
+    files: Annotated[tuple[str, ...], Strict(False)] = ()
+    """Pinning from the files: the weights files it was pinned from (``registered``, ``repacked``), or would be
+    (``would_register``, ``would_stage``); empty otherwise."""
 
     @model_validator(mode="after")
     def _coherent(self) -> ComponentRepack:
-        if (self.status in ("repacked", "registered")) != (self.reason is None):
-            raise ValueError("reason must be null exactly when status is 'repacked' or 'registered'")
+        if (self.status in ("repacked", "registered", *CENSUS)) != (self.reason is None):
+            raise ValueError("reason must be null exactly when status is 'repacked', 'registered' or 'would_...'")
         if self.status == "skipped" and self.reason not in REPACK_SKIPS:
             raise ValueError(f"a skipped component's reason is one of {', '.join(sorted(REPACK_SKIPS))}")
         if self.status == "refused" and self.reason not in REPACK_REFUSALS:
@@ -147,6 +159,11 @@ class ComponentRepack(ReportModel):
         elif self.status == "registered":
             if self.slabs or self.pinned_bytes_before or self.pinned_bytes_after < self.tensor_bytes:
                 raise ValueError("a registered component has no slabs, owned nothing before and pins its bytes after")
+        elif self.status in CENSUS:
+            if self.slabs or self.pinned_bytes_before or self.pinned_bytes_after:
+                raise ValueError(f"a {self.status} component pinned nothing: no slabs, no pinned bytes before or after")
+            if not self.files:
+                raise ValueError(f"a {self.status} component names the files it would be pinned from")
         elif self.slabs or self.pinned_bytes_after != self.pinned_bytes_before:
             raise ValueError("a component left as it was has no slabs and owns after what it owned before")
         return self
@@ -156,7 +173,12 @@ class PinnedCopyRepack(ReportModel):
     """Fields under ``setup.pinned_copy_repack``."""
 
     phase: PhaseLabel
-    """When it ran: ``attach`` (the policy's ``pinned_copies.repack``), or the label a caller gave."""
+    """When it ran: ``attach`` (the policy's ``pinned_copies.repack`` or ``from_files``), or the label a caller
+    gave."""
+    step: Literal["repack", "register", "stage"] = "repack"
+    """What it does: ``repack`` (group offloading's pinned copies into slabs: ``pinned_copies.repack``),
+    ``register`` or ``stage`` (the weights pinned from their files: ``pinned_copies.from_files``). Tables name the
+    row ``<phase>/<step>`` (``attach/register``)."""
     status: Literal["executed", "noop"]
     """``executed``: at least one component was repacked or registered. ``noop``: none was, see ``noop_reason``."""
     noop_reason: Literal["disabled", "unsupported_build", "nothing_to_repack"] | None
@@ -207,6 +229,11 @@ class PinnedCopyRepack(ReportModel):
         expected = owned_delta(self.before, self.after)
         if self.allocator_bytes_delta != expected:
             raise ValueError(f"allocator_bytes_delta must be {show_repr(expected)} (before minus after)")
+        census = [c for c in self.components if c.status in CENSUS]
+        if census and self.noop_reason != "unsupported_build":
+            raise ValueError("a 'would_...' component belongs to a census: a no-op of noop_reason unsupported_build")
+        if any(c.status != f"would_{self.step}" for c in census):
+            raise ValueError(f"a census of step {self.step!r} has components of status 'would_{self.step}' only")
         if self.releases and self.release_refused is not None:
             raise ValueError("release_refused says why no release ran, so it goes with no releases")
         return self
@@ -233,7 +260,10 @@ class PinnedCopyRepackReport(RouteReport):
         return self.setup.pinned_copy_repack
 
     def summary(self) -> ReportSummary:
-        """The repack as a table row (action ``repack``): owned and RSS before and after it and its releases."""
+        """The repack as a table row, its action the step (``repack``, ``register``, ``stage``).
+
+        The owned pinned bytes and the RSS before and after it and its releases.
+        """
         return measured_summary(
-            self.repack, boundary=self.repack.phase, action="repack", reason=self.repack.noop_reason
+            self.repack, boundary=self.repack.phase, action=self.repack.step, reason=self.repack.noop_reason
         )
