@@ -75,7 +75,12 @@ def test_the_first_screen_says_who_it_is_for_what_they_gain_and_shows_the_plot()
     for word in (r"(?<!-)\bbox\b", "steady call", "DDO", "registered"):  # used after the glossary only
         assert not re.search(word, top), word
     presets = [line for line in first.splitlines() if line.startswith("| ") and line.endswith("` |")]
-    assert [line.rsplit("|", 2)[1].strip() for line in presets] == ["`smallest-box`", "`default`", "`lowest-peak`"]
+    assert [line.rsplit("|", 2)[1].strip() for line in presets] == [
+        "`smallest-box`",
+        "`default`",
+        "`lowest-peak`",
+        "`streamed-box`",
+    ]
     assert "| DDO | diffusers-dynamic-offloader, a separate package" in first  # what DDO is to this project
     for what in ("`low_cpu_mem_usage=False`", "With `True`", "DDO's `enable_pipeline_offload`"):  # the baselines
         assert what in _flat(first)
