@@ -53,7 +53,7 @@ EXPECTED_SKIPS = {
     "docs/pinned-copies.md": 2,  # a saved Flux pipeline pinned from its files on a CUDA GPU, under DDO and diffusers
     "docs/quickstart.md": 1,  # the install command
     "docs/pipelines.md": 1,  # downloads FLUX.1-dev and needs a CUDA GPU
-    "docs/ring-runtime.md": 1,  # downloads FLUX.1-dev and needs a CUDA GPU
+    "docs/ring-runtime.md": 2,  # downloads FLUX.1-dev and needs a CUDA GPU; the runs left to make on the GPU machine
     "docs/workers.md": 1,  # needs two CUDA GPUs and torchrun
     "docs/with-ddo.md": 1,  # calls diffusers-dynamic-offloader, which ddo-hooks does not depend on
 }
