@@ -10,10 +10,19 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+# One CPU thread for torch here and in every process a test starts (set before torch is imported). The models are
+# tiny: a second thread buys nothing, and on a machine with other work the threads of a parallel region spin-wait
+# for each other (on 2 busy cores, tests/test_ring_runtime.py and test_attach_offload.py took 161 s with 2 threads
+# and 11 s with 1, 2026-12-07).
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 import pytest
+import torch
 from support.fakes import FakeHostAllocator, MiB
 
 from ddo_hooks.release.allocator import use_backend
+
+torch.set_num_threads(1)  # where torch was imported before this file (a doctest of the package, a plugin)
 
 # Nothing in the suite may reach a model hub.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

@@ -24,6 +24,7 @@ DECIMAL = {
     "(a 24 GB card has room": "a card's size as its vendor sells it",
     "as 5 GB safetensors shards": "diffusers' max_shard_size='5GB', which it reads as 5 * 10^9 bytes",
     "the transformer's 2.62 GB (2.44 GiB) cross in 48 ms": "beside the 54 GB/s rate it is divided by",
+    "(24 blocks, 1.87 GB streamed a step": "beside the 53 GB/s link it is divided by, on the ring runtime's page",
     "so the bound is about 1.2 GB": "12 KB (10^3) a record times 100,000 records",
     "is about 1.2 GB of reports": "12 KB (10^3) a record times 100,000 records",
     "`1.5GiB` or `2GB`": "the unit itself, on the policy page",
