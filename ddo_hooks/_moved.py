@@ -48,6 +48,7 @@ _NAMED = "each action's name is in its own module"
 _ROUTE = "a report module is named after its route"
 _ONE_MODULE = "no two modules share a name"
 _WEIGHTS_FILES = "a component's weights files are found, opened and told changed in one module"
+_STEPS = "each step of an attachment checks what it made at each call's start"
 
 
 class Renamed(NamedTuple):
@@ -111,7 +112,10 @@ RENAMED: dict[str, Renamed] = {
         "ddo_hooks.actions.contract.RegisteredAction", "the one declaration of an action; it takes the name first"
     ),
     "ddo_hooks.hooks.builtin_actions.check_weights_files": Renamed(
-        "ddo_hooks.hooks.attachment.check_weights_files", "the attachment's own check at the start of each call"
+        "ddo_hooks.hooks.attach_steps.check_weights_files", _STEPS
+    ),
+    "ddo_hooks.hooks.attachment.check_weights_files": Renamed(
+        "ddo_hooks.hooks.attach_steps.check_weights_files", _STEPS
     ),
     **{
         f"ddo_hooks.hooks.builtin_actions.{name}": Renamed(f"ddo_hooks.actions.{module}.{name}")

@@ -308,12 +308,17 @@ class RegisteredAction(Generic[OptionsT]):
             loads with located messages; ``None`` (the default): the options as the policy writes them.
         defaults: The policy's section that holds defaults of its options for every boundary
             (``release`` for ``host_cache_release``); ``None`` (the default): none.
-        on_attach: A step :func:`~ddo_hooks.attach` takes once, after installing its hooks, when the
-            policy is enabled and lists the action: given the pipeline and each of the action's
-            resolved entries, in boundary order.
-        on_detach: A step ``detach()`` takes once for an action the policy lists, after removing its
-            hooks: given the pipeline, it returns ``(component, report)`` to record, or ``None``.
+        on_attach: A step :func:`~ddo_hooks.attach` takes once, after installing its signal hooks, when the
+            policy is enabled and lists the action: given the pipeline and each of the action's resolved
+            entries, in boundary order. If it raises (Ctrl-C too), it must leave nothing of its own: the
+            steps taken before it are undone in reverse, and its ``on_detach`` is not called.
+        on_detach: Its inverse, which ``detach()`` takes once, in the reverse order of attach (after the
+            steps taken after it are undone, before the signal hooks are removed): given the pipeline, it
+            returns ``(component, report)`` to record, or ``None``.
         routes: The routes of the reports it answers with (the docs' table of actions).
+        before_call: A check at the start of each top-level call, before any component runs, of what the
+            action made (for an action the policy lists): given the attached pipeline and then each
+            pipeline it holds; what it raises ends the call. ``None`` (the default): none.
 
     Examples:
         >>> from ddo_hooks.actions import by_name
@@ -331,6 +336,7 @@ class RegisteredAction(Generic[OptionsT]):
     on_attach: Callable[[Any, tuple[ResolvedAction[OptionsT], ...]], None] | None = None
     on_detach: Callable[[Any], tuple[str, RouteReport] | None] | None = None
     routes: tuple[str, ...] = ("boundary_action",)
+    before_call: Callable[[Any], None] | None = None
 
     def __post_init__(self) -> None:
         if self.options is not None and not (
