@@ -17,7 +17,12 @@ from ddo_hooks.hooks import attach_steps, runner, signals
 from ddo_hooks.release import file_views, from_files, pinned_copies
 from ddo_hooks.testing.tiny_pipelines import build_pipeline, call_kwargs
 
-PLUGINS = {"plugin.steps": "STEPS", "plugin.raises": "RAISES", "plugin.interrupted": "INTERRUPTED"}
+PLUGINS = {
+    "plugin.steps": "STEPS",
+    "plugin.raises": "RAISES",
+    "plugin.interrupted": "INTERRUPTED",
+    "plugin.undo_raises": "UNDO_RAISES",
+}
 
 
 @pytest.fixture(autouse=True)
@@ -101,3 +106,18 @@ def test_detach_runs_the_steps_at_detach_in_the_reverse_order_of_attach():
     attachment.detach()  # a second detach does nothing
     assert list(LOG) == ["plugin.steps attach", "plugin.steps ran", "plugin.steps detach"]
     assert not everything(pipe)["attached"]
+
+
+def test_a_step_at_detach_that_raises_is_raised_once_every_other_step_is_undone():
+    pipe = build_pipeline("sd")
+    before = everything(pipe)
+    attachment = attach(pipe, policy("plugin.steps", "plugin.undo_raises"))
+    with pytest.raises(OSError, match="the plugin's step at detach broke") as raised:
+        attachment.detach()
+    assert raised.value.__notes__ == ["ddo_hooks: while undoing the steps of the action 'plugin.undo_raises'"]
+    assert list(LOG) == ["plugin.steps attach", "plugin.undo_raises attach", "plugin.undo_raises detach",
+                         "plugin.steps detach"]  # fmt: skip
+    assert attachment.detached
+    assert everything(pipe) == before  # the signals too, undone after the step that raised
+    attachment.detach()  # and nothing is left to undo
+    assert list(LOG)[-1] == "plugin.steps detach"

@@ -24,9 +24,11 @@ def _ran(ctx: BoundaryContext[Any]) -> None:
     LOG.append(f"{ctx.action} ran")
 
 
-def _detach(name: str) -> Any:
+def _detach(name: str, error: BaseException | None = None) -> Any:
     def detach(pipeline: Any) -> None:
         LOG.append(f"{name} detach")
+        if error is not None:
+            raise error
 
     return detach
 
@@ -62,3 +64,12 @@ INTERRUPTED = RegisteredAction(
     on_detach=_detach("plugin.interrupted"),
 )
 """An action whose step at attach is interrupted (Ctrl-C)."""
+
+UNDO_RAISES = RegisteredAction(
+    "plugin.undo_raises",
+    _ran,
+    "plugin_undo_raises",
+    on_attach=_attach("plugin.undo_raises"),
+    on_detach=_detach("plugin.undo_raises", OSError("the plugin's step at detach broke")),
+)
+"""An action whose step at detach raises (the steps before it must still be undone)."""
