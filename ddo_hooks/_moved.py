@@ -95,6 +95,9 @@ RENAMED: dict[str, Renamed] = {
     "BoundaryContext.left": Renamed("BoundaryContext.dropped_names", kind="attribute"),
     # a weights file's identity, its index and which files a pipeline reads: one module of its own
     "ddo_hooks.release.file_views.note_files": Renamed("ddo_hooks.release.weights_files.note_files", _WEIGHTS_FILES),
+    "ddo_hooks.release.file_views.Unbound": Renamed(
+        "ddo_hooks.release.file_copies.Unbound", "comparing copies with their files is a module of its own"
+    ),
     "ddo_hooks.release.file_identity": Renamed("ddo_hooks.release.weights_files", _WEIGHTS_FILES, "module"),
     # one module per built-in action (ddo_hooks.actions), on the contract every action is written on
     "ddo_hooks.hooks.actions": Renamed("ddo_hooks.actions.registry", _ACTIONS, "module"),
