@@ -95,6 +95,12 @@ RENAMED: dict[str, Renamed] = {
     "BoundaryContext.left": Renamed("BoundaryContext.dropped_names", kind="attribute"),
     # a weights file's identity, its index and which files a pipeline reads: one module of its own
     "ddo_hooks.release.file_views.note_files": Renamed("ddo_hooks.release.weights_files.note_files", _WEIGHTS_FILES),
+    **{
+        f"ddo_hooks.reports.host_cache.{name}": Renamed(
+            f"ddo_hooks.reports.allocator.{name}", "the allocator's counters are read by several reports"
+        )
+        for name in ("unavailable_snapshot", "validate_active_counter")
+    },
     "ddo_hooks.release.file_views.Unbound": Renamed(
         "ddo_hooks.release.file_copies.Unbound", "comparing copies with their files is a module of its own"
     ),

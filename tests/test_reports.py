@@ -14,17 +14,16 @@ from hypothesis import strategies as st
 from ddo_hooks import parse_report
 from ddo_hooks.errors import ReportError
 from ddo_hooks.release.counters import unavailable_snapshot
+from ddo_hooks.reports.allocator import AllocatorSnapshot, validate_active_counter
 from ddo_hooks.reports.base import HostObservation
 from ddo_hooks.reports.boundary import ActionReport, BoundaryRefusalReport
 from ddo_hooks.reports.host_cache import (
-    AllocatorSnapshot,
     GarbageCollection,
     HostCacheRelease,
     HostCacheReleaseReport,
     HostCacheReleaseSetup,
     ReleaseTimings,
     ThresholdDecision,
-    validate_active_counter,
 )
 from ddo_hooks.reports.parse import report_json_schema
 
