@@ -8,6 +8,7 @@ phase machine), :mod:`~ddo_hooks.hooks.runner` (binding each action at attach, a
 actions in the release slot),
 :mod:`~ddo_hooks.hooks.idle` (boundaries deferred until the pipeline is idle),
 :mod:`~ddo_hooks.hooks.signals` (the signals a pipeline gives it),
+:mod:`~ddo_hooks.hooks.loop_bar` (the progress bar that signals a denoising loop),
 :mod:`~ddo_hooks.hooks.signal_hooks` (the module hooks that signal them, shared between pipelines),
 :mod:`~ddo_hooks.hooks.mechanics` (installing hooks and wrappers, and removing them exactly),
 :mod:`~ddo_hooks.hooks.components` (the components that left a pipeline, and dropping them),
