@@ -5,6 +5,7 @@ reading a policy, each action resolved once), :mod:`~ddo_hooks.policy.parts` (it
 of each action are its own model, :mod:`ddo_hooks.actions`), :mod:`~ddo_hooks.policy.base` (the base model),
 :mod:`~ddo_hooks.policy.sources` (a preset's name or a file's path),
 :mod:`~ddo_hooks.policy.yaml_loader` (a safe, bounded, position-tracking YAML loader),
+:mod:`~ddo_hooks.policy.yaml_text` (the bracket depth of its text, checked before parsing),
 :mod:`~ddo_hooks.policy.messages` (one located line per problem) and :mod:`~ddo_hooks.policy.passes`
 (every problem in one run), :mod:`~ddo_hooks.policy.offload` (the ``offload`` section: the runtime attach
 applies). The packaged policies are in ``presets/``, named in :data:`PRESETS`
