@@ -48,20 +48,17 @@ from ddo_hooks.policy import PRESETS
 from ddo_hooks.policy.messages import located_line
 from ddo_hooks.policy.offload import OffloadPolicy
 from ddo_hooks.policy.parts import (
-    DEVICE_PATTERN,
     ActionSpec,
     AuxiliarySourcesPolicy,
     BoundariesPolicy,
     BoundaryPolicy,
     Model,
     PinnedCopiesPolicy,
-    keep_reports_in_range,
     located_error,
-    report_sink_problem,
-    validate_device,
 )
 from ddo_hooks.policy.passes import SUPPORTED_VERSIONS, checked_whole, version_problem
 from ddo_hooks.policy.sources import named_source
+from ddo_hooks.policy.values import DEVICE_PATTERN, keep_reports_in_range, report_sink_problem, validate_device
 from ddo_hooks.policy.yaml_loader import LoadedYaml, compose_policy_yaml, read_policy_file
 from ddo_hooks.reports.tracker import MAX_RECORDS
 

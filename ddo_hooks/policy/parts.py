@@ -17,11 +17,8 @@ Examples:
 from __future__ import annotations
 
 import functools
-import math
-import os
 import re
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -42,15 +39,21 @@ from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema, InitErrorDetails, PydanticCustomError
 
 from ddo_hooks import _moved, actions
-from ddo_hooks._diagnostics import KeyPath, show_value
 from ddo_hooks.actions.contract import ActionOptions, RegisteredAction, ResolvedAction
 from ddo_hooks.actions.host_cache_release import NAME as HOST_CACHE_RELEASE
 from ddo_hooks.actions.registry import validated_options
 from ddo_hooks.boundaries import ACTION_NAME_PATTERN
-from ddo_hooks.errors import InvalidArgumentError
 from ddo_hooks.policy.base import Model, located_error
-from ddo_hooks.release.devices import parse_cuda_device
-from ddo_hooks.reports.tracker import MAX_RECORDS
+from ddo_hooks.policy.values import (
+    DEVICE_PATTERN,
+    ActionName,
+    Duration,
+    json_value,
+    keep_reports_in_range,
+    parse_duration,
+    report_sink_problem,
+    validate_device,
+)
 from ddo_hooks.sizes import ByteSize
 
 __all__ = [
@@ -71,26 +74,6 @@ __all__ = [
     "validate_device",
 ]
 
-_ACTION_NAME_RE = re.compile(ACTION_NAME_PATTERN)
-DEVICE_PATTERN = r"^cuda(:[0-9]+)?$"
-"""The ``device`` values a policy accepts."""
-
-
-def validate_device(value: object) -> str:
-    """A policy's ``device``: ``cuda`` or ``cuda:N`` (a :func:`located_error` otherwise)."""
-    try:
-        index = parse_cuda_device(value if isinstance(value, str) else None)
-    except InvalidArgumentError as e:
-        raise located_error("device", "{value} is not a CUDA device; use 'cuda' or 'cuda:N'", value=value) from e
-    return "cuda" if index is None else f"cuda:{index}"
-
-
-def _action_name(value: object) -> object:
-    if isinstance(value, str) and not _ACTION_NAME_RE.match(value):
-        rule = "a lowercase letter, then a-z, 0-9, '_', '.', '-'"
-        raise located_error("action_name", f"{{value}} is not an action name; use {rule}", value=value)
-    return value
-
 
 def _action_entry(value: object) -> object:
     if isinstance(value, str):
@@ -99,95 +82,6 @@ def _action_entry(value: object) -> object:
         return value
     form = f"an action name (e.g. {HOST_CACHE_RELEASE}) or a mapping {{name: ..., options: {{...}}}}"
     raise located_error("action_entry", f"expected {form}, got {{value}}", value=value)
-
-
-def _json_value(value: object, at: KeyPath) -> Any:
-    """Check that ``value`` is JSON data; return a copy with tuples as lists."""
-    if len(at) > 64:
-        raise located_error("json_value", "options nest more than 64 levels deep (or contain themselves)", at[:1])
-    if isinstance(value, float) and not math.isfinite(value):
-        message = "{value} is not a JSON number; use a finite number or a string"
-        raise located_error("json_value", message, at, value=value)
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    if isinstance(value, (list, tuple)):
-        return [_json_value(item, (*at, i)) for i, item in enumerate(value)]
-    if not isinstance(value, Mapping):
-        kinds = "strings, numbers, booleans, null, lists and mappings"
-        raise located_error("json_value", f"a {type(value).__name__} is not a JSON value; use {kinds}", at)
-    for key in value:
-        if not isinstance(key, str):
-            raise located_error("json_value", f"option key {show_value(key)} is not a string; quote it", at)
-    return {key: _json_value(item, (*at, key)) for key, item in value.items()}
-
-
-ActionName = Annotated[
-    str, BeforeValidator(_action_name), WithJsonSchema({"type": "string", "pattern": ACTION_NAME_PATTERN})
-]
-"""A registered action's name, e.g. ``host_cache_release`` (see :data:`ACTION_NAME_PATTERN`)."""
-
-
-_DURATION_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*(ms|s|m|min)?\s*$")
-_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "min": 60.0, None: 1.0}
-MAX_DURATION_SECONDS = 24 * 3600
-
-
-def report_sink_problem(value: str) -> str | None:
-    """Why ``attach`` could not open ``report_sink`` whatever the folders hold, or ``None``."""
-    if "\x00" in value:
-        return "{value} holds a NUL character, which no file name may hold; remove it"
-    if value.startswith("~"):
-        try:
-            Path(value).expanduser()
-        except RuntimeError:
-            user = value[1:].split("/", 1)[0].split(os.sep, 1)[0]
-            who = f"no user {user!r} on this machine" if user else "no home folder is known here"
-            return f"{{value}} starts with '~' but there is {who}; write the full path, or '~/' for your home"
-    return None
-
-
-def keep_reports_in_range(value: object) -> object:
-    """``keep_reports`` from 0 to :data:`~ddo_hooks.reports.tracker.MAX_RECORDS`; other types: the strict int check."""
-    if type(value) is int and value < 0:
-        raise located_error(
-            "keep_reports",
-            f"{{value}} is negative; use 0 (none in memory: read report_sink) to {MAX_RECORDS:,}",
-            value=value,
-        )
-    if type(value) is int and value > MAX_RECORDS:
-        problem = f"{{value}} is more than {MAX_RECORDS:,}, the most reports an attachment keeps in memory"
-        raise located_error(
-            "keep_reports", f"{problem}; keep fewer, and read every report from report_sink", value=value
-        )
-    return value
-
-
-def parse_duration(value: object) -> float:
-    """A duration in seconds, from a number of seconds or a string such as ``2s``, ``500ms``, ``1.5 min``.
-
-    Raises:
-        PydanticCustomError: Negative, non-finite, longer than a day, or not a duration.
-
-    Examples:
-        >>> parse_duration("2s"), parse_duration("500ms"), parse_duration(1.5), parse_duration("1 min")
-        (2.0, 0.5, 1.5, 60.0)
-    """
-    seconds: float | None = None
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        seconds = float(value)
-    elif isinstance(value, str) and (match := _DURATION_RE.match(value)):
-        seconds = float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
-    if seconds is None or not math.isfinite(seconds) or not 0 <= seconds <= MAX_DURATION_SECONDS:
-        forms = "a number of seconds, or e.g. '2s', '500ms', '1 min' (at most a day)"
-        raise located_error("duration", f"{show_value(value)} is not a duration; use {forms}")
-    return seconds
-
-
-Duration = Annotated[
-    float,
-    BeforeValidator(parse_duration, json_schema_input_type=Annotated[float, Field(ge=0)] | str),
-]
-"""Seconds, written as a number or with a unit (``2s``, ``500ms``, ``1 min``)."""
 
 
 class ActionSpec(Model):
@@ -205,7 +99,7 @@ class ActionSpec(Model):
     @field_validator("options", mode="before")
     @classmethod
     def _json_options(cls, value: object) -> object:
-        return _json_value(value, ()) if isinstance(value, Mapping) else value
+        return json_value(value, ()) if isinstance(value, Mapping) else value
 
     _settings: ActionOptions | None = PrivateAttr(default=None)
 
