@@ -1,8 +1,9 @@
 """The policy layer: the hook policy model and its YAML loader with located errors.
 
 Modules: :mod:`~ddo_hooks.policy.model` (:class:`~ddo_hooks.policy.model.HookPolicy`, loading and
-reading a policy, each action resolved once), :mod:`~ddo_hooks.policy.parts` (its sections; the options
-of each action are its own model, :mod:`ddo_hooks.actions`), :mod:`~ddo_hooks.policy.base` (the base model),
+reading a policy), :mod:`~ddo_hooks.policy.resolving` (each action resolved once),
+:mod:`~ddo_hooks.policy.parts` (its sections; the options of each action are its own model,
+:mod:`ddo_hooks.actions`), :mod:`~ddo_hooks.policy.base` (the base model),
 :mod:`~ddo_hooks.policy.values` (the values its settings take),
 :mod:`~ddo_hooks.policy.sources` (a preset's name or a file's path),
 :mod:`~ddo_hooks.policy.yaml_loader` (a safe, bounded, position-tracking YAML loader),

@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from importlib import resources
-from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -36,19 +34,15 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from pydantic_core import PydanticCustomError
 
-from ddo_hooks._diagnostics import KeyPath, Positions, below, did_you_mean_hint, show_value
+from ddo_hooks._diagnostics import KeyPath, Positions, did_you_mean_hint, show_value
 from ddo_hooks.actions.contract import OptionsT, RegisteredAction, ResolvedAction
 from ddo_hooks.actions.host_cache_release import HostCacheReleaseOptions
-from ddo_hooks.actions.registry import registered
 from ddo_hooks.boundaries import BOUNDARIES
 from ddo_hooks.errors import InvalidArgumentError, PolicyError
 from ddo_hooks.policy import PRESETS
-from ddo_hooks.policy.messages import located_line
 from ddo_hooks.policy.offload import OffloadPolicy
 from ddo_hooks.policy.parts import (
-    ActionSpec,
     AuxiliarySourcesPolicy,
     BoundariesPolicy,
     BoundaryPolicy,
@@ -57,22 +51,13 @@ from ddo_hooks.policy.parts import (
     located_error,
 )
 from ddo_hooks.policy.passes import SUPPORTED_VERSIONS, checked_whole, version_problem
-from ddo_hooks.policy.sources import named_source
+from ddo_hooks.policy.resolving import fitted, resolve_actions
+from ddo_hooks.policy.sources import named_source, preset_file
 from ddo_hooks.policy.values import DEVICE_PATTERN, keep_reports_in_range, report_sink_problem, validate_device
 from ddo_hooks.policy.yaml_loader import LoadedYaml, compose_policy_yaml, read_policy_file
 from ddo_hooks.reports.tracker import MAX_RECORDS
 
 __all__ = ["PRESETS", "SUPPORTED_VERSIONS", "HookPolicy", "policy_json_schema", "preset_file"]
-
-
-def preset_file(name: str) -> Traversable:
-    """The packaged file of the preset ``name`` (one of :data:`PRESETS`).
-
-    Examples:
-        >>> preset_file("lowest-peak").name
-        'lowest-peak.yaml'
-    """
-    return resources.files("ddo_hooks.policy").joinpath(f"presets/{name}.yaml")
 
 
 class HookPolicy(Model):
@@ -175,30 +160,9 @@ class HookPolicy(Model):
 
     @model_validator(mode="after")
     def _resolve_actions(self) -> HookPolicy:
-        """Resolve each boundary's actions once: each one's options, valid, over the policy's defaults of them.
-
-        The options of ``host_cache_release`` are merged with the ``release`` section here, by validating,
-        so that a ``core: ddo`` in one with a setting it cannot honour in the other is refused at its line.
-        """
-        resolved = {}
-        for name in BOUNDARIES:
-            found = []
-            for index, spec in enumerate(self.boundary(name).actions):
-                at = ("boundaries", name, "actions", index)
-                found.append(ResolvedAction(spec.name, self._options_of(spec, at), name, index, spec.options))
-            resolved[name] = tuple(found)
-        self._resolved = resolved
+        """Resolve each boundary's actions once (:func:`~ddo_hooks.policy.resolving.resolve_actions`)."""
+        self._resolved = resolve_actions(self)
         return self
-
-    def _options_of(self, spec: ActionSpec, at: KeyPath) -> Any:
-        if spec.settings is None:
-            return spec.options
-        action = registered(spec.name)
-        defaults = None if action is None or action.defaults is None else getattr(self, action.defaults)
-        try:
-            return spec.settings.with_defaults(defaults, spec.options)
-        except PydanticCustomError as e:
-            raise below(at, e) from e
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, HookPolicy):
@@ -394,12 +358,7 @@ class HookPolicy(Model):
         Raises:
             PolicyError: They do not fit the action's model; the message points at the policy's line.
         """
-        defaults = None if action.defaults is None else getattr(self, action.defaults)
-        try:
-            return action.fit(resolved, defaults)
-        except PydanticCustomError as e:
-            line = located_line(e, resolved.at, source=self._source, positions=self._positions, written=self._written)
-            raise PolicyError(line) from e
+        return fitted(self, resolved, action, source=self._source, positions=self._positions, written=self._written)
 
     def enabled_boundaries(self) -> tuple[str, ...]:
         """The boundaries that act, in firing order; empty when the policy is disabled."""
