@@ -91,6 +91,7 @@ RENAMED: dict[str, Renamed] = {
             "unregister_offload_runtime",
         )
     },
+    "MetricsTracker.record_ddo_metrics": Renamed("MetricsTracker.record", _DDO_NAMES, kind="attribute"),
     # "dropped" is the one word for a component that left the pipeline
     "BoundaryContext.left": Renamed("BoundaryContext.dropped_names", kind="attribute"),
     # a weights file's identity, its index and which files a pipeline reads: one module of its own

@@ -172,7 +172,7 @@ def test_a_run_without_readings_has_nothing_to_plot_and_plot_says_what_it_needs(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ):
     tracker = MetricsTracker()
-    tracker.record_ddo_metrics(release_pytorch_host_cache(phase="after_call"), component="host_cache_after_call")
+    tracker.record(release_pytorch_host_cache(phase="after_call"), component="host_cache_after_call")
     cpu = tracker.write_jsonl(tmp_path / "cpu.jsonl")
     assert main(["plot", str(cpu), "-o", str(tmp_path / "run.png")]) == 1
     err = " ".join(capsys.readouterr().err.split())

@@ -359,7 +359,7 @@ class RegisteredAction(Generic[OptionsT]):
         if isinstance(report, RouteReport) and isinstance(report, ANY_REPORT_TYPES):
             return report
         raise InvalidArgumentError(
-            f"action {self.name!r} returned {type(report).__name__}; an action returns a DDO report "
+            f"action {self.name!r} returned {type(report).__name__}; an action returns a report "
             "(e.g. ctx.action_report('executed', data={...})) or None"
         )
 

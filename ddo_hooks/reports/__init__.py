@@ -1,4 +1,4 @@
-"""The report layer: the DDO report models of every route, parsing and schema, the tracker, report files.
+"""The report layer: the report models of every route, of both shapes, parsing and schema, the tracker, report files.
 
 Modules: :mod:`~ddo_hooks.reports.base` (the strict base, the shared field types and the route
 shape), :mod:`~ddo_hooks.reports.allocator` (the pinned host allocator's counters, which several reports hold),

@@ -241,7 +241,7 @@ class HostCacheReleaseSetup(ReportModel):
 
 
 class HostCacheReleaseReport(RouteReport):
-    """The DDO report of one host-cache boundary (route ``pytorch_host_cache_release``)."""
+    """The report of one host-cache boundary (route ``pytorch_host_cache_release``)."""
 
     route: Literal["pytorch_host_cache_release"] = "pytorch_host_cache_release"
     """What produced the report."""

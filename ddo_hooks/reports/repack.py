@@ -221,7 +221,7 @@ class PinnedCopyRepackSetup(ReportModel):
 
 
 class PinnedCopyRepackReport(RouteReport):
-    """The DDO report of one repack of pinned copies (route ``pinned_copy_repack``)."""
+    """The report of one repack of pinned copies (route ``pinned_copy_repack``)."""
 
     route: Literal["pinned_copy_repack"] = "pinned_copy_repack"
     """What produced the report."""
