@@ -28,7 +28,7 @@ from ddo_hooks._diagnostics import literal_problem, located_error
 if TYPE_CHECKING:
     from pydantic_core import PydanticCustomError
 
-__all__ = ["choices", "located_option_error", "option_keys", "spelling", "type_words"]
+__all__ = ["choices", "located_option_errors", "option_keys", "spelling", "type_words"]
 
 _TYPE_WORDS = {int: "an integer", float: "a number", str: "a string", bool: "true or false", list: "a list"}
 
@@ -103,13 +103,16 @@ def _is_union(annotation: Any) -> bool:
     return choices(annotation) is None and len(kinds) > 1
 
 
-def located_option_error(
+def located_option_errors(
     model: type[BaseModel], error: ValidationError, options: Mapping[str, Any]
-) -> PydanticCustomError:
-    """The first problem of ``error`` as a located error at ``options.<key>``, showing the value as written."""
-    item = error.errors(include_url=False)[0]
+) -> list[PydanticCustomError]:
+    """Every problem of ``error`` as a located error at ``options.<key>``, showing the value as written."""
+    return [_located(model, item, options) for item in error.errors(include_url=False)]
+
+
+def _located(model: type[BaseModel], item: Any, options: Mapping[str, Any]) -> PydanticCustomError:
     context = item.get("ctx") or {}
-    if "at" in context:  # a located error of the model's own validators (core: ddo with a setting it cannot honour)
+    if "at" in context:  # a located error of the model's own validators
         at = (*item["loc"], *context["at"])
         message = context.get("template", context["message"])
         return located_error("action_option", message, ("options", *at), value=options.get(str(at[0])))

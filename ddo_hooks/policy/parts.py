@@ -3,12 +3,14 @@
 :class:`~ddo_hooks.policy.model.HookPolicy` is made of these models; each is strict and frozen,
 and every validation problem carries the key path where a message should point. The options of the
 actions are their own models (:mod:`ddo_hooks.actions`; the ``release`` section holds
-``host_cache_release``'s, :class:`~ddo_hooks.actions.host_cache_release.HostCacheReleaseOptions`), and the
-base of every model is in :mod:`ddo_hooks.policy.base`, re-exported here.
+``host_cache_release``'s, :class:`~ddo_hooks.actions.host_cache_release.HostCacheReleaseOptions`). The base
+of every model is in :mod:`ddo_hooks.policy.base` and the values of the settings in
+:mod:`ddo_hooks.policy.values`, both re-exported here; the rules across settings (an action listed once, an
+enabled boundary that acts, ...) are :mod:`ddo_hooks.policy.rules`, checked over what parsed.
 
 Examples:
     >>> spec = ActionSpec.model_validate({"name": "host_cache_release", "options": {"collect": "full"}})
-    >>> spec.options
+    >>> spec.options  # as written: the policy resolves it against its action's model
     {'collect': 'full'}
     >>> BoundaryPolicy().action_names()
     ('host_cache_release',)
@@ -27,21 +29,17 @@ from pydantic import (
     ConfigDict,
     Field,
     GetJsonSchemaHandler,
-    PrivateAttr,
     StrictBool,
-    ValidationError,
     WithJsonSchema,
     create_model,
     field_validator,
-    model_validator,
 )
 from pydantic.json_schema import JsonSchemaValue
-from pydantic_core import CoreSchema, InitErrorDetails, PydanticCustomError
+from pydantic_core import CoreSchema
 
 from ddo_hooks import _moved, actions
-from ddo_hooks.actions.contract import ActionOptions, RegisteredAction, ResolvedAction
+from ddo_hooks.actions.contract import RegisteredAction, ResolvedAction
 from ddo_hooks.actions.host_cache_release import NAME as HOST_CACHE_RELEASE
-from ddo_hooks.actions.registry import validated_options
 from ddo_hooks.boundaries import ACTION_NAME_PATTERN
 from ddo_hooks.policy.base import Model, located_error
 from ddo_hooks.policy.values import (
@@ -85,10 +83,11 @@ def _action_entry(value: object) -> object:
 
 
 class ActionSpec(Model):
-    """One action a boundary runs; in YAML either its name or ``{name: ..., options: {...}}``.
+    """One action a boundary runs, as written: in YAML either its name or ``{name: ..., options: {...}}``.
 
-    Its options are validated where the policy loads, against the model of the action registered under
-    its name then (:attr:`settings`); the JSON Schema lists each built-in action's options.
+    It holds what was written, and only that: its options are resolved once, against the model of the action
+    registered under its name, with the policy's rules (:mod:`~ddo_hooks.policy.resolving`); the JSON Schema
+    lists each built-in action's options.
     """
 
     name: ActionName
@@ -100,25 +99,6 @@ class ActionSpec(Model):
     @classmethod
     def _json_options(cls, value: object) -> object:
         return json_value(value, ()) if isinstance(value, Mapping) else value
-
-    _settings: ActionOptions | None = PrivateAttr(default=None)
-
-    @model_validator(mode="after")
-    def _validated_options(self) -> ActionSpec:
-        self._settings = _every_option_checked(self.name, self.options)
-        return self
-
-    @property
-    def settings(self) -> ActionOptions | None:
-        """Its options as the model of its action holds them, validated once, with the policy.
-
-        ``None`` for an action without a model (or not registered when the policy loaded).
-
-        Examples:
-            >>> ActionSpec(name="host_cache_release", options={"collect": "full"}).settings.collect
-            'full'
-        """
-        return self._settings
 
     @classmethod
     def __get_pydantic_json_schema__(cls, core_schema: CoreSchema, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
@@ -168,33 +148,6 @@ def _other_entry_model(built_in: tuple[str, ...]) -> type[BaseModel]:
     )
 
 
-def _every_option_checked(name: str, options: dict[str, Any]) -> ActionOptions | None:
-    """:func:`~ddo_hooks.actions.registry.validated_options`, each problem of the options said, not only the first.
-
-    The options model stops at its first problem: the option it names is left out and the rest checked
-    again, until they pass. One problem raises as it is; several raise together, each located.
-    """
-    problems: list[PydanticCustomError] = []
-    remaining = dict(options)
-    while True:
-        try:
-            settings = validated_options(name, remaining)
-        except PydanticCustomError as e:
-            problems.append(e)
-            at = tuple((e.context or {}).get("at", ()))
-            if len(at) != 2 or at[0] != "options" or at[1] not in remaining:
-                break
-            del remaining[at[1]]
-            continue
-        if not problems:
-            return settings
-        break
-    if len(problems) == 1:
-        raise problems[0]
-    details = [InitErrorDetails(type=problem, loc=(), input=options) for problem in problems]
-    raise ValidationError.from_exception_data(ActionSpec.__name__, details)
-
-
 ActionEntry = Annotated[ActionSpec, BeforeValidator(_action_entry, json_schema_input_type=ActionName | ActionSpec)]
 
 
@@ -219,24 +172,6 @@ class BoundaryPolicy(Model):
             raise located_error("actions_in_order", f"actions is a list, in the order they run; {fix}")
         return actions
 
-    @field_validator("actions")
-    @classmethod
-    def _unique(cls, actions: tuple[ActionSpec, ...]) -> tuple[ActionSpec, ...]:
-        seen: dict[str, int] = {}
-        for index, action in enumerate(actions):
-            if action.name in seen:
-                twice = f"action {action.name!r} is listed twice (entries {seen[action.name]} and {index})"
-                raise located_error("duplicate_action", f"{twice}; list each action once", (index,))
-            seen[action.name] = index
-        return actions
-
-    @model_validator(mode="after")
-    def _acts(self) -> BoundaryPolicy:
-        if self.enabled and not self.actions:
-            fix = f"add one (e.g. [{HOST_CACHE_RELEASE}]) or set enabled: false"
-            raise located_error("no_actions", f"an enabled boundary needs at least one action; {fix}", ("actions",))
-        return self
-
     def action_names(self) -> tuple[str, ...]:
         """The names of the actions, in order."""
         return tuple(action.name for action in self.actions)
@@ -244,14 +179,6 @@ class BoundaryPolicy(Model):
 
 class BoundariesPolicy(Model):
     """The three phase boundaries; one not listed keeps its default."""
-
-    @model_validator(mode="after")
-    def _idle_after_call_only(self) -> BoundariesPolicy:
-        for name in ("before_transformer", "before_vae"):
-            if getattr(self, name).idle is not None:
-                message = "idle applies to after_call only (no other boundary can wait: the call goes on)"
-                raise located_error("idle_boundary", message, (name, "idle"))
-        return self
 
     before_transformer: BoundaryPolicy = Field(default_factory=BoundaryPolicy)
     """After the text encoders ran, before the denoising transformer starts."""
@@ -289,13 +216,6 @@ class PinnedCopiesPolicy(Model):
     their files too, and keep them pinned between calls, so that they encode from pinned memory at every call
     (their pages stay in memory: with ``register`` they are the files' own pages, not a second copy, and
     ``release_done_components`` leaves them). ``false`` (the default): they are left as loaded."""
-
-    @model_validator(mode="after")
-    def _encoders_from_files(self) -> PinnedCopiesPolicy:
-        if self.keep_encoders_pinned and self.from_files is None:
-            message = "keep_encoders_pinned pins the encoders from their files: set from_files (register or stage)"
-            raise located_error("encoders_without_from_files", message, ("keep_encoders_pinned",))
-        return self
 
 
 def __getattr__(name: str) -> Any:

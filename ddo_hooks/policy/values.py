@@ -36,6 +36,7 @@ __all__ = [
     "Duration",
     "json_value",
     "keep_reports_in_range",
+    "openable_sink",
     "parse_duration",
     "report_sink_problem",
     "validate_device",
@@ -106,6 +107,13 @@ def report_sink_problem(value: str) -> str | None:
             who = f"no user {user!r} on this machine" if user else "no home folder is known here"
             return f"{{value}} starts with '~' but there is {who}; write the full path, or '~/' for your home"
     return None
+
+
+def openable_sink(value: str) -> str:
+    """A policy's ``report_sink``: a path ``attach`` can open whatever the folders hold (a :func:`located_error`)."""
+    if problem := report_sink_problem(value):
+        raise located_error("report_sink", problem, value=value)
+    return value
 
 
 def keep_reports_in_range(value: object) -> object:
