@@ -36,10 +36,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, Self, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
-from pydantic_core import InitErrorDetails, PydanticCustomError
+from pydantic_core import InitErrorDetails
 
-from ddo_hooks._diagnostics import KeyPath, located_error
-from ddo_hooks.actions.option_messages import located_option_errors, option_keys, spelling
+from ddo_hooks._diagnostics import KeyPath
+from ddo_hooks.actions.option_messages import located_option_errors, read_keys, spelling
 from ddo_hooks.boundaries import component_name
 from ddo_hooks.errors import InvalidArgumentError, ReportError
 from ddo_hooks.reports.base import RouteReport, describe_errors
@@ -107,17 +107,7 @@ class ActionOptions(BaseModel):
             ValidationError: Several such problems, each one of its errors (every unknown key and every
                 refused value, found in one pass).
         """
-        keys, given = option_keys(cls), dict[str, str]()  # given: field -> the key it was given under
-        problems: list[PydanticCustomError] = []
-        for key in options:
-            if key not in keys:
-                message = f"unknown option of {action}; it takes {cls.takes()}"
-                problems.append(located_error("action_option", message, ("options", key)))
-            elif keys[key] in given:
-                message = f"given twice, as {given[keys[key]]!r} and as {key!r}; give it once"
-                problems.append(located_error("action_option", message, ("options", key)))
-            else:
-                given[keys[key]] = key
+        given, problems = read_keys(cls, action, options, takes=cls.takes())
         merged = {name: value for name, value in (defaults or {}).items() if name not in given}
         merged.update((key, options[key]) for key in given.values())
         try:

@@ -25,9 +25,10 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import typing
 import weakref
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from ddo_hooks import _moved
 from ddo_hooks.boundaries import BOUNDARIES
@@ -37,7 +38,7 @@ from ddo_hooks.hooks.components import Components, check_drop
 from ddo_hooks.hooks.phases import CallPhases, Phase
 from ddo_hooks.hooks.recorder import Recorder
 from ddo_hooks.hooks.runner import BoundActions, BoundaryRunner, bind_actions
-from ddo_hooks.hooks.steps import Record, StepList
+from ddo_hooks.hooks.steps import Record, Step, StepList
 from ddo_hooks.policy.model import HookPolicy
 from ddo_hooks.release import guard
 from ddo_hooks.reports.tracker import MetricsTracker
@@ -51,7 +52,6 @@ if TYPE_CHECKING:
 
 __all__ = ["DETACH_WAIT_S", "Attachment", "attach"]
 
-StepT = TypeVar("StepT", FromFiles, Repack, Ring)
 
 DETACH_WAIT_S = 300.0
 """How long :meth:`Attachment.detach` waits for a deferred boundary that is running (seconds): pointing
@@ -352,14 +352,15 @@ class Attachment:
         component, report = record
         self._recorder.record(component, report, None, self.machine.call_index)
 
-    def _step(self, kind: type[StepT]) -> StepT | None:
-        return next((step for step in self._steps.steps if isinstance(step, kind)), None)
+    def _held(self, kind: type[Step], what: str) -> Any:
+        """``what`` of this attachment's step of type ``kind`` (``None`` where the policy takes none)."""
+        step = next((step for step in self._steps.steps if isinstance(step, kind)), None)
+        return None if step is None else getattr(step, what)
 
     @property
     def from_files_report(self) -> PinnedCopyRepackReport | None:
         """What the policy's ``pinned_copies.from_files`` did at attach (``None`` when it is ``null``)."""
-        step = self._step(FromFiles)
-        return None if step is None else step.report
+        return typing.cast("PinnedCopyRepackReport | None", self._held(FromFiles, "report"))
 
     @property
     def repack_report(self) -> PinnedCopyRepackReport | None:
@@ -367,19 +368,16 @@ class Attachment:
 
         It is recorded with the other reports when it repacked or refused a component.
         """
-        step = self._step(Repack)
-        return None if step is None else step.report
+        return typing.cast("PinnedCopyRepackReport | None", self._held(Repack, "report"))
 
     @property
     def ring_report(self) -> RingOffloadReport | None:
         """What the policy's ``offload.runtime`` did at attach (``None`` when it names none)."""
-        step = self._step(Ring)
-        return None if step is None else step.report
+        return typing.cast("RingOffloadReport | None", self._held(Ring, "report"))
 
     @property
     def _ring(self) -> StreamedPipeline | None:
-        step = self._step(Ring)
-        return None if step is None else step.streamed
+        return typing.cast("StreamedPipeline | None", self._held(Ring, "streamed"))
 
     # -- records ----------------------------------------------------------------------------
     def record(self, report: Any, *, component: str, boundary: str | None = None) -> None:

@@ -73,21 +73,9 @@ def join_problems(problems: Iterable[Problem], *, limit: int = MAX_PROBLEMS) -> 
     return text
 
 
-def validation_problems(
-    error: ValidationError,
-    *,
-    model: type[BaseModel],
-    source: str,
-    positions: Positions,
-    written: Mapping[KeyPath, str] | None = None,
-    hidden: Iterable[KeyPath] = (),
-) -> list[Problem]:
-    """The located problems of a pydantic error, each written only when :func:`join_problems` shows it.
-
-    As :func:`item_problems`, for the items of ``error``.
-    """
-    items = error.errors(include_url=False)
-    return item_problems(items, model=model, source=source, positions=positions, written=written, hidden=hidden)
+def validation_problems(error: ValidationError, **where: Any) -> list[Problem]:
+    """The located problems of a pydantic error: :func:`item_problems` of its items, with the same keywords."""
+    return item_problems(error.errors(include_url=False), **where)
 
 
 def item_problems(
