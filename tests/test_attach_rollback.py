@@ -121,3 +121,23 @@ def test_a_step_at_detach_that_raises_is_raised_once_every_other_step_is_undone(
     assert everything(pipe) == before  # the signals too, undone after the step that raised
     attachment.detach()  # and nothing is left to undo
     assert list(LOG)[-1] == "plugin.steps detach"
+
+
+def test_an_action_registered_with_its_steps_takes_them_as_an_entry_points_declaration_does():
+    from ddo_hooks import register_action, unregister_action
+
+    done: list[str] = []
+    register_action(
+        "plugin.registered",
+        lambda ctx: None,
+        on_attach=lambda pipe, entries: done.append(f"attach {len(entries)}"),
+        on_detach=lambda pipe: done.append("detach"),
+        before_call=lambda pipe: done.append(f"call {type(pipe).__name__}"),
+    )
+    try:
+        pipe = build_pipeline("sd")
+        with attach(pipe, policy("plugin.registered", "host_cache_release")):
+            pipe(**call_kwargs("sd"))
+    finally:
+        unregister_action("plugin.registered")
+    assert done == ["attach 1", "call StableDiffusionPipeline", "detach"]

@@ -31,6 +31,7 @@ from ddo_hooks import actions
 from ddo_hooks.actions.contract import ActionFunction, ActionOptions, RegisteredAction
 from ddo_hooks.boundaries import ACTION_NAME_PATTERN
 from ddo_hooks.errors import InvalidArgumentError, PolicyError
+from ddo_hooks.reports.base import RouteReport
 
 __all__ = [
     "ENTRY_POINT_GROUP",
@@ -92,6 +93,11 @@ def register_action(
     component_prefix: str | None = None,
     replace: bool = False,
     options: type[ActionOptions] | None = None,
+    check: Callable[..., None] | None = None,
+    on_attach: Callable[..., None] | None = None,
+    on_detach: Callable[[Any], tuple[str, RouteReport] | None] | None = None,
+    before_call: Callable[[Any], None] | None = None,
+    routes: tuple[str, ...] = ("boundary_action",),
 ) -> Callable[[F], F]: ...
 
 
@@ -103,6 +109,11 @@ def register_action(
     component_prefix: str | None = None,
     replace: bool = False,
     options: type[ActionOptions] | None = None,
+    check: Callable[..., None] | None = None,
+    on_attach: Callable[..., None] | None = None,
+    on_detach: Callable[[Any], tuple[str, RouteReport] | None] | None = None,
+    before_call: Callable[[Any], None] | None = None,
+    routes: tuple[str, ...] = ("boundary_action",),
 ) -> F: ...
 
 
@@ -113,6 +124,11 @@ def register_action(
     component_prefix: str | None = None,
     replace: bool = False,
     options: type[ActionOptions] | None = None,
+    check: Callable[..., None] | None = None,
+    on_attach: Callable[..., None] | None = None,
+    on_detach: Callable[[Any], tuple[str, RouteReport] | None] | None = None,
+    before_call: Callable[[Any], None] | None = None,
+    routes: tuple[str, ...] = ("boundary_action",),
 ) -> Callable[[F], F] | F:
     """Register a boundary action under ``name``: ``@register_action(name)``, or ``register_action(name, function)``.
 
@@ -128,6 +144,12 @@ def register_action(
             has its options validated where it loads (or at attach, for a policy loaded before), with
             located messages, and the action receives an instance of it as ``ctx.options``. ``None``
             (the default): the mapping the policy writes.
+        check: What :func:`~ddo_hooks.attach` checks of it before installing anything (as
+            :class:`~ddo_hooks.actions.contract.RegisteredAction` takes each of these).
+        on_attach: Its step at attach (undone, with the steps before it, where a later one raises).
+        on_detach: Its step at detach, the inverse of ``on_attach``.
+        before_call: Its check at the start of each call, of what it made.
+        routes: The routes of its reports (default: ``boundary_action``).
 
     Raises:
         InvalidArgumentError: A malformed name, the name is taken and ``replace`` is False, the action is
@@ -157,7 +179,10 @@ def register_action(
     def decorator(run: F) -> F:
         if not callable(run):
             raise InvalidArgumentError(f"action {name!r} must be callable, got {type(run).__name__}")
-        _REGISTRY[name] = RegisteredAction(name, run, component_prefix or name, options=options)
+        _REGISTRY[name] = RegisteredAction(
+            name, run, component_prefix or name, check, options, on_attach=on_attach, on_detach=on_detach,
+            before_call=before_call, routes=routes,
+        )  # fmt: skip
         return run
 
     return decorator if function is None else decorator(function)
