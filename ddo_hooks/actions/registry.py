@@ -25,7 +25,7 @@ import difflib
 import re
 from collections.abc import Callable, Mapping
 from importlib.metadata import entry_points
-from typing import Any, TypeVar, overload
+from typing import Any, TypedDict, TypeVar, Unpack, overload
 
 from ddo_hooks import actions
 from ddo_hooks.actions.contract import ActionFunction, ActionOptions, RegisteredAction
@@ -85,50 +85,30 @@ def validated_options(name: str, options: Mapping[str, Any]) -> ActionOptions | 
     return None if model is None else model.from_options(name, options)
 
 
+class Declaration(TypedDict, total=False):
+    """The rest of an action's declaration, as :class:`~ddo_hooks.actions.contract.RegisteredAction` takes it."""
+
+    component_prefix: str | None
+    options: type[ActionOptions] | None
+    check: Callable[..., None] | None
+    on_attach: Callable[..., None] | None
+    on_detach: Callable[[Any], tuple[str, RouteReport] | None] | None
+    before_call: Callable[[Any], None] | None
+    routes: tuple[str, ...]
+
+
 @overload
 def register_action(
-    name: str,
-    function: None = None,
-    *,
-    component_prefix: str | None = None,
-    replace: bool = False,
-    options: type[ActionOptions] | None = None,
-    check: Callable[..., None] | None = None,
-    on_attach: Callable[..., None] | None = None,
-    on_detach: Callable[[Any], tuple[str, RouteReport] | None] | None = None,
-    before_call: Callable[[Any], None] | None = None,
-    routes: tuple[str, ...] = ("boundary_action",),
+    name: str, function: None = None, *, replace: bool = False, **declaration: Unpack[Declaration]
 ) -> Callable[[F], F]: ...
 
 
 @overload
-def register_action(
-    name: str,
-    function: F,
-    *,
-    component_prefix: str | None = None,
-    replace: bool = False,
-    options: type[ActionOptions] | None = None,
-    check: Callable[..., None] | None = None,
-    on_attach: Callable[..., None] | None = None,
-    on_detach: Callable[[Any], tuple[str, RouteReport] | None] | None = None,
-    before_call: Callable[[Any], None] | None = None,
-    routes: tuple[str, ...] = ("boundary_action",),
-) -> F: ...
+def register_action(name: str, function: F, *, replace: bool = False, **declaration: Unpack[Declaration]) -> F: ...
 
 
 def register_action(
-    name: str,
-    function: F | None = None,
-    *,
-    component_prefix: str | None = None,
-    replace: bool = False,
-    options: type[ActionOptions] | None = None,
-    check: Callable[..., None] | None = None,
-    on_attach: Callable[..., None] | None = None,
-    on_detach: Callable[[Any], tuple[str, RouteReport] | None] | None = None,
-    before_call: Callable[[Any], None] | None = None,
-    routes: tuple[str, ...] = ("boundary_action",),
+    name: str, function: F | None = None, *, replace: bool = False, **declaration: Unpack[Declaration]
 ) -> Callable[[F], F] | F:
     """Register a boundary action under ``name``: ``@register_action(name)``, or ``register_action(name, function)``.
 
@@ -144,12 +124,12 @@ def register_action(
             has its options validated where it loads (or at attach, for a policy loaded before), with
             located messages, and the action receives an instance of it as ``ctx.options``. ``None``
             (the default): the mapping the policy writes.
-        check: What :func:`~ddo_hooks.attach` checks of it before installing anything (as
-            :class:`~ddo_hooks.actions.contract.RegisteredAction` takes each of these).
-        on_attach: Its step at attach (undone, with the steps before it, where a later one raises).
-        on_detach: Its step at detach, the inverse of ``on_attach``.
-        before_call: Its check at the start of each call, of what it made.
-        routes: The routes of its reports (default: ``boundary_action``).
+        declaration: The rest of its declaration (:class:`Declaration`), as
+            :class:`~ddo_hooks.actions.contract.RegisteredAction` takes it: ``check`` (what
+            :func:`~ddo_hooks.attach` checks of it before installing anything), ``on_attach`` and ``on_detach``
+            (its step at attach and its inverse, taken and undone by the attachment's one rule),
+            ``before_call`` (its check at the start of each call, of what it made) and ``routes`` (of its
+            reports; default: ``boundary_action``).
 
     Raises:
         InvalidArgumentError: A malformed name, the name is taken and ``replace`` is False, the action is
@@ -176,12 +156,19 @@ def register_action(
     if registered(name) is not None and not replace:
         raise InvalidArgumentError(f"an action named {name!r} is already registered; pass replace=True to replace it")
 
+    unknown = sorted(set(declaration) - set(Declaration.__annotations__))
+    if unknown:
+        takes = ", ".join(Declaration.__annotations__)
+        raise InvalidArgumentError(f"register_action() takes no {unknown[0]!r}; it takes replace, {takes}")
+
     def decorator(run: F) -> F:
         if not callable(run):
             raise InvalidArgumentError(f"action {name!r} must be callable, got {type(run).__name__}")
+        d = declaration
         _REGISTRY[name] = RegisteredAction(
-            name, run, component_prefix or name, check, options, on_attach=on_attach, on_detach=on_detach,
-            before_call=before_call, routes=routes,
+            name, run, d.get("component_prefix") or name, d.get("check"), d.get("options"),
+            on_attach=d.get("on_attach"), on_detach=d.get("on_detach"), before_call=d.get("before_call"),
+            routes=d.get("routes", ("boundary_action",)),
         )  # fmt: skip
         return run
 
