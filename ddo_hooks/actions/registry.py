@@ -35,6 +35,7 @@ from ddo_hooks.reports.base import RouteReport
 
 __all__ = [
     "ENTRY_POINT_GROUP",
+    "Declaration",
     "available_actions",
     "options_model",
     "register_action",
@@ -89,12 +90,22 @@ class Declaration(TypedDict, total=False):
     """The rest of an action's declaration, as :class:`~ddo_hooks.actions.contract.RegisteredAction` takes it."""
 
     component_prefix: str | None
+    """Prefix of the tracker component (default: the action's name)."""
     options: type[ActionOptions] | None
+    """The model of its options, a subclass of :class:`~ddo_hooks.actions.contract.ActionOptions`: a policy
+    that names the action then has its options validated where it loads (or at attach, for a policy loaded
+    before), with located messages, and the action receives an instance of it as ``ctx.options``. ``None``
+    (the default): the mapping the policy writes."""
     check: Callable[..., None] | None
+    """What :func:`~ddo_hooks.attach` checks of it before installing anything."""
     on_attach: Callable[..., None] | None
+    """Its step at attach; undone, with the steps before it, where a later one raises."""
     on_detach: Callable[[Any], tuple[str, RouteReport] | None] | None
+    """Its step at detach, the inverse of ``on_attach``."""
     before_call: Callable[[Any], None] | None
+    """Its check at the start of each call, of what it made."""
     routes: tuple[str, ...]
+    """The routes of its reports (default: ``boundary_action``)."""
 
 
 @overload
@@ -115,21 +126,13 @@ def register_action(
     Args:
         name: Lowercase letters, digits, ``_ . -``, starting with a letter.
         function: The action; without it, a decorator that registers the function it decorates.
-        component_prefix: Prefix of the tracker component (default: ``name``).
         replace: Allow replacing an action already registered under ``name``; a built-in replaced so
             comes back whole with :func:`unregister_action` (registering its function again would
             lose its declaration: its options model and defaults).
-        options: The model of its options, a subclass of
-            :class:`~ddo_hooks.actions.contract.ActionOptions`: a policy that names the action then
-            has its options validated where it loads (or at attach, for a policy loaded before), with
-            located messages, and the action receives an instance of it as ``ctx.options``. ``None``
-            (the default): the mapping the policy writes.
-        declaration: The rest of its declaration (:class:`Declaration`), as
-            :class:`~ddo_hooks.actions.contract.RegisteredAction` takes it: ``check`` (what
-            :func:`~ddo_hooks.attach` checks of it before installing anything), ``on_attach`` and ``on_detach``
-            (its step at attach and its inverse, taken and undone by the attachment's one rule),
-            ``before_call`` (its check at the start of each call, of what it made) and ``routes`` (of its
-            reports; default: ``boundary_action``).
+        declaration: The rest of its declaration, each keyword a field of :class:`Declaration`:
+            ``component_prefix``, ``options`` (its options model: a policy that names the action then has
+            its options validated where it loads, and the action receives an instance of it), ``check``,
+            ``on_attach``, ``on_detach``, ``before_call`` and ``routes``.
 
     Raises:
         InvalidArgumentError: A malformed name, the name is taken and ``replace`` is False, the action is
