@@ -82,7 +82,7 @@ def overlaps(path: KeyPath, other: KeyPath) -> bool:
     """Whether one key path is the other or lies under it.
 
     Examples:
-        >>> overlaps(("boundaries",), ("boundaries", "after_call", "actions")), overlaps(("release",), ("offload",))
+        >>> overlaps(("boundaries",), ("boundaries", "after_call")), overlaps(("release",), ("offload",))
         (True, False)
     """
     shorter = min(len(path), len(other))
