@@ -31,7 +31,7 @@ def commands(folder: Path) -> dict[str, list[str]]:
     from ddo_hooks import MetricsTracker, release_pytorch_host_cache
 
     tracker = MetricsTracker()
-    tracker.record_ddo_metrics(release_pytorch_host_cache(phase="after_call"), component="host_cache_after_call")
+    tracker.record(release_pytorch_host_cache(phase="after_call"), component="host_cache_after_call")
     reports = tracker.write_jsonl(folder / "run.jsonl")
     policy = Path(__file__).resolve().parent.parent / "examples" / "after-call-only.yaml"
     cli = [sys.executable, "-m", "ddo_hooks"]

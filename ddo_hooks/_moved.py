@@ -48,6 +48,7 @@ _NAMED = "each action's name is in its own module"
 _ROUTE = "a report module is named after its route"
 _ONE_MODULE = "no two modules share a name"
 _WEIGHTS_FILES = "a component's weights files are found, opened and told changed in one module"
+_STEPS = "each step of an attachment checks what it made at each call's start"
 
 
 class Renamed(NamedTuple):
@@ -90,10 +91,20 @@ RENAMED: dict[str, Renamed] = {
             "unregister_offload_runtime",
         )
     },
+    "MetricsTracker.record_ddo_metrics": Renamed("MetricsTracker.record", _DDO_NAMES, kind="attribute"),
     # "dropped" is the one word for a component that left the pipeline
     "BoundaryContext.left": Renamed("BoundaryContext.dropped_names", kind="attribute"),
     # a weights file's identity, its index and which files a pipeline reads: one module of its own
     "ddo_hooks.release.file_views.note_files": Renamed("ddo_hooks.release.weights_files.note_files", _WEIGHTS_FILES),
+    **{
+        f"ddo_hooks.reports.host_cache.{name}": Renamed(
+            f"ddo_hooks.reports.allocator.{name}", "the allocator's counters are read by several reports"
+        )
+        for name in ("unavailable_snapshot", "validate_active_counter")
+    },
+    "ddo_hooks.release.file_views.Unbound": Renamed(
+        "ddo_hooks.release.file_copies.Unbound", "comparing copies with their files is a module of its own"
+    ),
     "ddo_hooks.release.file_identity": Renamed("ddo_hooks.release.weights_files", _WEIGHTS_FILES, "module"),
     # one module per built-in action (ddo_hooks.actions), on the contract every action is written on
     "ddo_hooks.hooks.actions": Renamed("ddo_hooks.actions.registry", _ACTIONS, "module"),
@@ -111,7 +122,10 @@ RENAMED: dict[str, Renamed] = {
         "ddo_hooks.actions.contract.RegisteredAction", "the one declaration of an action; it takes the name first"
     ),
     "ddo_hooks.hooks.builtin_actions.check_weights_files": Renamed(
-        "ddo_hooks.hooks.attachment.check_weights_files", "the attachment's own check at the start of each call"
+        "ddo_hooks.hooks.attach_steps.check_weights_files", _STEPS
+    ),
+    "ddo_hooks.hooks.attachment.check_weights_files": Renamed(
+        "ddo_hooks.hooks.attach_steps.check_weights_files", _STEPS
     ),
     **{
         f"ddo_hooks.hooks.builtin_actions.{name}": Renamed(f"ddo_hooks.actions.{module}.{name}")

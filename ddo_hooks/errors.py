@@ -60,7 +60,7 @@ class PolicyError(DdoHooksError, ValueError):
 
 
 class ReportError(DdoHooksError, ValueError):
-    """A DDO report is invalid, or a file of reports could not be read."""
+    """A report is invalid (of either shape), or a file of reports could not be read."""
 
 
 class ReportSinkError(DdoHooksError, RuntimeError):

@@ -4,7 +4,7 @@ A page asks for a generated section with a marker line of its own:
 
 * ``<!-- generated: policy-reference -->``: every field of :class:`ddo_hooks.HookPolicy`, from
   ``HookPolicy.model_json_schema()``;
-* ``<!-- generated: report-reference -->``: every field of every DDO report route, from
+* ``<!-- generated: report-reference -->``: every field of every report route, from
   ``ddo_hooks.reports.parse.report_json_schema()``;
 * ``<!-- generated: ddo-report-reference -->``: the same for DDO's own report shape (the routes of
   ``ddo_hooks.reports.ddo.routes.DDO_REPORT_TYPES``), from the same schema;
@@ -324,7 +324,7 @@ def policy_reference() -> str:
 
 
 def report_reference() -> str:
-    """Every field of every DDO report route, from ``report_json_schema()``."""
+    """Every field of every report route, from ``report_json_schema()``."""
     from ddo_hooks.reports.parse import REPORT_TYPES, report_json_schema
 
     schema = report_json_schema()

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ddo_hooks.release.counters import snapshot_from_raw, unavailable_snapshot
-from ddo_hooks.reports.host_cache import AllocatorSnapshot
+from ddo_hooks.reports.allocator import AllocatorSnapshot
 
 MiB = 1 << 20
 

@@ -119,10 +119,10 @@ def _saved_run() -> MetricsTracker:
     """Two calls: the first executes every boundary, the second has a refusal and a no-op."""
     tracker = MetricsTracker()
     for phase in BOUNDARIES:
-        tracker.record_ddo_metrics(_executed(phase), component=f"host_cache_{phase}")
-    tracker.record_ddo_metrics(_refused("before_transformer"), component="host_cache_before_transformer")
-    tracker.record_ddo_metrics(_executed("before_vae"), component="host_cache_before_vae")
-    tracker.record_ddo_metrics(release_pytorch_host_cache(phase="after_call"), component="host_cache_after_call")
+        tracker.record(_executed(phase), component=f"host_cache_{phase}")
+    tracker.record(_refused("before_transformer"), component="host_cache_before_transformer")
+    tracker.record(_executed("before_vae"), component="host_cache_before_vae")
+    tracker.record(release_pytorch_host_cache(phase="after_call"), component="host_cache_after_call")
     return tracker
 
 
@@ -476,7 +476,7 @@ def test_an_invalid_record_in_tracker_json_is_located_at_its_line(tmp_path: Path
             ":1:1: record: expected an object with 'component', 'report' and (optionally) 'envelope'",
         ),
         ("[1, 2]", ":1:1: a JSON list is not a report file"),
-        ('{"schema_version": 1, "route": "nope", "setup": {}}', ":1:23: route: 'nope' is not a route of a DDO report"),
+        ('{"schema_version": 1, "route": "nope", "setup": {}}', ":1:23: route: 'nope' is not a route of ddo_hooks'"),
         ("{\n", ":2:1: not JSON: a key in double quotes is expected here (Expecting property name"),
         ("[" * 100_000 + "]" * 100_000, ":1:100000: the JSON nests 100,000 levels deep, deeper than Python's JSON"),
     ],

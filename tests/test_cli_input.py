@@ -27,7 +27,7 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
 
 def reports(folder: Path) -> tuple[Path, Path]:
     tracker = MetricsTracker()
-    tracker.record_ddo_metrics(release_pytorch_host_cache(phase="after_call"), component="host_cache_after_call")
+    tracker.record(release_pytorch_host_cache(phase="after_call"), component="host_cache_after_call")
     (folder / "tracker.json").write_text(tracker.to_json(), encoding="utf-8")
     return tracker.write_jsonl(folder / "run.jsonl"), folder / "tracker.json"
 
@@ -85,7 +85,7 @@ def test_a_report_file_given_to_validate_policy_names_validate_report(
     path = tmp_path / name
     status, out, err = run(capsys, "validate-policy", str(path))
     assert (status, out) == (1, "")
-    hint = "this looks like a file of DDO reports, not a policy;\n  check it with: ddo-hooks validate-report"
+    hint = "this looks like a file of reports, not a policy;\n  check it with: ddo-hooks validate-report"
     assert err == f"{path}: {hint} {path}\n"
 
 
@@ -175,9 +175,9 @@ def test_demo_takes_a_preset_name_and_names_the_presets_when_neither_a_file_nor_
     [
         (
             '{"component": "x", "report": {"schema_version": 1, "setup": {}}}\n',
-            "report.route: missing: every DDO report",
+            "report.route: missing: every report names its route",
         ),
-        ('{"schema_version": 1, "route": "nope", "setup": {}}', "route: 'nope' is not a route of a DDO report"),
+        ('{"schema_version": 1, "route": "nope", "setup": {}}', "route: 'nope' is not a route of ddo_hooks' reports"),
         ('{"$schema": "https://json-schema.org/draft/2020-12/schema", "title": "DDOReport"}', "is a JSON Schema"),
     ],
     ids=["no-route", "unknown-route", "schema-file"],

@@ -63,7 +63,7 @@ def test_an_invalid_ddo_line_is_located_and_read_as_ddos_shape(tmp_path: Path):
         load_report_file(path)
     message = str(info.value).removeprefix(str(tmp_path) + "/")
     assert message.startswith("ddo.jsonl:2:")
-    assert all(line.endswith("(read as DDO's own shape)") for line in message.splitlines()), message
+    assert all(line.endswith("(of DDO's shape)") for line in message.splitlines()), message
 
 
 def test_a_record_holds_a_report_of_either_shape(tmp_path: Path):
@@ -81,9 +81,9 @@ def test_an_invalid_ddo_report_in_a_record_is_located_and_read_as_ddos_shape(tmp
     bad = json.loads(json.dumps(PAYLOADS[0]))
     bad["setup"][next(iter(bad["setup"]))] = {"status": "exploded"} if bad["route"] != "diffusers_group_offload" else 1
     text = lines({"component": "c", "report": ours()}, {"component": "ddo", "report": bad})
-    with pytest.raises(ReportError, match=r"records\.jsonl:2:\d+: report\.setup\..*\(read as DDO's own shape\)"):
+    with pytest.raises(ReportError, match=r"records\.jsonl:2:\d+: report\.setup\..*\(of DDO's shape\)"):
         load_report_file(write(tmp_path, "records.jsonl", text))
-    with pytest.raises(ReportError, match=r"^line 2\.report: not a valid DynamicOffloadMetrics report \(read as DDO"):
+    with pytest.raises(ReportError, match=r"^line 2\.report: not a valid report of DDO's shape \(it has"):
         MetricsTracker.from_jsonl(text)
 
 
@@ -91,10 +91,10 @@ def test_a_tracker_keeps_ddos_reports_too():
     from ddo_hooks import parse_report
 
     tracker = MetricsTracker()
-    tracker.record_ddo_metrics(parse_report(PAYLOADS[0]), component="ddo")
+    tracker.record(parse_report(PAYLOADS[0]), component="ddo")
     assert tracker.reports()[0].as_dict() == PAYLOADS[0]
-    with pytest.raises(InvalidArgumentError, match=r"expects a DDO report model, got dict"):
-        tracker.record_ddo_metrics(PAYLOADS[0], component="ddo")  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError, match=r"expects a report model \(of either shape\), got dict"):
+        tracker.record(PAYLOADS[0], component="ddo")  # type: ignore[arg-type]
 
 
 def test_a_ddo_metrics_journal_record_is_refused_saying_what_it_is(tmp_path: Path):

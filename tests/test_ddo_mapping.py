@@ -12,6 +12,7 @@ from support.ddo_payloads import corpus_files, corpus_name
 
 from ddo_hooks import parse_report
 from ddo_hooks.errors import InvalidArgumentError
+from ddo_hooks.reports.allocator import AllocatorSnapshot
 from ddo_hooks.reports.base import HostObservation
 from ddo_hooks.reports.ddo.base import DDOHostSnapshot
 from ddo_hooks.reports.ddo.host import (
@@ -29,7 +30,7 @@ from ddo_hooks.reports.ddo.mapping import (
     from_ddo_host_snapshot,
     from_ddo_release,
 )
-from ddo_hooks.reports.host_cache import AllocatorSnapshot, HostCacheRelease, HostCacheReleaseReport, NoopReason
+from ddo_hooks.reports.host_cache import HostCacheRelease, HostCacheReleaseReport, NoopReason
 
 RELEASES = [path for path in corpus_files() if corpus_name(path).startswith("pytorch_host_cache_release.")]
 

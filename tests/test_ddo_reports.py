@@ -36,8 +36,8 @@ from ddo_hooks.reports.ddo.routes import DDO_REPORT_ADAPTER, DDO_REPORT_TYPES, D
 from ddo_hooks.reports.parse import REPORT_ADAPTER, REPORT_TYPES, report_shape
 
 FILES = corpus_files()
-DDO_REFUSAL = r"^not a valid DynamicOffloadMetrics report \(read as DDO's own shape: it has a top-level "
-OURS_REFUSAL = r"^not a valid DDO report \(read as ddo_hooks' shape: no top-level 'configuration' or 'runtime'\): "
+DDO_REFUSAL = r"^not a valid report of DDO's shape \(it has a top-level "
+OURS_REFUSAL = r"^not a valid report of ddo_hooks' shape \(no top-level 'configuration' or 'runtime'\): "
 
 
 def load(path: Path) -> dict[str, Any]:
@@ -187,7 +187,7 @@ def test_ddos_reports_are_not_ours(path: Path):
 
 
 def test_one_marking_key_is_enough_and_is_named():
-    with pytest.raises(ReportError, match=r"read as DDO's own shape: it has a top-level 'runtime'\): .*configuration"):
+    with pytest.raises(ReportError, match=r"of DDO's shape \(it has a top-level 'runtime'\): .*configuration"):
         parse_report(removed(released(), ("configuration",)))
 
 

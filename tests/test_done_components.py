@@ -277,11 +277,11 @@ def test_copies_equal_to_the_files_are_pointed_back_at_them_once_then_given_back
 
 
 def test_copies_that_differ_from_the_files_are_kept_and_compared_once(saved, monkeypatch):
-    from ddo_hooks.release import file_views
+    from ddo_hooks.release import file_copies
 
     compared = []
-    same_bytes = file_views._same_bytes
-    monkeypatch.setattr(file_views, "_same_bytes", lambda a, b: compared.append(1) or same_bytes(a, b))
+    same_bytes = file_copies.same_bytes
+    monkeypatch.setattr(file_copies, "same_bytes", lambda a, b: compared.append(1) or same_bytes(a, b))
     pipe, plain = load(saved["sd"]), load(saved["sd"])
     hold_copies(pipe.text_encoder)
     for each in (pipe, plain):
@@ -522,15 +522,15 @@ def test_a_stray_file_beside_the_weights_file_is_never_read(own_copy, stray):
 
 
 def test_a_weights_file_that_cannot_be_read_is_named_once_and_never_fails_a_call(own_copy, monkeypatch):
-    from ddo_hooks.release import file_views
+    from ddo_hooks.release import file_copies
 
     pipe = load(own_copy)
     hold_copies(pipe.text_encoder)  # copies in memory: the pipeline does not read the file any more
     (weights,) = (own_copy / "text_encoder").glob("*.safetensors")
     weights.write_bytes(b"\x07cut off")  # a download cut short put in its place
     loads = []
-    load_one = file_views._load
-    monkeypatch.setattr(file_views, "_load", lambda path: loads.append(path) or load_one(path))
+    load_one = file_copies.load
+    monkeypatch.setattr(file_copies, "load", lambda path: loads.append(path) or load_one(path))
     with attach(pipe, HookPolicy.from_mapping(STABLE)) as attachment:
         images = [pipe(**call_kwargs("sd", seed=n)).images for n in range(2)]
     assert len(images) == 2

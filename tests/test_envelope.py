@@ -172,7 +172,7 @@ def test_files_without_envelopes_still_load(tmp_path):
 def test_an_invalid_envelope_is_located(tmp_path):
     tracker = MetricsTracker()
     envelope = RecordEnvelope.now(run_id="0" * 32, call_index=1, boundary="after_call")
-    tracker.record_ddo_metrics(release_pytorch_host_cache(), component="host_cache_after_call", envelope=envelope)
+    tracker.record(release_pytorch_host_cache(), component="host_cache_after_call", envelope=envelope)
     record = json.loads(tracker.to_jsonl())
     record["envelope"]["call_index"] = -1
     bad = tmp_path / "bad.jsonl"

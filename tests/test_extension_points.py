@@ -212,7 +212,7 @@ def code_without_docstrings(path: Path) -> str:
 
 def test_the_attachment_and_the_runner_name_no_action():
     """What an action does at attach, at detach and at each boundary is the action's own (its module)."""
-    for module in ("attachment", "runner", "recorder", "phases", "signals"):
+    for module in ("attachment", "attach_steps", "steps", "runner", "recorder", "phases", "signals"):
         code = code_without_docstrings(PACKAGE / "hooks" / f"{module}.py")
         named = [name for name in names() if name in code]
         assert named == [], f"hooks/{module}.py names {named}"

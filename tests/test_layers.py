@@ -191,9 +191,7 @@ LIGHT = textwrap.dedent(
 def test_the_package_and_the_file_commands_import_no_torch_diffusers_or_transformers(tmp_path):
     policy = PACKAGE / "policy" / "presets" / "default.yaml"
     tracker = ddo_hooks.MetricsTracker()
-    tracker.record_ddo_metrics(
-        ddo_hooks.release_pytorch_host_cache(phase="after_call"), component="host_cache_after_call"
-    )
+    tracker.record(ddo_hooks.release_pytorch_host_cache(phase="after_call"), component="host_cache_after_call")
     reports = tracker.write_jsonl(tmp_path / "run.jsonl")
     commands = [
         ["--help"],

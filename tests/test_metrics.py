@@ -31,9 +31,9 @@ def executed(phase: str = "after_call") -> HostCacheReleaseReport:
 def tracker() -> MetricsTracker:
     """Three reports under two components, recorded in this order."""
     t = MetricsTracker()
-    t.record_ddo_metrics(noop("before_transformer"), component="host_cache_before_transformer")
-    t.record_ddo_metrics(executed("after_call"), component="host_cache_after_call")
-    t.record_ddo_metrics(noop("before_vae"), component="host_cache_before_transformer")
+    t.record(noop("before_transformer"), component="host_cache_before_transformer")
+    t.record(executed("after_call"), component="host_cache_after_call")
+    t.record(noop("before_vae"), component="host_cache_before_transformer")
     return t
 
 
@@ -151,20 +151,20 @@ def test_text_that_is_not_json_and_not_a_path_is_still_refused_as_not_json():
 
 @pytest.mark.parametrize("report", [{"schema_version": 1}, "report", None])
 def test_recording_something_that_is_not_a_report_is_refused(report: object):
-    with pytest.raises(InvalidArgumentError, match=r"^record_ddo_metrics expects a DDO report model, got \w+; pass"):
-        MetricsTracker().record_ddo_metrics(report, component="host_cache_after_call")  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError, match=r"^record expects a report model \(of either shape\), got \w+"):
+        MetricsTracker().record(report, component="host_cache_after_call")  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("component", ["", "_leading", "with space", "x" * 129, "abc\n", None, 3])
 def test_recording_under_a_malformed_component_is_refused(component: object):
     with pytest.raises(InvalidArgumentError, match=r"^component=.* must be a non-empty name of letters, digits"):
-        MetricsTracker().record_ddo_metrics(noop(), component=component)  # type: ignore[arg-type]
+        MetricsTracker().record(noop(), component=component)  # type: ignore[arg-type]
 
 
 def test_a_refused_record_leaves_the_tracker_unchanged(tracker: MetricsTracker):
     before = tracker.records()
     with pytest.raises(InvalidArgumentError):
-        tracker.record_ddo_metrics(noop(), component="")
+        tracker.record(noop(), component="")
     assert tracker.records() == before
 
 
@@ -180,7 +180,7 @@ def test_a_line_with_an_invalid_report_is_refused_naming_the_line_and_field(trac
     record = json.loads(lines[2])
     record["report"]["setup"]["host_cache_release"]["released"] = True
     lines[2] = json.dumps(record)
-    refused = r"^line 3\.report: not a valid DDO report \(read as ddo_hooks' .*released must be true"
+    refused = r"^line 3\.report: not a valid report of ddo_hooks' shape .*released must be true"
     with pytest.raises(ReportError, match=refused):
         MetricsTracker.from_jsonl("\n".join(lines))
 
@@ -215,7 +215,7 @@ def test_a_json_document_of_another_shape_is_refused(document: str):
 def test_an_invalid_record_in_a_json_document_is_refused_naming_its_index(tracker: MetricsTracker):
     data = json.loads(tracker.to_json())
     data["records"][1]["report"]["schema_version"] = 2
-    refused = r"^records\[1\]\.report: not a valid DDO report \(read as ddo_hooks' .*schema_version"
+    refused = r"^records\[1\]\.report: not a valid report of ddo_hooks' shape .*schema_version"
     with pytest.raises(ReportError, match=refused):
         MetricsTracker.from_json(json.dumps(data))
 
@@ -232,7 +232,7 @@ def test_max_records_is_none_or_an_int_from_0_to_the_bound(bad):
 
 def test_max_records_at_the_bound_keeps_that_many():
     tracker = MetricsTracker(max_records=MAX_RECORDS)
-    tracker.record_ddo_metrics(noop(), component="c")
+    tracker.record(noop(), component="c")
     assert (tracker.max_records, len(tracker.records())) == (MAX_RECORDS, 1)
 
 

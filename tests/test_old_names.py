@@ -82,6 +82,16 @@ def test_boundary_context_left_is_dropped_names_under_its_old_name():
         assert ctx.left == ("text_encoder",)
 
 
+def test_metrics_tracker_record_ddo_metrics_is_record_under_its_old_name():
+    from ddo_hooks import release_pytorch_host_cache
+
+    tracker = MetricsTracker()
+    said = r"^MetricsTracker.record_ddo_metrics is now MetricsTracker.record \(DDO's name means something else\)"
+    with pytest.warns(DeprecationWarning, match=said):
+        tracker.record_ddo_metrics(release_pytorch_host_cache(phase="after_call"), component="c")
+    assert [component for component, _ in tracker.records()] == ["c"]
+
+
 # -- seen with Python's default warning filters, whichever way the old name is imported -------------
 
 ROUTES = {

@@ -114,3 +114,24 @@ def test_a_refused_option_names_its_choices_and_types_in_the_policys_words(plugg
     assert message.endswith(said), message
     assert "typing." not in message
     assert "<class" not in message
+
+
+def test_every_problem_of_an_actions_options_is_said_at_once_where_it_loads_and_where_it_is_bound(plugged):
+    written = {"name": "my_pkg.choosy", "options": {"mode": "medium", "limit": "many", "extra": 1, "more": 2}}
+    said = [
+        "options.mode: 'medium' is not one of fast, slow, null",
+        "options.limit: 'many' is not 'auto' or an integer",
+        "options.extra: unknown option of my_pkg.choosy",
+        "options.more: unknown option of my_pkg.choosy",
+    ]
+    policy = after_call(written)  # no action of that name yet: its options are kept as written
+    plugged("my_pkg.choosy", lambda ctx: None, options=Choosy)
+    with pytest.raises(PolicyError) as bound:  # bound at attach: said as loading would have said it
+        attach(build_pipeline("sd"), policy)
+    with pytest.raises(PolicyError) as loaded:
+        after_call(written)
+    for raised in (bound, loaded):
+        lines = str(raised.value).splitlines()
+        assert sorted(line.split("actions[0].", 1)[1].split(";")[0] for line in lines) == sorted(
+            one.split(";")[0] for one in said
+        ), lines

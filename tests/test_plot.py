@@ -46,7 +46,7 @@ def test_plot_draws_a_png_of_the_runs(tmp_path: Path, runs: list[Path], capsys: 
 
 
 def test_the_series_are_the_runs_and_the_axis_is_each_call_and_boundary(runs: list[Path]):
-    from ddo_hooks.cli.plot import positions, release_points, series_label
+    from ddo_hooks.cli.plot_points import positions, release_points, series_label
     from ddo_hooks.cli.summarize import collect_runs
     from ddo_hooks.reports.files import load_report_file
 
@@ -65,7 +65,7 @@ def test_the_series_are_the_runs_and_the_axis_is_each_call_and_boundary(runs: li
 
 
 def test_a_process_forked_after_attach_is_a_series_of_its_own(tmp_path: Path):
-    from ddo_hooks.cli.plot import release_points, series_label
+    from ddo_hooks.cli.plot_points import release_points, series_label
     from ddo_hooks.cli.summarize import collect_runs
     from ddo_hooks.reports.files import load_report_file
 
@@ -78,7 +78,7 @@ def test_a_process_forked_after_attach_is_a_series_of_its_own(tmp_path: Path):
 
 def test_releases_on_ddos_core_are_drawn_beside_ddo_hooks_own(tmp_path: Path):
     """A run with ``core: ddo`` records DDO's reports (rows ``ddo.host_cache_release``): the same readings, drawn."""
-    from ddo_hooks.cli.plot import positions, release_points
+    from ddo_hooks.cli.plot_points import positions, release_points
     from ddo_hooks.cli.summarize import collect_runs
     from ddo_hooks.reports.files import load_report_file
 
@@ -174,7 +174,7 @@ def test_a_run_without_readings_has_nothing_to_plot_and_plot_says_what_it_needs(
 ):
     tracker = MetricsTracker()
     bare = noop_release("after_call", "disabled", "off", device="cuda", torch_version="2.13.0", elapsed_seconds=0.0)
-    tracker.record_ddo_metrics(bare, component="host_cache_after_call")  # as written before no-ops read the RSS
+    tracker.record(bare, component="host_cache_after_call")  # as written before no-ops read the RSS
     cpu = tracker.write_jsonl(tmp_path / "cpu.jsonl")
     assert main(["plot", str(cpu), "-o", str(tmp_path / "run.png")]) == 1
     err = " ".join(capsys.readouterr().err.split())
@@ -221,7 +221,7 @@ def test_the_cpu_demos_reports_are_drawn_as_the_rss_its_actions_observed(
 
 
 def test_observed_points_are_the_first_and_last_rss_reading_at_each_boundary(cpu_demo: Path):
-    from ddo_hooks.cli.plot import observed_points, positions, release_points
+    from ddo_hooks.cli.plot_points import observed_points, positions, release_points
     from ddo_hooks.cli.summarize import collect_runs
     from ddo_hooks.reports.files import load_report_file
 

@@ -376,6 +376,36 @@ def test_every_problem_is_reported_one_per_line_in_file_order():
     ]
 
 
+FIVE_PROBLEMS = (
+    V + "boundaries:\n  after_call:\n    actions:\n"
+    "      - {name: host_cache_release, options: {collect: sometimes, min_releasable_bytes: lots, trigger: never}}\n"
+    "pinned_copies:\n  repack: maybe\n  keep_encoders_pinned: true\n"
+)
+
+
+def test_problems_of_several_sections_and_a_rule_are_all_said_in_one_run():
+    # Issue 50: a value in one section (repack: maybe), three options of one action, and a rule across two
+    # settings of that same section (keep_encoders_pinned without from_files): the rule's appeared only once
+    # repack was fixed, and the options' one at a time.
+    with pytest.raises(PolicyError) as info:
+        load(FIVE_PROBLEMS)
+    assert [line.split(": ")[1] for line in str(info.value).splitlines()] == [
+        "boundaries.after_call.actions[0].options.collect",
+        "boundaries.after_call.actions[0].options.min_releasable_bytes",
+        "boundaries.after_call.actions[0].options.trigger",
+        "pinned_copies.repack",
+        "pinned_copies.keep_encoders_pinned",
+    ]
+    assert "keep_encoders_pinned pins the encoders from their files: set from_files" in str(info.value)
+
+
+def test_a_rule_that_reads_a_setting_that_did_not_parse_says_nothing_of_it():
+    # from_files: bogus is its own problem; that keep_encoders_pinned lacks a from_files would follow from it
+    with pytest.raises(PolicyError) as info:
+        load(V + "pinned_copies: {from_files: bogus, keep_encoders_pinned: true}\n")
+    assert [line.split(": ")[1] for line in str(info.value).splitlines()] == ["pinned_copies.from_files"]
+
+
 @pytest.mark.parametrize(("text", "message"), UNSAFE_YAML)
 def test_yaml_that_is_ambiguous_or_unsafe_is_refused_at_its_position(text, message):
     with pytest.raises(PolicyError, match=message):

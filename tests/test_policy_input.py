@@ -16,7 +16,7 @@ import pytest
 from ddo_hooks import attach
 from ddo_hooks.cli import main
 from ddo_hooks.errors import PolicyError
-from ddo_hooks.policy import messages, yaml_loader
+from ddo_hooks.policy import messages, yaml_loader, yaml_text
 from ddo_hooks.policy.messages import MAX_PROBLEMS
 from ddo_hooks.policy.model import HookPolicy
 from ddo_hooks.policy.yaml_loader import MAX_DEPTH, MAX_POLICY_BYTES
@@ -281,7 +281,7 @@ def parsers(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
         return wrapper
 
-    monkeypatch.setattr(yaml_loader, "_too_deep", counted("scan", yaml_loader._too_deep))
+    monkeypatch.setattr(yaml_text, "too_deep", counted("scan", yaml_text.too_deep))
     monkeypatch.setattr(yaml_loader, "_compose", counted("compose", yaml_loader._compose))
     monkeypatch.setattr(yaml_loader, "PolicyLoader", counted("pure-python", yaml_loader.PolicyLoader))
     return ran

@@ -379,7 +379,7 @@ def test_a_report_repacked_to_more_than_its_slabs_or_without_a_reason_is_refused
 
 def test_summarize_and_plot_show_the_repack_and_which_memory(fake: FakeHostAllocator, tmp_path, capsys):
     from ddo_hooks.cli import main
-    from ddo_hooks.cli.plot import release_points
+    from ddo_hooks.cli.plot_points import release_points
     from ddo_hooks.cli.summarize import collect_runs
     from ddo_hooks.reports.files import load_report_file
 

@@ -36,9 +36,9 @@ def error_of(tmp_path: Path, text: str, name: str = "r.jsonl") -> str:
 
 def test_the_component_limit_is_the_real_128_characters():
     tracker, done = MetricsTracker(), release_pytorch_host_cache(phase="after_call")
-    tracker.record_ddo_metrics(done, component="c" * MAX_COMPONENT_LENGTH)
+    tracker.record(done, component="c" * MAX_COMPONENT_LENGTH)
     with pytest.raises(InvalidArgumentError) as info:
-        tracker.record_ddo_metrics(done, component="c" * 20_000)
+        tracker.record(done, component="c" * 20_000)
     message = str(info.value)
     assert "at most 128 characters (e.g. 'host_cache_before_transformer'); it has 20,000 characters" in message
     assert message.endswith("; it has 20,000 characters")
@@ -177,7 +177,7 @@ def test_a_line_cut_anywhere_is_left_out_with_a_warning_naming_it(tmp_path: Path
     [
         ('{"component": "x" "report": {}}', r"^line 2, column 19: not JSON: a ',' is expected"),  # not cut: mangled
         ("]", r"^line 2, column 1: not JSON: a value is expected here"),
-        ('{"component": "host_cache_after_call", "report": {}}', r"^line 2\.report: not a valid DDO report"),
+        ('{"component": "host_cache_after_call", "report": {}}', r"^line 2\.report: not a valid report of ddo_hooks'"),
         ('{"component": "x", "report": {}} {"', r"^line 2, column 34: not JSON: more text follows"),
     ],
     ids=["mangled", "not-an-object", "valid-json-invalid-record", "text-after-a-record"],

@@ -1,4 +1,4 @@
-"""The DDO report models, schema version 1: what they accept, what they refuse and why."""
+"""The report models of ddo_hooks' shape, schema version 1: what they accept, what they refuse and why."""
 
 from __future__ import annotations
 
@@ -14,23 +14,22 @@ from hypothesis import strategies as st
 from ddo_hooks import parse_report
 from ddo_hooks.errors import ReportError
 from ddo_hooks.release.counters import unavailable_snapshot
+from ddo_hooks.reports.allocator import AllocatorSnapshot, validate_active_counter
 from ddo_hooks.reports.base import HostObservation
 from ddo_hooks.reports.boundary import ActionReport, BoundaryRefusalReport
 from ddo_hooks.reports.host_cache import (
-    AllocatorSnapshot,
     GarbageCollection,
     HostCacheRelease,
     HostCacheReleaseReport,
     HostCacheReleaseSetup,
     ReleaseTimings,
     ThresholdDecision,
-    validate_active_counter,
 )
 from ddo_hooks.reports.parse import report_json_schema
 
 MiB = 1 << 20
 RELEASE = "pytorch_host_cache_release.setup.host_cache_release"
-OURS = r"not a valid DDO report \(read as ddo_hooks' shape: [^)]*\)"  # how an invalid report of our shape is refused
+OURS = r"not a valid report of ddo_hooks' shape \([^)]*\)"  # how an invalid report of our shape is refused
 
 
 def snapshot(allocated: int, active: int) -> dict[str, Any]:
@@ -298,7 +297,7 @@ def test_another_schema_version_is_refused(version: object):
 def test_an_unknown_route_is_refused():
     data = executed()
     data["route"] = "somewhere_else"
-    refused(data, rf"^{OURS}: <root>: 'somewhere_else' is not a route of a DDO report; the routes: ")
+    refused(data, rf"^{OURS}: <root>: 'somewhere_else' is not a route of ddo_hooks' reports; the routes: ")
 
 
 def test_an_unavailable_snapshot_with_counters_is_refused():
@@ -463,7 +462,7 @@ def test_parse_report_lists_every_failing_field():
 
 
 def test_parse_report_refuses_what_is_not_json():
-    refused("{not json", r"^not a valid DDO report \(not JSON, so neither shape\): <root>: Invalid JSON")
+    refused("{not json", r"^not a valid report \(not JSON, so of neither shape\): <root>: Invalid JSON")
 
 
 def test_the_json_schema_names_every_route():

@@ -100,6 +100,6 @@ def test_an_editor_refuses_a_typo_in_a_built_in_actions_options_and_takes_your_o
     assert policy_problems(with_action({"name": "release_done_components", "options": {"stable_filez": True}}))
     assert policy_problems(with_action({"name": "host_cache_release", "options": {"collect": "ful"}}))
     assert policy_problems(with_action({"name": "stage_done_components", "options": {"now": True}}))
-    assert policy_problems(with_action({"name": "malloc_trim", "options": {"anything": [1]}})) == []
+    assert policy_problems(with_action({"name": "malloc_trim", "options": {"anything": [1]}}))  # it takes none
     assert policy_problems(with_action({"name": "my_pkg.flush", "options": {"stable_filez": True}})) == []
     assert policy_problems(with_action("release_done_components")) == []

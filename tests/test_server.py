@@ -465,10 +465,10 @@ def test_a_sink_replaced_by_a_fifo_with_a_reader_still_gets_no_line(tmp_path):
 
 def test_write_jsonl_never_leaves_a_truncated_file_where_a_valid_one_was(tmp_path, monkeypatch):
     tracker = MetricsTracker()
-    tracker.record_ddo_metrics(release_pytorch_host_cache(phase="after_call"), component="host_cache_after_call")
+    tracker.record(release_pytorch_host_cache(phase="after_call"), component="host_cache_after_call")
     target = tracker.write_jsonl(tmp_path / "run.jsonl")
     before = target.read_text()
-    tracker.record_ddo_metrics(release_pytorch_host_cache(phase="after_call"), component="host_cache_after_call")
+    tracker.record(release_pytorch_host_cache(phase="after_call"), component="host_cache_after_call")
 
     def fail_to_replace(*args):
         raise OSError(28, "No space left on device")

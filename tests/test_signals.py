@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 from tqdm.auto import tqdm
 
+from ddo_hooks.hooks.loop_bar import LoopBar
 from ddo_hooks.hooks.phases import CallPhases, Phase, Stage
-from ddo_hooks.hooks.signals import LoopBar, PipelineSignals
+from ddo_hooks.hooks.signals import PipelineSignals
 from ddo_hooks.release import guard
 from ddo_hooks.testing.structural import build_structural
 from ddo_hooks.testing.tiny_pipelines import build_pipeline

@@ -110,7 +110,7 @@ def test_a_path_with_a_nul_byte_is_a_clear_error():
 
 def a_record() -> str:
     tracker = MetricsTracker()
-    tracker.record_ddo_metrics(release_pytorch_host_cache(phase="after_call"), component="host_cache_after_call")
+    tracker.record(release_pytorch_host_cache(phase="after_call"), component="host_cache_after_call")
     return tracker.to_jsonl()
 
 

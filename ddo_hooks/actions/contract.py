@@ -36,9 +36,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, Self, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic_core import InitErrorDetails
 
-from ddo_hooks._diagnostics import KeyPath, located_error
-from ddo_hooks.actions.option_messages import located_option_error, option_keys, spelling
+from ddo_hooks._diagnostics import KeyPath
+from ddo_hooks.actions.option_messages import located_option_errors, read_keys, spelling
 from ddo_hooks.boundaries import component_name
 from ddo_hooks.errors import InvalidArgumentError, ReportError
 from ddo_hooks.reports.base import RouteReport, describe_errors
@@ -87,12 +88,14 @@ class ActionOptions(BaseModel):
         return ", ".join(spelling(cls, name) for name in cls.model_fields) or "none"
 
     @classmethod
-    def from_options(cls, action: str, options: Mapping[str, Any]) -> Self:
-        """``action``'s ``options`` as a policy writes them, validated into this model.
+    def from_options(cls, action: str, options: Mapping[str, Any], defaults: Mapping[str, Any] | None = None) -> Self:
+        """``action``'s ``options`` as a policy writes them, over ``defaults``, validated into this model once.
 
         Args:
             action: The action's name, for the messages.
             options: Its options (JSON data).
+            defaults: Settings of the policy's section that holds defaults of them (``release`` for
+                ``host_cache_release``: the keys it writes), valid already; an option written here wins.
 
         A field with an alias is set under either spelling, once (:mod:`~ddo_hooks.actions.option_messages`).
 
@@ -101,36 +104,28 @@ class ActionOptions(BaseModel):
                 model refuses, located at ``options.<key>`` below the action's entry (inside a
                 policy's validation: one located line of its :class:`~ddo_hooks.errors.PolicyError`),
                 its choices and types said as a policy writes them.
+            ValidationError: Several such problems, each one of its errors (every unknown key and every
+                refused value, found in one pass).
         """
-        keys, given = option_keys(cls), dict[str, str]()  # given: field -> the key it was given under
-        for key in options:
-            if key not in keys:
-                message = f"unknown option of {action}; it takes {cls.takes()}"
-                raise located_error("action_option", message, ("options", key))
-            if keys[key] in given:
-                message = f"given twice, as {given[keys[key]]!r} and as {key!r}; give it once"
-                raise located_error("action_option", message, ("options", key))
-            given[keys[key]] = key
+        given, problems = read_keys(cls, action, options, takes=cls.takes())
+        merged = {name: value for name, value in (defaults or {}).items() if name not in given}
+        merged.update((key, options[key]) for key in given.values())
         try:
-            return cls.model_validate(options, by_alias=True, by_name=True)
+            settings = cls.model_validate(merged, by_alias=True, by_name=True)
         except ValidationError as e:
-            raise located_option_error(cls, e, options) from e
-
-    def with_defaults(self, defaults: Self | None, written: Mapping[str, Any]) -> Self:
-        """The options the action receives where the policy writes ``written``, over ``defaults``.
-
-        ``defaults`` are the policy's section that the declaration names (:attr:`RegisteredAction.defaults`:
-        ``release`` for ``host_cache_release``), ``None`` for an action without one: then these options
-        themselves. A model with defaults merges them by validating (``model_validate({**defaults, **written})``).
-
-        Raises:
-            PydanticCustomError: Each valid, the two do not fit once merged; located below the action's entry.
-        """
-        return self
+            for problem in located_option_errors(cls, e, options):  # a union's members refuse it once each
+                if all(problem.context != said.context for said in problems):
+                    problems.append(problem)
+        if not problems:
+            return settings
+        if len(problems) == 1:
+            raise problems[0]
+        details = [InitErrorDetails(type=problem, loc=(), input=dict(options)) for problem in problems]
+        raise ValidationError.from_exception_data(cls.__name__, details)
 
 
 class NoOptions(ActionOptions):
-    """The options of an action that takes none (``stage_done_components``)."""
+    """The options of an action that takes none (``stage_done_components``, ``malloc_trim``): an option is refused."""
 
 
 class PolicyView(Protocol):
@@ -308,18 +303,23 @@ class RegisteredAction(Generic[OptionsT]):
             loads with located messages; ``None`` (the default): the options as the policy writes them.
         defaults: The policy's section that holds defaults of its options for every boundary
             (``release`` for ``host_cache_release``); ``None`` (the default): none.
-        on_attach: A step :func:`~ddo_hooks.attach` takes once, after installing its hooks, when the
-            policy is enabled and lists the action: given the pipeline and each of the action's
-            resolved entries, in boundary order.
-        on_detach: A step ``detach()`` takes once for an action the policy lists, after removing its
-            hooks: given the pipeline, it returns ``(component, report)`` to record, or ``None``.
+        on_attach: A step :func:`~ddo_hooks.attach` takes once, after installing its signal hooks, when the
+            policy is enabled and lists the action: given the pipeline and each of the action's resolved
+            entries, in boundary order. If it raises (Ctrl-C too), it must leave nothing of its own: the
+            steps taken before it are undone in reverse, and its ``on_detach`` is not called.
+        on_detach: Its inverse, which ``detach()`` takes once, in the reverse order of attach (after the
+            steps taken after it are undone, before the signal hooks are removed): given the pipeline, it
+            returns ``(component, report)`` to record, or ``None``.
         routes: The routes of the reports it answers with (the docs' table of actions).
+        before_call: A check at the start of each top-level call, before any component runs, of what the
+            action made (for an action the policy lists): given the attached pipeline and then each
+            pipeline it holds; what it raises ends the call. ``None`` (the default): none.
 
     Examples:
         >>> from ddo_hooks.actions import by_name
         >>> action = by_name()["malloc_trim"]
-        >>> action.component("after_call"), action.options, action.check
-        ('malloc_trim_after_call', None, None)
+        >>> action.component("after_call"), action.options.__name__, action.check
+        ('malloc_trim_after_call', 'NoOptions', None)
     """
 
     name: str
@@ -331,6 +331,7 @@ class RegisteredAction(Generic[OptionsT]):
     on_attach: Callable[[Any, tuple[ResolvedAction[OptionsT], ...]], None] | None = None
     on_detach: Callable[[Any], tuple[str, RouteReport] | None] | None = None
     routes: tuple[str, ...] = ("boundary_action",)
+    before_call: Callable[[Any], None] | None = None
 
     def __post_init__(self) -> None:
         if self.options is not None and not (
@@ -353,31 +354,37 @@ class RegisteredAction(Generic[OptionsT]):
         if isinstance(report, RouteReport) and isinstance(report, ANY_REPORT_TYPES):
             return report
         raise InvalidArgumentError(
-            f"action {self.name!r} returned {type(report).__name__}; an action returns a DDO report "
+            f"action {self.name!r} returned {type(report).__name__}; an action returns a report "
             "(e.g. ctx.action_report('executed', data={...})) or None"
         )
 
-    def resolve(self, written: Mapping[str, Any], defaults: object = None) -> OptionsT:
-        """The options this action receives where a policy writes ``written``, over the policy's ``defaults``.
+    def resolve(self, written: Mapping[str, Any], defaults: Mapping[str, Any] | None = None) -> OptionsT:
+        """The options this action receives where a policy writes ``written``, over the settings ``defaults``.
+
+        The one way an entry is resolved, for an action known when the policy loads and for one bound later
+        (:meth:`fit`): for an action with an options model, ``defaults`` (the settings the policy's section named
+        by :attr:`defaults` writes) merged under ``written``, validated once; for one without, a deep copy of
+        ``written`` (nothing the action changes reaches the policy).
 
         Raises:
             PydanticCustomError: The options do not fit the model; located below the action's entry.
+            ValidationError: Several problems, each such an error (:meth:`ActionOptions.from_options`).
         """
-        if self.options is None:  # a copy, deep: nothing the action changes reaches the policy
+        if self.options is None:
             return typing.cast(OptionsT, copy.deepcopy(dict(written)))
         model = typing.cast("type[ActionOptions]", self.options)
-        settings = model.from_options(self.name, written)
-        return typing.cast(OptionsT, settings.with_defaults(typing.cast(Any, defaults), written))
+        return typing.cast(OptionsT, model.from_options(self.name, written, defaults))
 
-    def fit(self, resolved: ResolvedAction[Any], defaults: object = None) -> ResolvedAction[OptionsT]:
+    def fit(self, resolved: ResolvedAction[Any], defaults: Mapping[str, Any] | None = None) -> ResolvedAction[OptionsT]:
         """``resolved`` with the options this action takes: as the policy resolved them where they fit.
 
-        They are resolved again from what the policy writes where the action was registered (or replaced)
-        after the policy was loaded, so that they are an instance of its model (or, for an action without
-        one, a mapping).
+        They are resolved again (:meth:`resolve`) from what the policy writes where the action was registered
+        (or replaced) after the policy was loaded, so that they are an instance of its model (or, for an action
+        without one, a mapping).
 
         Raises:
             PydanticCustomError: As :meth:`resolve`.
+            ValidationError: As :meth:`resolve`.
         """
         model = self.options
         fits = isinstance(resolved.options, Mapping) if model is None else isinstance(resolved.options, model)

@@ -20,9 +20,8 @@ Examples:
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Literal, Self
+from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import ValidationError, model_validator
 from pydantic_core import PydanticCustomError
 
 from ddo_hooks._diagnostics import KeyPath, format_key_path, located_error, show_value
@@ -41,6 +40,7 @@ __all__ = [
     "HostCacheReleaseOptions",
     "check_release_core",
     "core_conflict",
+    "core_problem",
     "ddo_core_setting",
     "host_cache_release",
     "shown_setting",
@@ -78,51 +78,42 @@ class HostCacheReleaseOptions(ActionOptions):
         """Its options: the keys of the policy's ``release`` section."""
         return f"{', '.join(cls.model_fields)} (the keys of 'release')"
 
-    def with_defaults(self, defaults: Self | None, written: Mapping[str, Any]) -> Self:
-        """The policy's ``release`` settings (``defaults``), overridden by the ones ``written`` at this boundary.
 
-        The two are merged by validating, so that the one check of ``core: ddo`` (the model's own) sees them
-        together.
+def core_problem(
+    settings: HostCacheReleaseOptions, own: Mapping[str, Any] | None = None
+) -> tuple[tuple[str, ...], PydanticCustomError] | None:
+    """Where ``settings`` choose ``core: ddo`` with a setting it cannot honour: the key path of the problem, and it.
 
-        Raises:
-            PydanticCustomError: Each valid, the two do not fit once merged (``core: ddo`` in one, a
-                setting it cannot honour in the other); located at the action's setting.
+    The policy's rule of the release core (:mod:`ddo_hooks.policy.rules`) asks it of the ``release`` section
+    (``own`` is ``None``: its path is the setting's) and of each ``host_cache_release`` entry, resolved over that
+    section, with the options the entry writes (``own``): the problem is said where it is written, at the entry's
+    setting, or at its ``core`` where the setting comes from ``release``; where both come from ``release``, the
+    section's own check says it (``None`` here).
 
-        Examples:
-            >>> release = HostCacheReleaseOptions(collect="young")
-            >>> own = HostCacheReleaseOptions(trigger="dropped")
-            >>> merged = own.with_defaults(release, {"trigger": "dropped"})
-            >>> merged.collect, merged.trigger
-            ('young', 'dropped')
-        """
-        if defaults is None:
-            return self
-        base = defaults.model_dump()
-        own = {key: getattr(self, key) for key in written}
-        try:
-            return type(self).model_validate({**base, **own})
-        except ValidationError as e:
-            context = e.errors(include_url=False)[0].get("ctx") or {}
-            if "problem" not in context:
-                raise
-            key, problem = context["at"][0], context["problem"]
-        if key in own:
-            message = f"{shown_setting(key, own[key])} does not fit core: ddo (from release): {problem}"
-            raise located_error("release_core", message, ("options", key), value=written[key])
-        setting = shown_setting(key, base[key]).replace("{value}", show_value(base[key]))
+    Examples:
+        >>> settings = HostCacheReleaseOptions(core="ddo", collect="young")
+        >>> at, error = core_problem(settings)
+        >>> at, error.message()  # doctest: +ELLIPSIS
+        (('collect',), "'young' does not fit core: ddo: DDO's release core always collects ...")
+        >>> core_problem(settings, {"min_releasable_bytes": 0}) is None  # both from release: said there
+        True
+    """
+    conflict = core_conflict({key: getattr(settings, key) for key in ("core", "collect", "min_releasable_bytes")})
+    if conflict is None:
+        return None
+    key, problem = conflict
+    value = getattr(settings, key)
+    if own is None or (key in own and "core" in own):
+        message = f"{shown_setting(key, value)} does not fit core: ddo: {problem}"
+        return ((key,) if own is None else ("options", key)), located_error("release_core", message, value=value)
+    if key in own:
+        message = f"{shown_setting(key, value)} does not fit core: ddo (from release): {problem}"
+        return ("options", key), located_error("release_core", message, value=own[key])
+    if "core" in own:
+        setting = shown_setting(key, value).replace("{value}", show_value(value))
         message = f"{{value}} does not fit release.{key}: {setting}: {problem}"
-        raise located_error("release_core", message, ("options", "core"), value=written["core"])
-
-    @model_validator(mode="after")
-    def _core_takes_the_settings(self) -> Self:
-        conflict = core_conflict(self.model_dump())
-        if conflict is not None:
-            key, problem = conflict
-            value = getattr(self, key)
-            message = f"{shown_setting(key, value)} does not fit core: ddo: {problem}"
-            error = located_error("release_core", message, (key,), value=value)
-            raise PydanticCustomError(error.type, error.message_template, {**(error.context or {}), "problem": problem})
-        return self
+        return ("options", "core"), located_error("release_core", message, value=own["core"])
+    return None
 
 
 def shown_setting(key: str, value: object) -> str:

@@ -22,7 +22,7 @@ import sys
 import time
 from typing import Any
 
-from ddo_hooks.actions.contract import BoundaryContext, RegisteredAction
+from ddo_hooks.actions.contract import BoundaryContext, NoOptions, RegisteredAction
 from ddo_hooks.reports.boundary import ActionReport
 
 __all__ = ["ACTION", "NAME", "malloc_trim"]
@@ -46,7 +46,7 @@ def _malloc_trim() -> Any:
     return trim
 
 
-def malloc_trim(ctx: BoundaryContext[dict[str, Any]]) -> ActionReport:
+def malloc_trim(ctx: BoundaryContext[NoOptions]) -> ActionReport:
     """Return freed heap pages to the OS (glibc ``malloc_trim(0)``); an explicit no-op where there is none.
 
     Its report (route ``boundary_action``) holds ``returned`` (1 when memory was released), the
@@ -66,5 +66,5 @@ def malloc_trim(ctx: BoundaryContext[dict[str, Any]]) -> ActionReport:
     return ctx.action_report("executed", detail=f"malloc_trim(0) returned {returned}", data=data)
 
 
-ACTION = RegisteredAction(NAME, malloc_trim, NAME)
-"""The declaration of ``malloc_trim``: no options model (its options as written), no check, no steps."""
+ACTION = RegisteredAction(NAME, malloc_trim, NAME, options=NoOptions)
+"""The declaration of ``malloc_trim``: it takes no options (an unknown one is refused), no check, no steps."""

@@ -28,7 +28,7 @@ from ddo_hooks._diagnostics import EXPECTED_TYPES, literal_problem, located_erro
 if TYPE_CHECKING:
     from pydantic_core import PydanticCustomError
 
-__all__ = ["choices", "located_option_error", "option_keys", "spelling", "type_words"]
+__all__ = ["choices", "located_option_errors", "option_keys", "read_keys", "spelling", "type_words"]
 
 _TYPE_WORDS = {int: "an integer", float: "a number", str: "a string", bool: "true or false", list: "a list"}
 
@@ -42,6 +42,37 @@ def option_keys(model: type[BaseModel]) -> dict[str, str]:
             if isinstance(alias, str):
                 keys[alias] = name
     return keys
+
+
+def read_keys(
+    model: type[BaseModel], action: str, options: Mapping[str, Any], takes: str
+) -> tuple[dict[str, str], list[PydanticCustomError]]:
+    """Which key each field of ``model`` is given under in ``options``; and each key unknown, or given twice.
+
+    ``takes`` is what the message of an unknown key says the action takes.
+
+    Examples:
+        >>> from pydantic import BaseModel
+        >>> class Depth(BaseModel):
+        ...     depth: int = 1
+        >>> given, problems = read_keys(Depth, "my.flush", {"depth": 2, "deep": 3}, takes="depth")
+        >>> given, [problem.message() for problem in problems]
+        ({'depth': 'depth'}, ['unknown option of my.flush; it takes depth'])
+    """
+    keys, given = option_keys(model), dict[str, str]()  # given: field -> the key it was given under
+    problems: list[PydanticCustomError] = []
+    for key in options:
+        if key not in keys:
+            takes = getattr(model, "takes", lambda: ", ".join(model.model_fields) or "none")()
+            problems.append(
+                located_error("action_option", f"unknown option of {action}; it takes {takes}", ("options", key))
+            )
+        elif keys[key] in given:
+            message = f"given twice, as {given[keys[key]]!r} and as {key!r}; give it once"
+            problems.append(located_error("action_option", message, ("options", key)))
+        else:
+            given[keys[key]] = key
+    return given, problems
 
 
 def spelling(model: type[BaseModel], name: str) -> str:
@@ -103,13 +134,16 @@ def _is_union(annotation: Any) -> bool:
     return choices(annotation) is None and len(kinds) > 1
 
 
-def located_option_error(
+def located_option_errors(
     model: type[BaseModel], error: ValidationError, options: Mapping[str, Any]
-) -> PydanticCustomError:
-    """The first problem of ``error`` as a located error at ``options.<key>``, showing the value as written."""
-    item = error.errors(include_url=False)[0]
+) -> list[PydanticCustomError]:
+    """Every problem of ``error`` as a located error at ``options.<key>``, showing the value as written."""
+    return [_located(model, item, options) for item in error.errors(include_url=False)]
+
+
+def _located(model: type[BaseModel], item: Any, options: Mapping[str, Any]) -> PydanticCustomError:
     context = item.get("ctx") or {}
-    if "at" in context:  # a located error of the model's own validators (core: ddo with a setting it cannot honour)
+    if "at" in context:  # a located error of the model's own validators
         at = (*item["loc"], *context["at"])
         message = context.get("template", context["message"])
         return located_error("action_option", message, ("options", *at), value=options.get(str(at[0])))

@@ -25,15 +25,17 @@ import difflib
 import re
 from collections.abc import Callable, Mapping
 from importlib.metadata import entry_points
-from typing import Any, TypeVar, overload
+from typing import Any, TypedDict, TypeVar, Unpack, overload
 
 from ddo_hooks import actions
 from ddo_hooks.actions.contract import ActionFunction, ActionOptions, RegisteredAction
 from ddo_hooks.boundaries import ACTION_NAME_PATTERN, ACTION_NAME_RULE
 from ddo_hooks.errors import InvalidArgumentError, PolicyError
+from ddo_hooks.reports.base import RouteReport
 
 __all__ = [
     "ENTRY_POINT_GROUP",
+    "Declaration",
     "available_actions",
     "options_model",
     "register_action",
@@ -84,50 +86,53 @@ def validated_options(name: str, options: Mapping[str, Any]) -> ActionOptions | 
     return None if model is None else model.from_options(name, options)
 
 
+class Declaration(TypedDict, total=False):
+    """The rest of an action's declaration, as :class:`~ddo_hooks.actions.contract.RegisteredAction` takes it."""
+
+    component_prefix: str | None
+    """Prefix of the tracker component (default: the action's name)."""
+    options: type[ActionOptions] | None
+    """The model of its options, a subclass of :class:`~ddo_hooks.actions.contract.ActionOptions`: a policy
+    that names the action then has its options validated where it loads (or at attach, for a policy loaded
+    before), with located messages, and the action receives an instance of it as ``ctx.options``. ``None``
+    (the default): the mapping the policy writes."""
+    check: Callable[..., None] | None
+    """What :func:`~ddo_hooks.attach` checks of it before installing anything."""
+    on_attach: Callable[..., None] | None
+    """Its step at attach; undone, with the steps before it, where a later one raises."""
+    on_detach: Callable[[Any], tuple[str, RouteReport] | None] | None
+    """Its step at detach, the inverse of ``on_attach``."""
+    before_call: Callable[[Any], None] | None
+    """Its check at the start of each call, of what it made."""
+    routes: tuple[str, ...]
+    """The routes of its reports (default: ``boundary_action``)."""
+
+
 @overload
 def register_action(
-    name: str,
-    function: None = None,
-    *,
-    component_prefix: str | None = None,
-    replace: bool = False,
-    options: type[ActionOptions] | None = None,
+    name: str, function: None = None, *, replace: bool = False, **declaration: Unpack[Declaration]
 ) -> Callable[[F], F]: ...
 
 
 @overload
-def register_action(
-    name: str,
-    function: F,
-    *,
-    component_prefix: str | None = None,
-    replace: bool = False,
-    options: type[ActionOptions] | None = None,
-) -> F: ...
+def register_action(name: str, function: F, *, replace: bool = False, **declaration: Unpack[Declaration]) -> F: ...
 
 
 def register_action(
-    name: str,
-    function: F | None = None,
-    *,
-    component_prefix: str | None = None,
-    replace: bool = False,
-    options: type[ActionOptions] | None = None,
+    name: str, function: F | None = None, *, replace: bool = False, **declaration: Unpack[Declaration]
 ) -> Callable[[F], F] | F:
     """Register a boundary action under ``name``: ``@register_action(name)``, or ``register_action(name, function)``.
 
     Args:
         name: Lowercase letters, digits, ``_ . -``, starting with a letter.
         function: The action; without it, a decorator that registers the function it decorates.
-        component_prefix: Prefix of the tracker component (default: ``name``).
         replace: Allow replacing an action already registered under ``name``; a built-in replaced so
             comes back whole with :func:`unregister_action` (registering its function again would
             lose its declaration: its options model and defaults).
-        options: The model of its options, a subclass of
-            :class:`~ddo_hooks.actions.contract.ActionOptions`: a policy that names the action then
-            has its options validated where it loads (or at attach, for a policy loaded before), with
-            located messages, and the action receives an instance of it as ``ctx.options``. ``None``
-            (the default): the mapping the policy writes.
+        declaration: The rest of its declaration, each keyword a field of :class:`Declaration`:
+            ``component_prefix``, ``options`` (its options model: a policy that names the action then has
+            its options validated where it loads, and the action receives an instance of it), ``check``,
+            ``on_attach``, ``on_detach``, ``before_call`` and ``routes``.
 
     Raises:
         InvalidArgumentError: A malformed name, the name is taken and ``replace`` is False, the action is
@@ -154,10 +159,20 @@ def register_action(
     if registered(name) is not None and not replace:
         raise InvalidArgumentError(f"an action named {name!r} is already registered; pass replace=True to replace it")
 
+    unknown = sorted(set(declaration) - set(Declaration.__annotations__))
+    if unknown:
+        takes = ", ".join(Declaration.__annotations__)
+        raise InvalidArgumentError(f"register_action() takes no {unknown[0]!r}; it takes replace, {takes}")
+
     def decorator(run: F) -> F:
         if not callable(run):
             raise InvalidArgumentError(f"action {name!r} must be callable, got {type(run).__name__}")
-        _REGISTRY[name] = RegisteredAction(name, run, component_prefix or name, options=options)
+        d = declaration
+        _REGISTRY[name] = RegisteredAction(
+            name, run, d.get("component_prefix") or name, d.get("check"), d.get("options"),
+            on_attach=d.get("on_attach"), on_detach=d.get("on_detach"), before_call=d.get("before_call"),
+            routes=d.get("routes", ("boundary_action",)),
+        )  # fmt: skip
         return run
 
     return decorator if function is None else decorator(function)

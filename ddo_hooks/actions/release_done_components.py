@@ -136,7 +136,7 @@ def release_done_components(ctx: BoundaryContext[ReleaseDoneComponentsOptions]) 
     weights files where they are equal byte for byte (:mod:`ddo_hooks.release.file_views`), and from
     then on it is staged at each use, as with ``low_cpu_mem_usage=True``; a file changed since
     raises :class:`~ddo_hooks.errors.WeightsFileChangedError` at the start of the next pipeline call
-    (:func:`~ddo_hooks.hooks.attachment.check_weights_files`), and detach copies the weights back.
+    (:func:`check_files_unchanged`), and detach copies the weights back.
 
     The components are ``ctx.done`` (those that ran before ``before_transformer`` was due), or
     those the ``components`` option names. A component another attached pipeline holds is left
@@ -261,6 +261,17 @@ def copy_back_copies(pipeline: Any) -> tuple[str, PinnedCopyRepackReport] | None
     return None if staged is None else ("pinned_copy_repack", staged)
 
 
+def check_files_unchanged(pipeline: Any) -> None:
+    """At each call's start: raise where a file that freed copies' weights now read changed (its check at each call).
+
+    Raises:
+        WeightsFileChangedError: As :func:`~ddo_hooks.release.file_views.check_rebound`.
+    """
+    from ddo_hooks.release.file_views import check_rebound
+
+    check_rebound(pipeline)
+
+
 ACTION = RegisteredAction(
     NAME,
     release_done_components,
@@ -270,5 +281,6 @@ ACTION = RegisteredAction(
     on_attach=note_stable_files,
     on_detach=copy_back_copies,
     routes=("done_components_release",),
+    before_call=check_files_unchanged,
 )
 """The declaration of ``release_done_components``."""

@@ -10,9 +10,10 @@ them), :mod:`~ddo_hooks.cli.cells` (the text of their cells), :mod:`~ddo_hooks.c
 totals per boundary), :mod:`~ddo_hooks.cli.layout` (text tables that fit 100 columns),
 :mod:`~ddo_hooks.cli.inputs` (the report files the commands read),
 :mod:`~ddo_hooks.cli.summarize` (saved runs, one table per run), :mod:`~ddo_hooks.cli.plot` (saved
-runs, drawn) and :mod:`~ddo_hooks.cli.schema` (the JSON Schema files). A command imports what it
-needs when it runs: ``--help``, ``schema``, ``validate-policy``, ``validate-report`` and
-``summarize`` never import torch, diffusers or transformers. May import every layer.
+runs, drawn), :mod:`~ddo_hooks.cli.plot_points` (what it draws, where) and :mod:`~ddo_hooks.cli.schema` (the
+JSON Schema files). A command imports what it needs when it runs: ``--help``, ``schema``,
+``validate-policy``, ``validate-report`` and ``summarize`` never import torch, diffusers or transformers.
+May import every layer.
 """
 
 from ddo_hooks.cli.main import main

@@ -31,7 +31,7 @@ def other_kind(error: DdoHooksError, path: str, kind: str, command: str) -> DdoH
     """``error``, or one saying the file looks like a {kind} file and which command reads it."""
     if looks_like(path) != kind:
         return error
-    what = "a file of DDO reports" if kind == "report" else "a hook policy"
+    what = "a file of reports" if kind == "report" else "a hook policy"
     return type(error)(
         f"{path}: this looks like {what}, not a {'policy' if kind == 'report' else 'report file'};\n"
         f"  check it with: ddo-hooks {command} {path}"

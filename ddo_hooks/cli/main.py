@@ -293,8 +293,8 @@ def build_parser() -> argparse.ArgumentParser:
         commands,
         "validate-report",
         _validate_report,
-        "check a file of DDO reports (JSON Lines or JSON)",
-        f"Check a file of DDO reports: {REPORT_FILE_FORMS}. {checked} A line cut off mid-record (its writer crashed, "
+        "check a file of reports (JSON Lines or JSON)",
+        f"Check a file of reports: {REPORT_FILE_FORMS}. {checked} A line cut off mid-record (its writer crashed, "
         "or the disk filled) is left out with a warning naming it, and the other lines are checked.",
     )
     schema = _command(
@@ -302,8 +302,8 @@ def build_parser() -> argparse.ArgumentParser:
         "schema",
         _schema,
         "print the JSON Schema of a policy or a report",
-        "Print the JSON Schema of a hook policy, a DDO report, or a record of a report file (a report with its "
-        "envelope: run, call, boundary, time, process, rank): the files in ddo_hooks/schemas/.",
+        "Print the JSON Schema of a hook policy, a report (of either shape), or a record of a report file (a report "
+        "with its envelope: run, call, boundary, time, process, rank): the files in ddo_hooks/schemas/.",
         file=False,
     )
     schema.add_argument("which", nargs="?", metavar="SCHEMA", help="which schema to print: policy, report or record")

@@ -25,17 +25,20 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-import sys
+import typing
 import weakref
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+from ddo_hooks import _moved
 from ddo_hooks.boundaries import BOUNDARIES
 from ddo_hooks.errors import BoundaryRefusedError, DetachTimeoutError, InvalidArgumentError, ReportSinkError
-from ddo_hooks.hooks.components import Components
+from ddo_hooks.hooks.attach_steps import ATTACHED, FromFiles, Repack, Ring, attach_steps, other_holder, other_holder_of
+from ddo_hooks.hooks.components import Components, check_drop
 from ddo_hooks.hooks.phases import CallPhases, Phase
 from ddo_hooks.hooks.recorder import Recorder
-from ddo_hooks.hooks.runner import BoundActions, BoundaryRunner, bind_actions, each_action
+from ddo_hooks.hooks.runner import BoundActions, BoundaryRunner, bind_actions
+from ddo_hooks.hooks.steps import Record, Step, StepList
 from ddo_hooks.policy.model import HookPolicy
 from ddo_hooks.release import guard
 from ddo_hooks.reports.tracker import MetricsTracker
@@ -43,18 +46,16 @@ from ddo_hooks.reports.tracker import MetricsTracker
 if TYPE_CHECKING:
     from diffusers import DiffusionPipeline
 
-    from ddo_hooks.release.from_files import FromFilesMode
     from ddo_hooks.reports.repack import PinnedCopyRepackReport
     from ddo_hooks.reports.ring import RingOffloadReport
     from ddo_hooks.streaming.runtime import StreamedPipeline
 
 __all__ = ["DETACH_WAIT_S", "Attachment", "attach"]
 
+
 DETACH_WAIT_S = 300.0
 """How long :meth:`Attachment.detach` waits for a deferred boundary that is running (seconds): pointing
 1,490 weights files back at their pages took 8.8 s on a CPU."""
-
-_ATTACHED: weakref.WeakKeyDictionary[Any, Attachment] = weakref.WeakKeyDictionary()
 
 
 def _load_policy(policy: HookPolicy | str | os.PathLike[str] | None) -> HookPolicy:
@@ -105,15 +106,13 @@ def attach(
         raise InvalidArgumentError(f"attach() needs a diffusers DiffusionPipeline, got {type(pipeline).__name__}")
     if tracker is not None and not isinstance(tracker, MetricsTracker):
         raise InvalidArgumentError(f"tracker must be a ddo_hooks.MetricsTracker, got {type(tracker).__name__}")
-    if pipeline in _ATTACHED:
+    if pipeline in ATTACHED:
         raise InvalidArgumentError(
             f"this {type(pipeline).__name__} already has ddo_hooks attached; call detach() on that attachment first"
         )
     loaded = _with_encoders(_load_policy(policy), keep_encoders_pinned)
     actions = bind_actions(pipeline, loaded)  # every action known, and each one's check passed
-    attachment = Attachment(pipeline, loaded, tracker or MetricsTracker(max_records=loaded.keep_reports), actions)
-    _ATTACHED[pipeline] = attachment
-    return attachment
+    return Attachment(pipeline, loaded, tracker or MetricsTracker(max_records=loaded.keep_reports), actions)
 
 
 def _with_encoders(policy: HookPolicy, keep: bool | None) -> HookPolicy:
@@ -131,40 +130,6 @@ def _with_encoders(policy: HookPolicy, keep: bool | None) -> HookPolicy:
     return policy.model_copy(update={"pinned_copies": pinned})
 
 
-def check_weights_files(pipelines: list[Any]) -> None:
-    """At the start of each call, before any component runs: raise where a weights file a component reads changed.
-
-    A component whose copies ``release_done_components`` (``stable_files: true``) freed reads its
-    weights files from then on, and one whose weights ``pinned_copies.from_files: register`` registered
-    in place reads their pages; a file rewritten since would change the call's outputs, so the call
-    raises :class:`~ddo_hooks.errors.WeightsFileChangedError` instead (one ``fstat`` per file).
-    Nothing is rebound or registered before its module is imported, so a policy that does neither
-    pays two dictionary lookups.
-    """
-    views = sys.modules.get("ddo_hooks.release.file_views")
-    pinned = sys.modules.get("ddo_hooks.release.from_files")
-    for pipe in pipelines:
-        if views is not None:
-            views.check_rebound(pipe)
-        if pinned is not None:
-            pinned.check_registered(pipe)
-
-
-def _other_holder(pipeline: Any, module: Any) -> str | None:
-    """The class name of another attached pipeline that holds ``module`` as a component, or ``None``."""
-    if module is None:
-        return None
-    for other in list(_ATTACHED):
-        if other is not pipeline and any(value is module for value in other.components.values()):
-            return type(other).__name__
-    return None
-
-
-def _other_holder_of(pipeline: weakref.ref[Any], module: Any) -> str | None:
-    pipe = pipeline()
-    return None if pipe is None else _other_holder(pipe, module)
-
-
 class Attachment:
     """The handle of a policy attached to a pipeline. Create it with :func:`attach`."""
 
@@ -174,36 +139,22 @@ class Attachment:
         self._pipeline = weakref.ref(pipeline)
         self.policy = policy
         self.tracker = tracker
-        self._actions = actions
         self._owner = type(pipeline).__name__
         self._detached = False
         self._recorder = Recorder(policy, tracker)
         self._components = Components(pipeline)
-        holder = functools.partial(_other_holder_of, self._pipeline)
+        holder = functools.partial(other_holder_of, self._pipeline)
         self._runner = BoundaryRunner(self._pipeline, policy, self._recorder, self._components, actions, holder)
         self.machine: CallPhases = self._runner.machine
-        from ddo_hooks.hooks.signals import PipelineSignals  # imports diffusers' hook registry
-
-        self._signals = PipelineSignals(pipeline, self.machine, before_call=check_weights_files)
-        self._signals.install()
-        self.repack_report: PinnedCopyRepackReport | None = None
-        """What the policy's ``pinned_copies.repack`` did at attach (``None`` when it is off); recorded with the
-        other reports when it repacked or refused a component."""
-        self.from_files_report: PinnedCopyRepackReport | None = None
-        """What the policy's ``pinned_copies.from_files`` did at attach (``None`` when it is ``null``)."""
-        for action, entries in each_action(actions) if policy.enabled else ():
-            if action.on_attach is not None:  # each action's own step at attach, once
-                action.on_attach(pipeline, entries)
-        self.ring_report: RingOffloadReport | None = None
-        """What the policy's ``offload.runtime`` did at attach (``None`` when it names none)."""
-        self._ring: StreamedPipeline | None = None
-        pinned = policy.pinned_copies
-        if policy.enabled and pinned.from_files is not None:
-            self.from_files_report = self._pin_from_files(pipeline, pinned.from_files, pinned.keep_encoders_pinned)
-        if policy.enabled and policy.pinned_copies.repack:
-            self.repack_report = self._repack(pipeline)
-        if policy.enabled and policy.offload.runtime is not None:
-            self.ring_report = self._stream(pipeline)
+        self._steps = steps = StepList()  # its checks run at each call's start (see attach_steps)
+        steps.extend(attach_steps(self, policy, actions, self.machine, steps.before_call))
+        try:
+            records = self._steps.attach(pipeline)  # on any exception, the steps done are undone in reverse
+        except BaseException:
+            self._runner.close("the attach failed")  # nothing was deferred: it only leaves the table of runners
+            raise
+        for component, report in records:
+            self._recorder.record(component, report, None, 0)
 
     # -- public ---------------------------------------------------------------------------
     @property
@@ -319,29 +270,7 @@ class Attachment:
             raise InvalidArgumentError(
                 "drop() needs an attached pipeline; this attachment is detached or its pipeline gone"
             )
-        if not names:
-            raise InvalidArgumentError("drop() needs at least one component name, e.g. drop('text_encoder')")
-        wrong = next((name for name in names if not isinstance(name, str)), None)
-        if wrong is not None:
-            raise InvalidArgumentError(
-                f"drop() takes component names as separate strings, e.g. drop('text_encoder', 'text_encoder_2'); "
-                f"got {type(wrong).__name__} {wrong!r}"
-                + (f" (unpack it: drop(*{wrong!r}))" if isinstance(wrong, (list, tuple)) else "")
-            )
-        components = pipe.components  # type: ignore[attr-defined]  # diffusers ships no types: mypy sees no components on a pipeline
-        unknown = [name for name in names if name not in components]
-        if unknown:
-            raise InvalidArgumentError(
-                f"{self._owner} has no component {unknown[0]!r}; its components: {', '.join(components)}"
-            )
-        for name in names:
-            holder = _other_holder(pipe, components[name])
-            if holder is not None:
-                raise InvalidArgumentError(
-                    f"{self._owner}.{name} is also a component of an attached {holder} (from_pipe shares "
-                    "components): dropping it would strip the hooks that pipeline runs on; drop it there too, or "
-                    "detach that pipeline first"
-                )
+        check_drop(pipe, names, functools.partial(other_holder, pipe))
         running = self.machine.calls()
         if running:
             raise BoundaryRefusedError(
@@ -350,9 +279,10 @@ class Attachment:
             )
         self._components.note(pipe)  # so that what left earlier is not mistaken for these
         with guard.section("loading", f"{self._owner}.drop({', '.join(names)})"):
-            if self._ring is not None:
+            ring = self._ring
+            if ring is not None:
                 for name in names:
-                    self._ring.forget(name)  # its weights back on their host sources, off the device
+                    ring.forget(name)  # its weights back on their host sources, off the device
             self._components.drop(pipe, names)
 
     @contextlib.contextmanager
@@ -367,12 +297,15 @@ class Attachment:
     def detach(self) -> None:
         """Remove every hook, wrapper and attribute this attachment added; a second call does nothing.
 
-        Weights pinned from their files (``pinned_copies.from_files``) read the views they read before.
-        Then each action the policy names takes its own step at detach, once, recording what it returns:
-        the components whose copies ``release_done_components`` (``stable_files: true``) pointed back at
-        their weights files get their own copies again, so that the detached pipeline depends on its
-        files exactly as before attach: pinned ones are staged into slabs (recorded as a
-        ``pinned_copy_repack`` at phase ``detach``), the others copied into memory.
+        It undoes the steps of attach in reverse (:mod:`~ddo_hooks.hooks.attach_steps`): the ring runtime
+        first (it copies from the pages the next step gives back); then weights pinned from their files
+        (``pinned_copies.from_files``) read the views they read before; then each action the policy names
+        takes its own step at detach, once, recording what it returns: the components whose copies
+        ``release_done_components`` (``stable_files: true``) pointed back at their weights files get their
+        own copies again, so that the detached pipeline depends on its files exactly as before attach:
+        pinned ones are staged into slabs (recorded as a ``pinned_copy_repack`` at phase ``detach``), the
+        others copied into memory; last, the signal hooks and wrappers go. Every step is undone even when
+        one raises; the first error is raised once all are.
 
         A deferred ``after_call`` still waiting is recorded as cancelled; one already running (on its
         timer thread) finishes the action it is in, records the others as not reached, and detach waits
@@ -400,22 +333,12 @@ class Attachment:
                 "detach() again once it ends"
             ) from failure
         self._detached = True
-        self._signals.remove()
-        pipe = self.pipeline
-        if pipe is not None and _ATTACHED.get(pipe) is self:
-            del _ATTACHED[pipe]
-        if self._ring is not None:  # first: the ring copies from the pages unpinning gives back
-            self._ring.close()
-            self._ring = None
-        if pipe is not None:  # weights pinned from their files get their views back, as before attach
-            from ddo_hooks.release.from_files import unpin_from_files
-
-            unpin_from_files(pipe)
-        for action, _ in each_action(self._actions) if pipe is not None else ():
-            done = None if action.on_detach is None else action.on_detach(pipe)  # each action's own step at detach
-            if done is not None:
-                component, report = done
-                self._recorder.record(component, report, None, self.machine.call_index)
+        try:
+            self._steps.detach(self.pipeline, self._record_at_detach)  # the steps of attach, undone in reverse
+        except BaseException as error:
+            if failure is not None:
+                error.add_note(f"ddo_hooks: a report of this detach could not be written either: {failure}")
+            raise
         if failure is not None:
             raise failure
 
@@ -429,48 +352,37 @@ class Attachment:
         state = "detached" if self._detached else self.machine.phase.value
         return f"<Attachment {self._owner} {state} calls={self.call_index} reports={len(self.reports)}>"
 
-    # -- setup ----------------------------------------------------------------------------
-    def _pin_from_files(
-        self, pipeline: DiffusionPipeline, mode: FromFilesMode, encoders: bool
-    ) -> PinnedCopyRepackReport:
-        """Pin the weights from their files, once, before the first call (``pinned_copies.from_files``)."""
-        from ddo_hooks.release.from_files import check_ddo_pinning, pin_from_files
+    # -- the steps ---------------------------------------------------------------------------
+    def _record_at_detach(self, record: Record) -> None:
+        component, report = record
+        self._recorder.record(component, report, None, self.machine.call_index)
 
-        try:
-            check_ddo_pinning(
-                pipeline, encoders=encoders, on=self.policy.pinned_copies.on_ddo_pinning, source=self.policy.source
-            )
-            report = pin_from_files(pipeline, mode, encoders=encoders, phase="attach")
-        except BaseException:
-            self.detach()
-            raise
-        self._recorder.record("pinned_from_files", report, None, 0)
-        return report
+    def _held(self, kind: type[Step], what: str) -> Any:
+        """``what`` of this attachment's step of type ``kind`` (``None`` where the policy takes none)."""
+        step = next((step for step in self._steps.steps if isinstance(step, kind)), None)
+        return None if step is None else getattr(step, what)
 
-    def _stream(self, pipeline: DiffusionPipeline) -> RingOffloadReport:
-        """Run the components through the offload runtime the policy names (``offload.runtime: ring``)."""
-        from ddo_hooks.streaming.runtime import stream_pipeline
+    @property
+    def from_files_report(self) -> PinnedCopyRepackReport | None:
+        """What the policy's ``pinned_copies.from_files`` did at attach (``None`` when it is ``null``)."""
+        return typing.cast("PinnedCopyRepackReport | None", self._held(FromFiles, "report"))
 
-        try:
-            self._ring, report = stream_pipeline(pipeline, self.policy.offload.stream_options(), self.policy.device)
-        except BaseException:
-            self.detach()
-            raise
-        self._recorder.record("ring_offload", report, None, 0)
-        return report
+    @property
+    def repack_report(self) -> PinnedCopyRepackReport | None:
+        """What the policy's ``pinned_copies.repack`` did at attach (``None`` when it is off).
 
-    def _repack(self, pipeline: DiffusionPipeline) -> PinnedCopyRepackReport:
-        """Repack group offloading's pinned copies to their exact size, once, before the first call."""
-        from ddo_hooks.release.repack import repack_pinned_copies
+        It is recorded with the other reports when it repacked or refused a component.
+        """
+        return typing.cast("PinnedCopyRepackReport | None", self._held(Repack, "report"))
 
-        try:
-            report = repack_pinned_copies(pipeline, device=self.policy.device, phase="attach")
-        except BaseException:
-            self.detach()
-            raise
-        if report.repack.status == "executed" or any(c.status == "refused" for c in report.repack.components):
-            self._recorder.record("pinned_copy_repack", report, None, 0)
-        return report
+    @property
+    def ring_report(self) -> RingOffloadReport | None:
+        """What the policy's ``offload.runtime`` did at attach (``None`` when it names none)."""
+        return typing.cast("RingOffloadReport | None", self._held(Ring, "report"))
+
+    @property
+    def _ring(self) -> StreamedPipeline | None:
+        return typing.cast("StreamedPipeline | None", self._held(Ring, "streamed"))
 
     # -- records ----------------------------------------------------------------------------
     def record(self, report: Any, *, component: str, boundary: str | None = None) -> None:
@@ -480,3 +392,7 @@ class Attachment:
         auxiliary source detachment of ``apply_offload_runtime``).
         """
         self._recorder.record(component, report, boundary, self.machine.call_index)
+
+
+def __getattr__(name: str) -> Any:
+    return _moved.old_attribute(__name__, name)

@@ -22,12 +22,49 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
 
-__all__ = ["Components"]
+from ddo_hooks.errors import InvalidArgumentError
+
+__all__ = ["Components", "check_drop"]
+
+
+def check_drop(pipeline: Any, names: tuple[object, ...], holder: Callable[[Any], str | None]) -> None:
+    """Refuse what ``drop(*names)`` cannot drop from ``pipeline``: no name, a name that is no string or no component.
+
+    Args:
+        pipeline: The attached pipeline.
+        names: What ``drop()`` was given.
+        holder: The class name of another attached pipeline that holds a module, or ``None``.
+
+    Raises:
+        InvalidArgumentError: Saying what to pass instead, or that another attached pipeline holds the component.
+    """
+    owner = type(pipeline).__name__
+    if not names:
+        raise InvalidArgumentError("drop() needs at least one component name, e.g. drop('text_encoder')")
+    wrong = next((name for name in names if not isinstance(name, str)), None)
+    if wrong is not None:
+        raise InvalidArgumentError(
+            f"drop() takes component names as separate strings, e.g. drop('text_encoder', 'text_encoder_2'); "
+            f"got {type(wrong).__name__} {wrong!r}"
+            + (f" (unpack it: drop(*{wrong!r}))" if isinstance(wrong, (list, tuple)) else "")
+        )
+    components = pipeline.components
+    unknown = [name for name in names if name not in components]
+    if unknown:
+        raise InvalidArgumentError(f"{owner} has no component {unknown[0]!r}; its components: {', '.join(components)}")
+    for name in names:
+        other = holder(components[name])
+        if other is not None:
+            raise InvalidArgumentError(
+                f"{owner}.{name} is also a component of an attached {other} (from_pipe shares components): "
+                "dropping it would strip the hooks that pipeline runs on; drop it there too, or detach that "
+                "pipeline first"
+            )
 
 
 class Components:

@@ -53,7 +53,7 @@ class Recorder:
             ReportSinkError: The sink write failed and the policy says ``report_sink_failure: raise``.
         """
         envelope = RecordEnvelope.now(run_id=self.run_id, call_index=index, boundary=boundary)
-        self.tracker.record_ddo_metrics(report, component=component, envelope=envelope)
+        self.tracker.record(report, component=component, envelope=envelope)
         if self.sink is not None:
             line = {"component": component, "report": report.model_dump(mode="json")}
             self.sink.write(json.dumps({**line, "envelope": envelope.model_dump(mode="json")}))

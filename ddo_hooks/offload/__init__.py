@@ -1,8 +1,9 @@
 """The offload layer: applying an offload runtime to pipeline components, and auxiliary detachment.
 
 Modules: :mod:`~ddo_hooks.offload.apply` (``apply_offload_runtime`` and its result handle),
-:mod:`~ddo_hooks.offload.runtimes` (offload runtimes and their source-observation adapters) and
-:mod:`~ddo_hooks.offload.source_detachment` (bounded auxiliary CPU source detachment). Imports every
+:mod:`~ddo_hooks.offload.runtimes` (offload runtimes and their source-observation adapters),
+:mod:`~ddo_hooks.offload.source_detachment` (bounded auxiliary CPU source detachment) and
+:mod:`~ddo_hooks.offload.source_plan` (what it selects to copy). Imports every
 layer below it.
 """
 

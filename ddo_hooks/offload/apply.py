@@ -91,14 +91,14 @@ class OffloadRuntimeApplication:
         for what is selected, preserved and refused. Call it before the first forward. Exclusive
         ownership of the components is required: a view into a loader storage held elsewhere
         cannot be discovered and keeps that storage alive. The report is returned, not recorded;
-        record it with ``result.tracker.record_ddo_metrics(report, component=...)``.
+        record it with ``result.tracker.record(report, component=...)``.
 
         Args:
             enabled: ``False`` returns an explicit no-op report and touches nothing.
             max_copy_bytes: The ceiling for the selected views' total, in bytes (default 16 MiB).
 
         Returns:
-            A validated DDO report (route ``auxiliary_cpu_source_detach``); a refusal changed nothing.
+            A validated report (route ``auxiliary_cpu_source_detach``); a refusal changed nothing.
 
         Raises:
             InvalidArgumentError: ``enabled`` is not a bool or ``max_copy_bytes`` is not an int >= 0.

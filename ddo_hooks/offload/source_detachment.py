@@ -48,17 +48,17 @@ Examples:
 from __future__ import annotations
 
 import time
-import weakref
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from ddo_hooks._compat import torch as torch_compat
 from ddo_hooks.errors import InvalidArgumentError
+from ddo_hooks.offload import source_plan
 from ddo_hooks.offload.runtimes import IntervalObservingAdapter, PayloadInterval, SourceObservationAdapter
-from ddo_hooks.release import allocator as _allocator
+from ddo_hooks.offload.source_plan import Plan, Refusal
 from ddo_hooks.release import guard
 from ddo_hooks.release.host_memory import observe_host
 from ddo_hooks.reports.auxiliary_sources import (
@@ -73,8 +73,6 @@ __all__ = ["DEFAULT_MAX_COPY_BYTES", "OffloadedComponent", "detach_auxiliary_cpu
 
 DEFAULT_MAX_COPY_BYTES = 16 * 2**20
 """The default copy ceiling: 16 MiB."""
-
-_NOTHING_CHANGED = "nothing was copied or changed"
 
 
 @dataclass(frozen=True)
@@ -94,43 +92,6 @@ class OffloadedComponent:
     adapter: SourceObservationAdapter
 
 
-class _Refusal(Exception):
-    def __init__(self, reason: DetachRefusalReason, detail: str, offending: Sequence[str] = ()) -> None:
-        super().__init__(detail)
-        self.reason, self.detail, self.offending = reason, f"{detail}; {_NOTHING_CHANGED}", tuple(offending)
-
-
-@dataclass
-class _Entry:
-    """One registered tensor object and every name it is registered under."""
-
-    tensor: torch.Tensor
-    names: list[str]
-
-
-@dataclass
-class _Group:
-    """Registered tensors that are exactly the same view (one storage after the copy)."""
-
-    span: PayloadInterval
-    entries: list[_Entry] = field(default_factory=list)
-
-
-@dataclass
-class _Plan:
-    selected: list[_Group] = field(default_factory=list)
-    skipped_tensors: dict[str, int] = field(default_factory=dict)
-    skipped_bytes: dict[str, int] = field(default_factory=dict)
-
-    @property
-    def selected_tensors(self) -> int:
-        return sum(len(g.entries) for g in self.selected)
-
-    @property
-    def selected_bytes(self) -> int:
-        return sum(g.span.nbytes for g in self.selected)
-
-
 def _check_arguments(components: object, enabled: object, max_copy_bytes: object) -> None:
     if not isinstance(enabled, bool):
         raise InvalidArgumentError(f"enabled={enabled!r} must be True or False")
@@ -146,8 +107,8 @@ def _observe(component: OffloadedComponent, observations: list[ComponentSourceOb
     kind = type(adapter)
     seen: dict[str, Any] = {"component": name, "runtime": runtime, "adapter": f"{kind.__module__}.{kind.__qualname__}"}
 
-    def refuse(reason: DetachRefusalReason, detail: str) -> _Refusal:
-        return _Refusal(reason, detail, [name])
+    def refuse(reason: DetachRefusalReason, detail: str) -> Refusal:
+        return Refusal(reason, detail, [name])
 
     def ask(key: str, value: Any, valid: bool) -> Any:
         if not valid:
@@ -195,110 +156,7 @@ def _observe(component: OffloadedComponent, observations: list[ComponentSourceOb
             observations.append(ComponentSourceObservation(**seen))
 
 
-def _unsupported(tensor: torch.Tensor) -> str | None:
-    """Why ``tensor`` cannot be detached, or ``None``."""
-    if type(tensor) not in (torch.Tensor, torch.nn.Parameter):
-        return f"a tensor subclass ({type(tensor).__module__}.{type(tensor).__qualname__})"
-    if tensor.is_quantized:
-        return f"a quantized tensor ({tensor.dtype})"
-    if tensor.layout != torch.strided or tensor.is_nested:
-        return f"not dense (layout {tensor.layout})"
-    if tensor.device.type != "cpu":
-        return f"on {tensor.device}, not the CPU"
-    if tensor.is_conj() or tensor.is_neg():
-        return "a lazily conjugated or negated view"
-    if torch_compat.tensor_base(tensor) is not None:
-        if isinstance(tensor, torch.nn.Parameter) or tensor.requires_grad:
-            return "an autograd view that requires grad"
-        if weakref.getweakrefs(tensor) or torch_compat.tensor_use_count(tensor) > 1:
-            return "an autograd view with weak references or other owners, which cannot be rebound in place"
-    return None
-
-
-def _registered(components: Sequence[OffloadedComponent]) -> list[_Entry]:
-    entries: dict[int, _Entry] = {}
-    for component in components:
-        module = component.module
-        for qualified, tensor in (
-            *module.named_parameters(remove_duplicate=False),
-            *module.named_buffers(remove_duplicate=False),
-        ):
-            name = f"{component.name}.{qualified}"
-            if id(tensor) in entries:
-                entries[id(tensor)].names.append(name)
-            else:
-                entries[id(tensor)] = _Entry(tensor, [name])
-    return list(entries.values())
-
-
-def _exact_groups(entries: list[_Entry]) -> list[_Group]:
-    """Group exact aliases; refuse two tensors that overlap without being the same view."""
-    groups: dict[tuple[Any, ...], _Group] = {}
-    for entry in entries:
-        t, span = entry.tensor, PayloadInterval.of_tensor(entry.tensor)
-        groups.setdefault((span, t.dtype, tuple(t.shape), t.stride()), _Group(span)).entries.append(entry)
-    active: list[_Group] = []
-    for group in sorted((g for g in groups.values() if g.span.nbytes), key=lambda g: (g.span.start, g.span.end)):
-        active = [a for a in active if a.span.end > group.span.start]
-        if active:
-            pair = [active[0].entries[0].names[0], group.entries[0].names[0]]
-            raise _Refusal("partial_alias", f"{pair[0]} and {pair[1]} overlap without being the same view", pair)
-        active.append(group)
-    return list(groups.values())
-
-
-def _pinning_possible() -> bool:
-    """Whether any tensor can be CUDA-pinned, asked without creating a CUDA context."""
-    if torch.version.cuda is None and torch.version.hip is None:
-        return False
-    probe = _allocator.backend()
-    return any(probe.has_primary_context(i) for i in range(probe.device_count()))
-
-
-def _owns_storage(group: _Group) -> bool:
-    tensor = group.entries[0].tensor
-    storage = tensor.untyped_storage()
-    return (
-        all(torch_compat.tensor_base(e.tensor) is None for e in group.entries)
-        and storage.resizable()
-        and group.span.start == storage.data_ptr()
-        and group.span.nbytes == storage.nbytes()
-    )
-
-
-def _plan(components: Sequence[OffloadedComponent], retained: list[PayloadInterval], max_copy_bytes: int) -> _Plan:
-    entries = _registered(components)
-    bad = [(e, why) for e in entries if (why := _unsupported(e.tensor)) is not None]
-    if bad:
-        names = [e.names[0] for e, _ in bad]
-        raise _Refusal("unsupported_tensor", f"{names[0]} is {bad[0][1]}; only plain dense CPU tensors detach", names)
-    groups = _exact_groups(entries)
-    exact = set(retained)
-    pinning = _pinning_possible()
-    plan, overlapping = _Plan(), []
-    for group in groups:
-        skip = None
-        if group.span.nbytes and group.span in exact:
-            skip = "runtime_source"
-        elif any(group.span.overlaps(r) for r in retained):
-            overlapping.append(group.entries[0].names[0])
-            continue
-        elif pinning and group.entries[0].tensor.is_pinned():
-            skip = "pinned"
-        elif _owns_storage(group):
-            skip = "owns_storage"
-        if skip is None:
-            plan.selected.append(group)
-        else:
-            plan.skipped_tensors[skip] = plan.skipped_tensors.get(skip, 0) + len(group.entries)
-            plan.skipped_bytes[skip] = plan.skipped_bytes.get(skip, 0) + group.span.nbytes
-    if overlapping:
-        detail = f"{overlapping[0]} overlaps a CPU payload interval its runtime retains as a source"
-        raise _Refusal("overlaps_retained_interval", detail, overlapping)
-    return plan
-
-
-def _copy(plan: _Plan) -> None:
+def _copy(plan: Plan) -> None:
     """Copy every selected group into one new storage, then rebind the registered objects to it."""
     storages = []
     for group in plan.selected:  # allocate and copy everything before rebinding anything
@@ -357,20 +215,20 @@ def detach_auxiliary_cpu_sources(
         detail = "disabled (enabled=False): nothing was inspected or copied"
         return _report(status="noop", noop_reason="disabled", detail=detail, elapsed_seconds=0.0, **common)
     observations: list[ComponentSourceObservation] = []
-    plan: _Plan | None = None
+    found: Plan | None = None
     try:
         retained = [interval for component in components for interval in _observe(component, observations)]
-        plan = _plan(components, retained, max_copy_bytes)
-        if plan.selected_bytes > max_copy_bytes:
-            raise _Refusal(
+        found = source_plan.plan([(c.name, c.module) for c in components], retained)
+        if found.selected_bytes > max_copy_bytes:
+            raise Refusal(
                 "exceeds_ceiling",
-                f"the selected views total {format_size(plan.selected_bytes)} ({plan.selected_bytes} bytes), more"
+                f"the selected views total {format_size(found.selected_bytes)} ({found.selected_bytes} bytes), more"
                 f" than max_copy_bytes={max_copy_bytes}; raise the ceiling if copying them is intended",
             )
-    except _Refusal as refusal:
-        if plan is not None:
-            common.update(selected_tensors=plan.selected_tensors, selected_bytes=plan.selected_bytes)
-            common.update(skipped_tensors=plan.skipped_tensors, skipped_bytes=plan.skipped_bytes)
+    except Refusal as refusal:
+        if found is not None:
+            common.update(selected_tensors=found.selected_tensors, selected_bytes=found.selected_bytes)
+            common.update(skipped_tensors=found.skipped_tensors, skipped_bytes=found.skipped_bytes)
         return _report(
             status="refused",
             refusal_reason=refusal.reason,
@@ -380,14 +238,14 @@ def detach_auxiliary_cpu_sources(
             elapsed_seconds=time.perf_counter() - start,
             **common,
         )
-    selected_tensors, selected_bytes = plan.selected_tensors, plan.selected_bytes
-    alias_groups = sum(len(g.entries) > 1 for g in plan.selected)
+    selected_tensors, selected_bytes = found.selected_tensors, found.selected_bytes
+    alias_groups = sum(len(g.entries) > 1 for g in found.selected)
     host_before = observe_host()
     with torch.no_grad(), guard.section("loading", "detach_auxiliary_cpu_sources"):
-        _copy(plan)
-    skipped_tensors, skipped_bytes = plan.skipped_tensors, plan.skipped_bytes
+        _copy(found)
+    skipped_tensors, skipped_bytes = found.skipped_tensors, found.skipped_bytes
     skipped = ", ".join(f"{n} {reason}" for reason, n in sorted(skipped_tensors.items())) or "none"
-    del plan  # the old views die here unless somebody else holds them
+    del found  # the old views die here unless somebody else holds them
     host_after = observe_host()
     detail = (
         f"copied {selected_tensors} tensor(s), {format_size(selected_bytes)}, into storage of their own"

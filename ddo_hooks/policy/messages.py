@@ -44,6 +44,7 @@ __all__ = [
     "MAX_PROBLEMS",
     "Problem",
     "describe_validation_error",
+    "item_problems",
     "join_problems",
     "literal_problem",
     "located_line",
@@ -74,40 +75,40 @@ def join_problems(problems: Iterable[Problem], *, limit: int = MAX_PROBLEMS) -> 
     return text
 
 
-def validation_problems(
-    error: ValidationError,
+def validation_problems(error: ValidationError, **where: Any) -> list[Problem]:
+    """The located problems of a pydantic error: :func:`item_problems` of its items, with the same keywords."""
+    return item_problems(error.errors(include_url=False), **where)
+
+
+def item_problems(
+    items: Iterable[Any],
     *,
     model: type[BaseModel],
     source: str,
     positions: Positions,
     written: Mapping[KeyPath, str] | None = None,
     hidden: Iterable[KeyPath] = (),
-    keep: Callable[[Any, KeyPath], bool] | None = None,
 ) -> list[Problem]:
-    """The located problems of a pydantic error, each written only when :func:`join_problems` shows it.
+    """The located problems of pydantic error items (``errors()``' dicts), each written only when shown.
 
     A custom error whose context carries ``at`` (a key path below the error's location, such as
     the index of a duplicate action) is reported at that deeper path.
 
     Args:
-        error: The validation error of ``model``.
+        items: The errors, located from the top of ``model``.
         model: The model that was validated (used to list allowed keys and values).
         source: The file name or ``"<string>"``.
         positions: The key positions from the YAML (empty for a mapping).
         written: The text of scalars as the YAML has them (``yes`` for ``true``).
         hidden: Key paths already reported (by the YAML): problems at, below or (other than the
             top) above them are left out, since they follow from it.
-        keep: Called with each error (pydantic's ``errors()`` item) and its :func:`problem_path`:
-            ``False`` leaves it out.
     """
     hidden = [path for path in hidden if path]
     shown = written or {}
     found: list[Problem] = []
-    for item in error.errors(include_url=False):
+    for item in items:
         loc = problem_path(item)
         if any(loc[: len(h)] == h or (loc and h[: len(loc)] == loc) for h in hidden):
-            continue
-        if keep is not None and not keep(item, loc):
             continue
         position = nearest_position(positions, loc)
         found.append((position or (0, 0), _writer(item, loc, model, source, position, shown)))

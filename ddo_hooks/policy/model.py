@@ -21,61 +21,43 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from importlib import resources
-from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BeforeValidator,
     Field,
     PrivateAttr,
     StrictBool,
     StrictInt,
     ValidationError,
-    field_validator,
     model_validator,
 )
-from pydantic_core import PydanticCustomError
 
 from ddo_hooks._diagnostics import KeyPath, Positions, below, did_you_mean_hint, show_value
 from ddo_hooks.actions.contract import OptionsT, RegisteredAction, ResolvedAction
 from ddo_hooks.actions.host_cache_release import HostCacheReleaseOptions
-from ddo_hooks.actions.registry import registered
 from ddo_hooks.boundaries import BOUNDARIES
 from ddo_hooks.errors import InvalidArgumentError, PolicyError
 from ddo_hooks.policy import PRESETS
-from ddo_hooks.policy.messages import located_line
 from ddo_hooks.policy.offload import OffloadPolicy
 from ddo_hooks.policy.parts import (
-    DEVICE_PATTERN,
-    ActionSpec,
     AuxiliarySourcesPolicy,
     BoundariesPolicy,
     BoundaryPolicy,
     Model,
     PinnedCopiesPolicy,
-    keep_reports_in_range,
-    located_error,
-    report_sink_problem,
-    validate_device,
 )
-from ddo_hooks.policy.passes import SUPPORTED_VERSIONS, checked_whole, version_problem
-from ddo_hooks.policy.sources import named_source
+from ddo_hooks.policy.passes import SUPPORTED_VERSIONS, checked_whole
+from ddo_hooks.policy.resolving import fitted, resolve_actions
+from ddo_hooks.policy.rules import broken
+from ddo_hooks.policy.sources import named_source, preset_file
+from ddo_hooks.policy.values import DEVICE_PATTERN, keep_reports_in_range, openable_sink, validate_device
 from ddo_hooks.policy.yaml_loader import LoadedYaml, compose_policy_yaml, read_policy_file
 from ddo_hooks.reports.tracker import MAX_RECORDS
 
 __all__ = ["PRESETS", "SUPPORTED_VERSIONS", "HookPolicy", "policy_json_schema", "preset_file"]
-
-
-def preset_file(name: str) -> Traversable:
-    """The packaged file of the preset ``name`` (one of :data:`PRESETS`).
-
-    Examples:
-        >>> preset_file("lowest-peak").name
-        'lowest-peak.yaml'
-    """
-    return resources.files("ddo_hooks.policy").joinpath(f"presets/{name}.yaml")
 
 
 class HookPolicy(Model):
@@ -92,7 +74,7 @@ class HookPolicy(Model):
         str, BeforeValidator(validate_device, json_schema_input_type=Annotated[str, Field(pattern=DEVICE_PATTERN)])
     ] = "cuda"
     """The CUDA device whose transfers a release waits for: ``cuda`` or ``cuda:N``."""
-    report_sink: Annotated[str, Field(min_length=1)] | None = None
+    report_sink: Annotated[str, Field(min_length=1), AfterValidator(openable_sink)] | None = None
     """A JSON Lines file the reports are appended to; a relative path resolves against the policy
     file's folder (or the working directory for a policy not loaded from a file)."""
     report_sink_failure: Literal["continue", "raise"] = "continue"
@@ -139,69 +121,20 @@ class HookPolicy(Model):
             type(self)._validate(LoadedYaml(settings), "HookPolicy(...)", None)  # raises the located PolicyError
             raise  # pragma: no cover (the same settings cannot pass there)
 
-    # Not called by model_validate, which stays pydantic's own (as RootModel's __init__, marked so): its
-    # ValidationError is what _validate words, line by line.
-    __init__.__pydantic_base_init__ = True  # type: ignore[attr-defined]  # pydantic's marker, not on a function's type
-
-    @field_validator("version", mode="before")
-    @classmethod
-    def _supported(cls, value: object) -> object:
-        if problem := version_problem(value):
-            raise located_error("version", problem)
-        return value
-
-    @field_validator("report_sink")
-    @classmethod
-    def _openable(cls, value: str | None) -> str | None:
-        if value is not None and (problem := report_sink_problem(value)):
-            raise located_error("report_sink", problem, value=value)
-        return value
-
     @model_validator(mode="after")
-    def _does_something(self) -> HookPolicy:
-        if self.enabled and not any(getattr(self.boundaries, name).enabled for name in BOUNDARIES):
-            problem = "every boundary is disabled, so the policy would do nothing"
-            fix = "enable a boundary or set enabled: false at the top"
-            raise located_error("inert_policy", f"{problem}; {fix}", ("boundaries",))
-        return self
+    def _rules(self) -> HookPolicy:
+        """The rules across settings and each action resolved, for a policy built by pydantic as a whole.
 
-    @model_validator(mode="after")
-    def _offload_from_pinned(self) -> HookPolicy:
-        pinned = self.pinned_copies
-        if self.offload.runtime is not None and (pinned.from_files is None or not pinned.keep_encoders_pinned):
-            message = (
-                f"the {self.offload.runtime} runtime streams only from pinned memory: set pinned_copies.from_files "
-                "(register) and pinned_copies.keep_encoders_pinned: true, as the streamed-box preset does"
-            )
-            raise located_error("offload_unpinned", message, ("offload", "runtime"))
-        return self
-
-    @model_validator(mode="after")
-    def _resolve_actions(self) -> HookPolicy:
-        """Resolve each boundary's actions once: each one's options, valid, over the policy's defaults of them.
-
-        The options of ``host_cache_release`` are merged with the ``release`` section here, by validating,
-        so that a ``core: ddo`` in one with a setting it cannot honour in the other is refused at its line.
+        Loading builds a policy from its sections instead (:func:`~ddo_hooks.policy.passes.checked_whole`), which
+        says every problem; here the first one refuses the settings, and :meth:`__init__` says them all.
         """
-        resolved = {}
-        for name in BOUNDARIES:
-            found = []
-            for index, spec in enumerate(self.boundary(name).actions):
-                at = ("boundaries", name, "actions", index)
-                found.append(ResolvedAction(spec.name, self._options_of(spec, at), name, index, spec.options))
-            resolved[name] = tuple(found)
+        resolved, found = resolve_actions(self)
+        found += broken(self, resolved, failed=())
+        if found:
+            at, error = found[0]
+            raise below(at, error)
         self._resolved = resolved
         return self
-
-    def _options_of(self, spec: ActionSpec, at: KeyPath) -> Any:
-        if spec.settings is None:
-            return spec.options
-        action = registered(spec.name)
-        defaults = None if action is None or action.defaults is None else getattr(self, action.defaults)
-        try:
-            return spec.settings.with_defaults(defaults, spec.options)
-        except PydanticCustomError as e:
-            raise below(at, e) from e
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, HookPolicy):
@@ -312,10 +245,10 @@ class HookPolicy(Model):
 
     @classmethod
     def _validate(cls, loaded: LoadedYaml, source: str, base_dir: Path | None) -> HookPolicy:
-        """Validate everything at once (:func:`~ddo_hooks.policy.passes.checked_whole`); remember where it came from."""
-        policy, known = checked_whole(cls, loaded, source)
+        """Check its shape, then its rules (:func:`~ddo_hooks.policy.passes.checked_whole`); remember its source."""
+        policy, known, resolved = checked_whole(cls, loaded, source)
         policy._source, policy._positions, policy._base_dir = source, known, base_dir
-        policy._written = dict(loaded.written)
+        policy._written, policy._resolved = dict(loaded.written), resolved
         return policy
 
     # -- reading -------------------------------------------------------------------------
@@ -373,10 +306,10 @@ class HookPolicy(Model):
     def actions(self, name: str) -> tuple[ResolvedAction[Any], ...]:
         """The actions of one boundary, in order, each with the options it receives when it runs, resolved once.
 
-        An action with an options model (each built-in one but ``malloc_trim``, and one of your own registered
+        An action with an options model (each built-in one, and one of your own registered
         with ``options=`` before the policy loaded) receives an instance of it: ``host_cache_release`` the
-        ``release`` settings, overridden by its own ``options`` at this boundary; every other action receives
-        its ``options`` as written.
+        ``release`` settings, overridden by its own ``options`` at this boundary; an action without one
+        receives its ``options`` as written.
 
         Examples:
             >>> action = {"name": "host_cache_release", "options": {"collect": "full"}}
@@ -397,12 +330,7 @@ class HookPolicy(Model):
         Raises:
             PolicyError: They do not fit the action's model; the message points at the policy's line.
         """
-        defaults = None if action.defaults is None else getattr(self, action.defaults)
-        try:
-            return action.fit(resolved, defaults)
-        except PydanticCustomError as e:
-            line = located_line(e, resolved.at, source=self._source, positions=self._positions, written=self._written)
-            raise PolicyError(line) from e
+        return fitted(self, resolved, action, source=self._source, positions=self._positions, written=self._written)
 
     def enabled_boundaries(self) -> tuple[str, ...]:
         """The boundaries that act, in firing order; empty when the policy is disabled."""

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Annotated, Literal
 
-from pydantic import Field, StrictBool, StrictInt, model_validator
+from pydantic import Field, StrictBool, StrictInt
 
-from ddo_hooks.policy.base import Model, located_error
+from ddo_hooks.policy.base import Model
 from ddo_hooks.sizes import ByteSize
 
 if TYPE_CHECKING:
@@ -52,14 +52,6 @@ class OffloadPolicy(Model):
     poison: StrictBool = False
     """A check, not for production: fill each ring slot with NaN before it is copied into, so that any copy a
     block read before it finished changes the outputs."""
-
-    @model_validator(mode="after")
-    def _named(self) -> OffloadPolicy:
-        if self.runtime is None and "runtime" not in self.model_fields_set and self.model_fields_set:
-            options = ", ".join(sorted(self.model_fields_set))
-            message = f"{options} set for no runtime: set runtime (one of {', '.join(RUNTIMES)}) or leave them out"
-            raise located_error("options_without_runtime", message, ("runtime",))
-        return self
 
     def stream_options(self) -> StreamOptions:
         """The ring runtime's options as this section sets them."""

@@ -1,14 +1,11 @@
-r"""Every problem of a policy in one run: the checks pydantic skips after a problem, run again without it.
+r"""The whole check of a loaded policy, in two passes: its shape, then its rules; every problem in one run.
 
-pydantic checks a model's fields first and runs the model's own checks of several fields together
-(every boundary disabled; an action's options against ``release``; ``keep_encoders_pinned`` without
-``from_files``) only when all of its fields passed: a policy with a wrong value in one section and a
-conflict in another showed one of them per run. :func:`every_problem` leaves out each key that a
-problem points at and checks the rest again, a few times over, so that the checks skipped run too. A
-problem found so is kept unless it may follow from a key left out: it is at or under one, or it is a
-check of several keys of the section that held one (``keep_encoders_pinned`` without the
-``from_files`` that was left out for its own problem). :func:`checked_whole` is the whole check of a
-loaded policy: the YAML's problems, the version, then these passes, one error for all of them.
+:func:`checked_whole` checks what the YAML itself refused and the version; then each top-level section on its
+own (:func:`parse_sections`): pydantic gives every field error of a section in one pass. A section that does not
+parse is validated once more without the keys that did not, so that the rules can read the rest of it. Then the
+actions are resolved once (:func:`~ddo_hooks.policy.resolving.resolve_actions`) and every rule across settings
+runs over what parsed (:data:`~ddo_hooks.policy.rules.RULES`), each left out where a setting it reads did not
+parse. All of it is one error, one line per problem, in file order.
 
 Examples:
     >>> from ddo_hooks import HookPolicy
@@ -26,26 +23,29 @@ Examples:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any, TypeVar
+import functools
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Annotated, Any, TypeVar
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
+from pydantic_core import InitErrorDetails
 
 from ddo_hooks._diagnostics import KeyPath, Positions, show_value, where
+from ddo_hooks.actions.contract import ResolvedAction
 from ddo_hooks.errors import PolicyError
-from ddo_hooks.policy.messages import MAX_PROBLEMS, Problem, join_problems, problem_path, validation_problems
+from ddo_hooks.policy.messages import Problem, item_problems, join_problems
+from ddo_hooks.policy.resolving import resolve_actions
+from ddo_hooks.policy.rules import Located, Sections, broken
 from ddo_hooks.policy.yaml_loader import LoadedYaml
 
-__all__ = ["MAX_PASSES", "SUPPORTED_VERSIONS", "checked_whole", "every_problem", "version_problem", "without"]
+__all__ = ["SUPPORTED_VERSIONS", "Parsed", "checked_whole", "parse_sections", "version_problem", "without"]
 
 SUPPORTED_VERSIONS: tuple[int, ...] = (1,)
 """The policy versions this release reads."""
 
 _SUPPORTED = f"supported versions: {', '.join(map(str, SUPPORTED_VERSIONS))}"
-
-MAX_PASSES = 8
-"""The most times a policy is checked again; each pass leaves out at least one more key."""
-
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
 
@@ -63,11 +63,90 @@ def version_problem(value: object, written: str | None = None) -> str | None:
     return f"unsupported version {written or show_value(value)}{kind}; {_SUPPORTED} (write 'version: 1')"
 
 
-def checked_whole(model: type[ModelT], loaded: LoadedYaml, source: str) -> tuple[ModelT, Positions]:
-    """``loaded`` validated as ``model`` at once: the YAML's problems, the version and every setting, in file order.
+@dataclass
+class Parsed:
+    """What :func:`parse_sections` found: each section's value, every field error, and what did not parse."""
+
+    values: dict[str, Any] = field(default_factory=dict)
+    """Each top-level setting: as parsed; what of it parsed (a section whose other keys did); or its default."""
+    errors: list[Any] = field(default_factory=list)
+    """Every field error, as pydantic's ``errors()`` items, located from the top of the policy."""
+    failed: list[KeyPath] = field(default_factory=list)
+    """The key paths that did not parse (a rule that reads one is left out)."""
+    cause: ValidationError | None = None
+    """The first section's error (the cause of the policy's)."""
+
+
+@functools.cache
+def _adapter(model: type[BaseModel], name: str) -> TypeAdapter[Any]:
+    """The validator of the top-level setting ``name`` of ``model`` alone: its type, with its field's constraints."""
+    info = model.model_fields[name]
+    return TypeAdapter(typing.cast(Any, Annotated[info.annotation, info]))
+
+
+def parse_sections(model: type[BaseModel], data: Mapping[str, Any]) -> Parsed:
+    """Each top-level section of ``data`` validated on its own: every field error of it in one pydantic pass.
+
+    A section that does not parse is validated once more without the keys its errors name, so that the rules
+    read what parsed of it; those keys are :attr:`Parsed.failed`. A key that no section has is an error.
+    """
+    parsed = Parsed()
+    unknown = [
+        InitErrorDetails(type="extra_forbidden", loc=(key,), input=value)
+        if isinstance(key, str)
+        else InitErrorDetails(type="invalid_key", loc=(key,), input=key)
+        for key, value in data.items()
+        if key not in model.model_fields
+    ]
+    if unknown:  # what pydantic says of the whole model's keys
+        parsed.cause = ValidationError.from_exception_data(model.__name__, unknown)
+        parsed.errors += parsed.cause.errors(include_url=False)
+    for name, info in model.model_fields.items():
+        if name not in data:
+            parsed.values[name] = info.get_default(call_default_factory=True)
+            continue
+        adapter = _adapter(model, name)
+        try:
+            parsed.values[name] = adapter.validate_python(data[name])
+            continue
+        except ValidationError as e:
+            parsed.cause = parsed.cause or e
+            items = e.errors(include_url=False)
+        parsed.errors += [{**item, "loc": (name, *item["loc"])} for item in items]
+        value, cut = _what_parsed(adapter, data[name], [tuple(item["loc"]) for item in items])
+        parsed.values[name] = info.get_default(call_default_factory=True) if value is _NONE else value
+        parsed.failed += [(name, *path) for path in cut]
+    return parsed
+
+
+_NONE = object()
+
+
+def _what_parsed(adapter: TypeAdapter[Any], value: Any, failing: list[KeyPath]) -> tuple[Any, list[KeyPath]]:
+    """``value`` validated without the keys at ``failing``, and the key paths left out (``()``: all of it)."""
+    cut: list[KeyPath] = []
+    for path in failing:
+        left = without(value, path) if path else None
+        if left is None:
+            if not any(path[: len(done)] == done for done in cut):
+                return _NONE, [()]
+            continue
+        value, out = left
+        cut.append(out)
+    try:
+        return adapter.validate_python(value), cut
+    except (ValidationError, RecursionError):  # not expected: every field error's key is out
+        return _NONE, [()]
+
+
+def checked_whole(
+    model: type[ModelT], loaded: LoadedYaml, source: str
+) -> tuple[ModelT, Positions, dict[str, tuple[ResolvedAction[Any], ...]]]:
+    """``loaded`` checked as ``model``: the YAML's problems, the version, each section, then the rules, in file order.
 
     Returns:
-        The model, and the position of every key (an action written as a bare name at its ``name`` too).
+        The model (built from its sections, each validated once), the position of every key (an action written as
+        a bare name at its ``name`` too), and each boundary's actions resolved.
 
     Raises:
         PolicyError: One line per problem; ``problems`` holds them.
@@ -94,23 +173,38 @@ def checked_whole(model: type[ModelT], loaded: LoadedYaml, source: str) -> tuple
     elif problem := version_problem(data["version"], written.get(("version",))):
         at = positions.get(("version",), (0, 0))
         problems.append((at, f"{where(source, positions, ('version',))}: version: {problem}"))
-    cause: ValidationError | None = None
     try:
-        policy = model.model_validate({**data, "version": 1})  # the rest is checked as version 1
-    except ValidationError as e:
-        cause = e
-        problems += every_problem(
-            model, {**data, "version": 1}, e, source=source, positions=positions, written=written, hidden=loaded.broken
-        )
+        parsed = parse_sections(model, {**data, "version": 1})  # the rest is checked as version 1
+        failed = [*parsed.failed, *loaded.broken]
+        fields_set = {name for name in data if name in model.model_fields}
+        policy = model.model_construct(_fields_set=fields_set, **parsed.values)
+        resolved, found = resolve_actions(typing.cast("Sections", policy), failed=failed)
+        found += broken(typing.cast("Sections", policy), resolved, failed=failed)
     except RecursionError as e:
         raise PolicyError(f"{source}: the policy is nested too deeply (or contains itself)") from e
+    items = [*parsed.errors, *(_item(at, error) for at, error in found)]
+    hidden = loaded.broken
+    problems += item_problems(items, model=model, source=source, positions=positions, written=written, hidden=hidden)
     if problems:
-        raise _policy_error(problems) from cause
+        raise _policy_error(problems) from (parsed.cause or _rules_error(model, found))
     known = dict(positions)
     for path, position in positions.items():
         if len(path) == 4 and path[0] == "boundaries" and path[2] == "actions":
             known.setdefault((*path, "name"), position)
-    return policy, known
+    return policy, known, resolved
+
+
+def _item(at: KeyPath, error: Any) -> dict[str, Any]:
+    """A rule's problem as a pydantic ``errors()`` item at ``at`` (its own ``at``, if any, below it)."""
+    return {"type": error.type, "loc": at, "msg": error.message(), "ctx": dict(error.context or {}), "input": None}
+
+
+def _rules_error(model: type[BaseModel], found: list[Located]) -> ValidationError | None:
+    """The problems of the rules as one pydantic error (the cause of the policy's, where no section failed)."""
+    if not found:
+        return None
+    details = [InitErrorDetails(type=error, loc=at, input=None) for at, error in found]
+    return ValidationError.from_exception_data(model.__name__, details)
 
 
 def _policy_error(problems: list[Problem]) -> PolicyError:
@@ -118,83 +212,6 @@ def _policy_error(problems: list[Problem]) -> PolicyError:
     error = PolicyError(join_problems(problems))
     error.problems = tuple(problems)
     return error
-
-
-def every_problem(
-    model: type[BaseModel],
-    data: Mapping[str, Any],
-    error: ValidationError,
-    *,
-    source: str,
-    positions: Positions,
-    written: Mapping[KeyPath, str],
-    hidden: Iterable[KeyPath] = (),
-) -> list[Problem]:
-    """The problems of ``error`` (``model.model_validate(data)``'s), and those of the checks it skipped.
-
-    Args:
-        model: The model that refused ``data``.
-        data: What it refused.
-        error: Its error.
-        source: The file name, or ``<mapping>``, for the messages.
-        positions: The key positions from the YAML.
-        written: The text of scalars as the YAML has them.
-        hidden: Key paths the YAML reported already (see :func:`~ddo_hooks.policy.messages.validation_problems`).
-    """
-    hidden = tuple(hidden)
-    found = validation_problems(error, model=model, source=source, positions=positions, written=written, hidden=hidden)
-    seen = {problem_path(item) for item in error.errors(include_url=False)}
-    removed: list[KeyPath] = []
-    current: Any = data
-    last = error
-    for _ in range(MAX_PASSES):
-        if len(found) >= MAX_PROBLEMS:  # more than a message shows: these are to be fixed first
-            break
-        progress = False
-        for item in last.errors(include_url=False):
-            cut = without(current, problem_path(item))
-            if cut is not None:
-                current, path = cut
-                removed.append(path)
-                progress = True
-        if not progress:
-            break
-        try:
-            model.model_validate(current)
-        except ValidationError as e:
-            last = e
-        except RecursionError:  # the first pass said so already
-            break
-        else:
-            break
-
-        found += validation_problems(
-            last,
-            model=model,
-            source=source,
-            positions=positions,
-            written=written,
-            hidden=hidden,
-            keep=_new(frozenset(seen), tuple(removed)),
-        )
-        seen |= {problem_path(item) for item in last.errors(include_url=False)}
-    return found
-
-
-def _new(seen: frozenset[KeyPath], removed: tuple[KeyPath, ...]) -> Callable[[Any, KeyPath], bool]:
-    """Whether a problem of a later pass is new: not at a path seen, and not one that may follow from a key left out."""
-    return lambda item, loc: loc not in seen and not _follows(item, loc, removed)
-
-
-def _follows(item: Any, loc: KeyPath, removed: Iterable[KeyPath]) -> bool:
-    """Whether a problem found after leaving out the keys ``removed`` may follow from leaving one out."""
-    section = tuple(item["loc"])  # where the check ran: shorter than ``loc`` for a check of several keys
-    for path in removed:
-        if loc[: len(path)] == path:  # at it or under it (a key left out is missing, or takes its default)
-            return True
-        if len(section) < len(loc) and section and path[:-1] == section:  # a check of the section that held it
-            return True
-    return False
 
 
 def without(data: Any, path: KeyPath) -> tuple[Any, KeyPath] | None:

@@ -8,6 +8,8 @@ user may not look up (a folder on its way it may not search) is read as a file, 
 so, never called missing; and YAML text given instead of a path names
 :meth:`~ddo_hooks.policy.model.HookPolicy.from_yaml_text`.
 
+A preset's packaged file is :func:`preset_file`.
+
 Examples:
     >>> named_source("lowest-peak"), named_source(__file__)
     ('preset', 'file')
@@ -16,6 +18,8 @@ Examples:
 from __future__ import annotations
 
 import os
+from importlib import resources
+from importlib.resources.abc import Traversable
 from typing import Literal
 
 from ddo_hooks._diagnostics import did_you_mean_hint
@@ -23,7 +27,7 @@ from ddo_hooks._text_files import broken_link, looks_like_text, text_given_for_p
 from ddo_hooks.errors import PolicyError
 from ddo_hooks.policy import PRESETS
 
-__all__ = ["named_source"]
+__all__ = ["named_source", "preset_file"]
 
 
 def named_source(name: str) -> Literal["preset", "file"]:
@@ -54,3 +58,13 @@ def named_source(name: str) -> Literal["preset", "file"]:
             "remove or fix the link, or give the preset from another folder"
         )
     return "file"
+
+
+def preset_file(name: str) -> Traversable:
+    """The packaged file of the preset ``name`` (one of :data:`PRESETS`).
+
+    Examples:
+        >>> preset_file("lowest-peak").name
+        'lowest-peak.yaml'
+    """
+    return resources.files("ddo_hooks.policy").joinpath(f"presets/{name}.yaml")

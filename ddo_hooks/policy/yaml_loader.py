@@ -30,7 +30,6 @@ Examples:
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,6 +38,7 @@ import yaml
 from ddo_hooks._diagnostics import KeyPath, Positions, cut, format_key_path, show_value
 from ddo_hooks._text_files import read_text_file
 from ddo_hooks.errors import PolicyError
+from ddo_hooks.policy import yaml_text
 from ddo_hooks.policy.messages import Problem, join_problems
 
 __all__ = [
@@ -244,12 +244,12 @@ def compose_policy_yaml(text: str, source: str = "<string>") -> LoadedYaml:
             f"({MAX_POLICY_BYTES:,}); a policy is a few lines: check that this is the file you meant"
         )
     if (bad := _NON_PRINTABLE.search(text)) is not None:  # what PyYAML's reader refuses, found at once
-        line, column = _line_column(text, bad.start())
+        line, column = yaml_text.line_column(text, bad.start())
         cause = yaml.reader.ReaderError(source, bad.start(), ord(bad.group()), "unicode", "not printable")
         character = f"control character U+{ord(bad.group()):04X}"
         raise PolicyError(f"{source}:{line}:{column}: {character} is not allowed in YAML; use plain text") from cause
     try:
-        if (deep := _too_deep(text)) is not None:
+        if (deep := yaml_text.too_deep(text, MAX_DEPTH)) is not None:
             raise _TooDeep(*deep)
         node = _compose(text)
         if node is None or (isinstance(node, yaml.ScalarNode) and node.tag == _NULL_TAG and not node.value):
@@ -318,53 +318,6 @@ def _compose(text: str) -> yaml.Node | None:
         loader.dispose()
 
 
-_FLOW = re.compile(r"""[\[\]{}'"#\n]""")
-
-
-def _too_deep(text: str) -> tuple[int, int] | None:
-    """Where flow brackets first nest more than :data:`MAX_DEPTH` deep, else ``None``.
-
-    Linear in the text, before any parser sees it (PyYAML's scanner is quadratic in the depth of
-    brackets); an estimate that skips quoted text and comments.
-    """
-    depth, position = 0, 0
-    while (found := _FLOW.search(text, position)) is not None:
-        i, char = found.start(), found.group()
-        position = i + 1
-        if char in "[{":
-            depth += 1
-            if depth > MAX_DEPTH:
-                return _line_column(text, i)
-        elif char in "]}":
-            depth = max(depth - 1, 0)
-        elif char == "#" and (i == 0 or text[i - 1] in " \t\n"):
-            end = text.find("\n", i)
-            position = len(text) if end < 0 else end
-        elif char in "'\"" and (i == 0 or text[i - 1] in " \t\n[{,:?-"):
-            position = _end_of_quote(text, i + 1, char)
-    return None
-
-
-def _end_of_quote(text: str, i: int, quote: str) -> int:
-    while True:
-        end = text.find(quote, i)
-        if end < 0:
-            return len(text)
-        if quote == "'" and text.startswith("''", end):
-            i = end + 2
-        elif quote == '"' and _escaped(text, end):
-            i = end + 1
-        else:
-            return end + 1
-
-
-def _escaped(text: str, end: int) -> bool:
-    start = end
-    while start > 0 and text[start - 1] == "\\":
-        start -= 1
-    return (end - start) % 2 == 1
-
-
 def _describe_yaml_error(e: yaml.MarkedYAMLError, source: str) -> str:
     mark = e.problem_mark or e.context_mark
     where_ = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark else source
@@ -387,11 +340,6 @@ def _written(node: yaml.ScalarNode) -> str:
 def _tag(tag: str) -> str:
     short = "!!" + tag.removeprefix("tag:yaml.org,2002:") if tag.startswith("tag:yaml.org,2002:") else tag
     return cut(short)
-
-
-def _line_column(text: str, offset: int) -> tuple[int, int]:
-    line_start = text.rfind("\n", 0, offset) + 1
-    return text.count("\n", 0, offset) + 1, offset - line_start + 1
 
 
 def read_policy_file(path: str | os.PathLike[str]) -> str:

@@ -27,7 +27,7 @@ import math
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from ddo_hooks.reports.host_cache import AllocatorSnapshot, PinningSince, unavailable_snapshot, validate_active_counter
+from ddo_hooks.reports.allocator import AllocatorSnapshot, PinningSince, unavailable_snapshot, validate_active_counter
 
 __all__ = ["pinning_between", "read_snapshot", "snapshot_from_raw", "unavailable_snapshot"]
 

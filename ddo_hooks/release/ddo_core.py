@@ -5,7 +5,7 @@ then it calls DDO's (:func:`release_with_ddo`) and records DDO's report as DDO w
 against ddo_hooks' model of DDO 0.1.0rc2's release
 (:class:`~ddo_hooks.reports.ddo.host.DDOHostCacheReleaseReport`). DDO's core can run only where
 DDO is importable at that version and torch has ``torch._C._accelerator_emptyHostCache`` (torch >=
-2.12; without it DDO reports every release as ``unsupported``): :func:`core_problem` says why not,
+2.12; without it DDO calls every release ``unsupported``): :func:`core_problem` says why not,
 and ``attach`` refuses such a policy with that reason.
 
 DDO is imported when attach checks it (:func:`load_ddo`, the seam tests replace) and when a

@@ -28,33 +28,31 @@ raises :class:`~ddo_hooks.errors.WeightsFileChangedError` instead of using its n
 :func:`copy_back` makes copies again where they were (pinned ones into slabs), so that a detached
 pipeline depends on its files exactly as before attach. A component whose copies differ from its
 files (a fused LoRA, another dtype) or whose files cannot be found is left exactly as it was,
-with the reason (:class:`Unbound`).
+with the reason (:class:`~ddo_hooks.release.file_copies.Unbound`).
 
 Examples:
     >>> import torch
     >>> rebind_to_files("linear", torch.nn.Linear(4, 4))  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    ddo_hooks.release.file_views.Unbound: linear's weights (80 bytes) are not views of weights files...
+    ddo_hooks.release.file_copies.Unbound: linear's weights (80 bytes) are not views of weights files...
 """
 
 from __future__ import annotations
 
 import weakref
 from collections.abc import MutableMapping
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, cast
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from ddo_hooks import _moved
-from ddo_hooks._compat import diffusers as diffusers_compat
 from ddo_hooks.errors import WeightsFileChangedError
 from ddo_hooks.release import allocator as _allocator
-from ddo_hooks.release import file_pages
-from ddo_hooks.release.pinned_copies import REPACKED
-from ddo_hooks.release.weights_files import NOTED, FileIdentity, HeldFile, Refused, folder_of, identity, named_files
-from ddo_hooks.reports.done_components import ComponentPages, PagesReason
+from ddo_hooks.release import file_copies, file_pages
+from ddo_hooks.release.weights_files import NOTED, HeldFile
+from ddo_hooks.reports.done_components import ComponentPages
 
 if TYPE_CHECKING:
     from ddo_hooks.reports.repack import PinnedCopyRepackReport
@@ -62,7 +60,6 @@ if TYPE_CHECKING:
 __all__ = [
     "REBOUND",
     "Rebound",
-    "Unbound",
     "check_rebound",
     "check_unchanged",
     "copy_back",
@@ -134,150 +131,6 @@ def check_rebound(pipeline: Any) -> None:
             raise WeightsFileChangedError(f"{type(pipeline).__name__} did not run this call: {e}") from None
 
 
-class Unbound(Exception):
-    """A component left with its copies: the reason (as :data:`PagesReason`) and a sentence."""
-
-    def __init__(self, reason: PagesReason, detail: str) -> None:
-        super().__init__(detail)
-        self.reason, self.detail = reason, detail
-
-
-@dataclass
-class _Weight:
-    """A parameter or buffer, the CPU tensor that holds it now, and the groups that keep that tensor."""
-
-    name: str
-    tensor: torch.Tensor
-    parameter: bool
-    holder: torch.Tensor
-    groups: list[Any] = field(default_factory=list)
-
-    @property
-    def nbytes(self) -> int:
-        return self.holder.numel() * self.holder.element_size()
-
-
-def _weights(name: str, module: torch.nn.Module) -> list[_Weight]:
-    """Each weight of ``module`` once, with where it lives on the CPU at rest."""
-    keeping: dict[int, list[Any]] = {}
-    for group in diffusers_compat.offload_groups(module):
-        for key in diffusers_compat.group_cpu_sources(group):
-            keeping.setdefault(id(key), []).append(group)
-    named = [(n, t, True) for n, t in module.named_parameters()] + [(n, t, False) for n, t in module.named_buffers()]
-    found = []
-    for qualified, tensor, parameter in named:
-        groups = keeping.get(id(tensor), [])
-        holder = diffusers_compat.group_cpu_sources(groups[0])[tensor] if groups else tensor.data
-        if holder.device.type != "cpu" or holder.layout is not torch.strided or type(holder) is not torch.Tensor:
-            what = f"{holder.layout} {type(holder).__name__} on {holder.device}"
-            raise Unbound("not_file_backed", f"{name}'s {qualified} is held as a {what}, not as a CPU copy")
-        found.append(_Weight(qualified, tensor, parameter, holder, groups))
-    return found
-
-
-def _weights_files(name: str, module: torch.nn.Module, total: int) -> tuple[str, list[str]]:
-    """The folder ``module`` was loaded from and the files its weights come from; raises :class:`Unbound` without.
-
-    See :func:`~ddo_hooks.release.weights_files.named_files`: an index that is not a regular file of at
-    most :data:`~ddo_hooks.release.weights_files.MAX_INDEX_BYTES` refuses the component, naming it and why.
-    """
-    folder = folder_of(module)
-    try:
-        paths = [] if folder is None else named_files(folder)
-    except Refused as e:
-        raise Unbound("not_file_backed", f"{name}'s index {e}") from None
-    if not paths or folder is None:
-        where = "no folder" if folder is None else f"no *.safetensors file in {folder}"
-        detail = f"{name}'s weights ({total} bytes) are not views of weights files, and its name_or_path names {where}"
-        raise Unbound("not_file_backed", detail + " (built in memory, or loaded from elsewhere)")
-    return folder, paths
-
-
-def _load(path: str) -> tuple[dict[str, torch.Tensor], HeldFile]:
-    """A weights file's tensors, as views of a private mapping, and the file held open (the inode they map).
-
-    Raises:
-        Unbound: The file is not a regular file or cannot be read as safetensors (``not_file_backed``);
-            it was replaced while it was read (``modified``), or no longer holds every tensor's bytes
-            (``file_changed``: a view past its end would kill the process when read).
-    """
-    import safetensors.torch
-
-    try:
-        held = HeldFile(path)
-    except Refused as e:
-        raise Unbound("not_file_backed", str(e)) from None
-    try:
-        tensors = safetensors.torch.load_file(path)
-    except Exception as e:  # SafetensorError, OSError: a cut download, a file being written
-        held.close()
-        raise Unbound("not_file_backed", f"{path} cannot be read as a safetensors file ({e})".splitlines()[0]) from None
-    try:
-        held.check_views(tensors)
-    except Refused as e:
-        held.close()
-        raise Unbound(cast("PagesReason", e.reason), str(e)) from None
-    return tensors, held
-
-
-def _same_bytes(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return torch.equal(a.reshape(-1).view(torch.uint8), b.reshape(-1).view(torch.uint8))
-
-
-def _views(
-    name: str,
-    folder: str,
-    files: dict[str, dict[str, torch.Tensor]],
-    copies: list[_Weight],
-    noted: dict[str, FileIdentity | None],
-) -> tuple[dict[str, torch.Tensor], list[str]]:
-    """For each copy the files hold, the file's view equal to it byte for byte, and the files read.
-
-    ``files``: each file's tensors (:func:`_load`). ``noted``: the files' identities at attach, which
-    tell a file changed since from a copy edited.
-
-    Raises:
-        Unbound: A parameter is not in the files as such, or its copy differs (from a file rewritten or
-            replaced since attach: ``file_changed``).
-    """
-    views, read = {}, set()
-    for weight in copies:
-        held = weight.holder
-        candidates = [(path, f[weight.name]) for path, f in files.items() if weight.name in f]
-        candidates = [(p, c) for p, c in candidates if c.dtype == held.dtype and c.shape == held.shape]
-        if not candidates:
-            if not weight.parameter:
-                continue  # a buffer the files do not hold: it gets a plain copy
-            detail = f"{name}'s {weight.name} ({held.dtype}, {tuple(held.shape)}) is not in its files in {folder}"
-            raise Unbound("not_file_backed", detail + " as such (converted to another dtype when loaded, or renamed)")
-        equal = next(((p, c) for p, c in candidates if _same_bytes(c, held)), None)
-        if equal is None:
-            changed = [p for p, _ in candidates if p in noted and noted[p] != identity(p)]
-            if changed:
-                detail = f"{name}'s {changed[0]} was rewritten or replaced since attach, and its copy of {weight.name}"
-                raise Unbound("file_changed", detail + " differs from it: it keeps its copies")
-            detail = f"{name}'s copy of {weight.name} differs from its weights file in {folder} (a fused LoRA or an "
-            raise Unbound("modified", detail + "edit): it keeps its copies")
-        read.add(equal[0])
-        views[weight.name] = equal[1]
-    return views, sorted(read)
-
-
-def _copies(name: str, module: torch.nn.Module) -> list[_Weight]:
-    """The weights of ``module`` held as copies (not inside a private mapping of a regular file)."""
-    inside = file_pages.in_file_view(file_pages.mappings())
-    return [w for w in _weights(name, module) if not inside(w.holder.data_ptr(), max(w.nbytes, 1))]
-
-
-def _point(weight: _Weight, target: torch.Tensor) -> None:
-    """Point ``weight`` and its groups' CPU sources at ``target`` instead of what holds it now."""
-    for group in weight.groups:
-        diffusers_compat.set_group_cpu_source(group, weight.tensor, target)
-        REPACKED.discard(group)
-    if weight.tensor.data_ptr() == weight.holder.data_ptr():
-        weight.tensor.data = target
-
-
 def rebind_to_files(name: str, module: torch.nn.Module) -> int:
     """Point ``module``'s weights held as copies at the views of its weights files that equal them.
 
@@ -292,25 +145,25 @@ def rebind_to_files(name: str, module: torch.nn.Module) -> int:
         The bytes of copies replaced (0 when its parameters are file views already).
 
     Raises:
-        Unbound: It stays as it was: a weight is not a CPU tensor, its files cannot be found or read, a
+        file_copies.Unbound: It stays as it was: a weight is not a CPU tensor, its files cannot be found or read, a
             parameter is not in them with its dtype and shape (``not_file_backed``), its copy differs
             from the file or a file changed while it was read (``modified``), or a file changed since
             attach or no longer holds its tensors' bytes (``file_changed``).
     """
-    copies = _copies(name, module)
+    copies = file_copies.copies(name, module)
     if not any(w.parameter for w in copies):
         return 0  # its parameters are file views; a buffer the files do not hold stays as it is
-    folder, paths = _weights_files(name, module, sum(w.nbytes for w in copies))
+    folder, paths = file_copies.weights_files(name, module, sum(w.nbytes for w in copies))
     opened: dict[str, HeldFile] = {}
     try:
         files = {}
         for path in paths:  # views of private mappings: nothing read yet
-            files[path], opened[path] = _load(path)
-        views, read = _views(name, folder, files, copies, NOTED.get(module, {}))
+            files[path], opened[path] = file_copies.load(path)
+        views, read = file_copies.equal_views(name, folder, files, copies, NOTED.get(module, {}))
         changed = next((change for path in read if (change := opened[path].changed()) is not None), None)
         if changed is not None:
             detail = f"a weights file of {name} changed while its copies were compared ({changed}): it keeps them"
-            raise Unbound("modified", detail)
+            raise file_copies.Unbound("modified", detail)
         earlier = REBOUND.get(module) or Rebound(False, frozenset(), ())
         pinned = earlier.pinned or any(_allocator.backend().is_pinned(w.holder) for w in copies)
         replaced: dict[int, int] = {}
@@ -318,7 +171,7 @@ def rebind_to_files(name: str, module: torch.nn.Module) -> int:
             held = weight.holder
             replaced[held.untyped_storage().data_ptr()] = held.untyped_storage().nbytes()
             target = views.get(weight.name)
-            _point(weight, held.clone(memory_format=torch.contiguous_format) if target is None else target)
+            file_copies.point(weight, held.clone(memory_format=torch.contiguous_format) if target is None else target)
         kept = {file.key: file for file in earlier.files}
         for path in read:  # the files its views read, once each (an earlier rebinding's are kept as they are)
             file = opened.pop(path)
@@ -334,7 +187,7 @@ def rebind_to_files(name: str, module: torch.nn.Module) -> int:
 def give_back(
     name: str,
     module: torch.nn.Module,
-    unbound: MutableMapping[torch.nn.Module, Unbound],
+    unbound: MutableMapping[torch.nn.Module, file_copies.Unbound],
     *,
     stable_files: bool = False,
     evict: bool = False,
@@ -354,8 +207,8 @@ def give_back(
     if refusal is None:
         try:
             replaced = rebind_to_files(name, module) if stable_files else _keep_copies(name, module)
-        except Unbound as e:  # kept without its traceback, whose frames hold the module and its files' views
-            unbound[module] = refusal = Unbound(e.reason, e.detail)
+        except file_copies.Unbound as e:  # kept without its traceback: its frames hold the module and its files' views
+            unbound[module] = refusal = file_copies.Unbound(e.reason, e.detail)
     pages = file_pages.give_back_file_pages(name, module, replaced_bytes=replaced, evict=evict)
     if refusal is not None and pages.reason == "not_file_backed":
         return pages.model_copy(update={"reason": refusal.reason, "detail": refusal.detail})
@@ -364,13 +217,14 @@ def give_back(
 
 def _keep_copies(name: str, module: torch.nn.Module) -> int:
     """Without ``stable_files``: a component that holds copies of weights its files hold keeps them (raises)."""
-    copies = [w for w in _copies(name, module) if w.parameter]
+    copies = [w for w in file_copies.copies(name, module) if w.parameter]
     if copies:
         total = sum(w.nbytes for w in copies)
-        folder, _ = _weights_files(name, module, total)
+        folder, _ = file_copies.weights_files(name, module, total)
         detail = f"{name} holds its own copies of {len(copies)} weights ({total} bytes; loaded into memory or pinned "
         detail += f"by group offloading), so it does not read its files in {folder}; it keeps them, so as not to "
-        raise Unbound("own_copies", detail + "depend on those files (stable_files: true frees copies equal to them)")
+        detail += "depend on those files (stable_files: true frees copies equal to them)"
+        raise file_copies.Unbound("own_copies", detail)
     return 0
 
 
@@ -427,9 +281,9 @@ def copy_back(pipeline: Any, *, phase: str) -> PinnedCopyRepackReport | None:
         except WeightsFileChangedError as e:
             failure = failure or e
             continue
-        for weight in _weights(name, module):
+        for weight in file_copies.weights(name, module):
             if weight.name in rebound.names:
-                _point(weight, weight.holder.clone(memory_format=torch.contiguous_format))
+                file_copies.point(weight, weight.holder.clone(memory_format=torch.contiguous_format))
         _forget(module)
     if failure is not None:
         raise failure

@@ -193,7 +193,7 @@ def release_pytorch_host_cache(
             previous release passed on. Attachments pass it; ``None`` leaves it out.
 
     Returns:
-        The validated DDO report (route ``pytorch_host_cache_release``).
+        The validated report (route ``pytorch_host_cache_release``).
 
     Raises:
         InvalidArgumentError: A malformed argument, or a device index this machine lacks.

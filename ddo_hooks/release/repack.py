@@ -54,8 +54,9 @@ from ddo_hooks.release.pinned_copies import (
     skip,
 )
 from ddo_hooks.release.slabs import Slab, SlabPlan, plan_slabs, rounded_size
+from ddo_hooks.reports.allocator import AllocatorSnapshot, owned_delta
 from ddo_hooks.reports.base import HostObservation
-from ddo_hooks.reports.host_cache import AllocatorSnapshot, HostCacheRelease, owned_delta
+from ddo_hooks.reports.host_cache import HostCacheRelease
 from ddo_hooks.reports.repack import (
     ComponentRepack,
     PinnedCopyRepack,

@@ -1,7 +1,8 @@
-"""The report layer: the DDO report models of every route, parsing and schema, the tracker, report files.
+"""The report layer: the report models of every route, of both shapes, parsing and schema, the tracker, report files.
 
 Modules: :mod:`~ddo_hooks.reports.base` (the strict base, the shared field types and the route
-shape), :mod:`~ddo_hooks.reports.host_cache`, :mod:`~ddo_hooks.reports.boundary`,
+shape), :mod:`~ddo_hooks.reports.allocator` (the pinned host allocator's counters, which several reports hold),
+:mod:`~ddo_hooks.reports.host_cache`, :mod:`~ddo_hooks.reports.boundary`,
 :mod:`~ddo_hooks.reports.auxiliary_sources`, :mod:`~ddo_hooks.reports.repack`,
 :mod:`~ddo_hooks.reports.done_components` and :mod:`~ddo_hooks.reports.ring` (one per route
 family), :mod:`ddo_hooks.reports.ddo` (DDO's

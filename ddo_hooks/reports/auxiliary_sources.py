@@ -1,6 +1,6 @@
 """Report models of the bounded auxiliary CPU source detachment (route ``auxiliary_cpu_source_detach``).
 
-The report is a DDO report of schema version 1 like every other: a frozen, strictly validated
+The report is one of ddo_hooks' shape, schema version 1, like every other: a frozen, strictly validated
 model with ``schema_version``, ``route`` and a ``setup`` section, here
 ``setup.auxiliary_cpu_source_detach``. It records what was copied, what was skipped and why,
 the ceiling, what each component's offload runtime reported, and host observations before and
@@ -191,7 +191,7 @@ class AuxiliarySourceDetachSetup(ReportModel):
 
 
 class AuxiliarySourceDetachReport(RouteReport):
-    """The DDO report of one auxiliary CPU source detachment (route ``auxiliary_cpu_source_detach``)."""
+    """The report of one auxiliary CPU source detachment (route ``auxiliary_cpu_source_detach``)."""
 
     route: Literal["auxiliary_cpu_source_detach"] = "auxiliary_cpu_source_detach"
     """What produced the report."""

@@ -1,4 +1,4 @@
-"""What every DDO report model shares: the strict base model and the reusable field types.
+"""What every report model of ddo_hooks' shape shares: the strict base model and the reusable field types.
 
 A report is read with :func:`~ddo_hooks.reports.parse.parse_report`, whose
 :class:`~ddo_hooks.errors.ReportError` names each field that is wrong, in this project's words
@@ -11,7 +11,7 @@ Examples:
     >>> parse_report(data)  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    ddo_hooks.errors.ReportError: not a valid DDO report (...): ...rss_bytes: -1 is out of range; ...
+    ddo_hooks.errors.ReportError: not a valid report of ddo_hooks' shape (...): ...rss_bytes: -1 ...
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ __all__ = [
 ]
 
 SCHEMA_VERSION: Final = 1
-"""The main DDO report schema version."""
+"""The schema version of ddo_hooks' reports."""
 
 Bytes = Annotated[StrictInt, Field(ge=0)]
 """A byte count: a non-negative integer."""
@@ -108,7 +108,7 @@ def _route_required(schema: dict[str, Any]) -> None:
 
 
 class RouteReport(ReportModel):
-    """The shape of every DDO report: ``schema_version``, a ``route`` and one section under ``setup``.
+    """The shape of every report of ddo_hooks: ``schema_version``, a ``route`` and one section under ``setup``.
 
     Each route's report subclasses it with its ``route`` literal and its ``setup`` model, whose
     one field is the route's section (e.g. ``setup.host_cache_release``).
@@ -117,7 +117,7 @@ class RouteReport(ReportModel):
     model_config = ConfigDict(json_schema_extra=_route_required)
 
     schema_version: Annotated[Literal[1], BeforeValidator(_schema_version)] = SCHEMA_VERSION
-    """The main DDO report schema version."""
+    """The schema version of ddo_hooks' reports."""
 
     @model_validator(mode="after")
     def _writable_as_json(self, info: ValidationInfo) -> RouteReport:
@@ -281,9 +281,9 @@ def explain_error(item: Any, model: type[BaseModel] | None = None, loc: tuple[An
         return f"expected a non-empty string, got {show_value(item.get('input'))}"
     if kind == "union_tag_invalid":
         tag, expected = show_value(ctx.get("tag")), ctx["expected_tags"].replace("'", "")
-        return f"{tag} is not a route of a DDO report; the routes: {expected}"
+        return f"{tag} is not a route of ddo_hooks' reports; the routes: {expected}"
     if kind == "union_tag_not_found":
-        return "missing: every DDO report names its route (ddo-hooks schema report lists them)"
+        return "missing: every report names its route (ddo-hooks schema report lists them)"
     if kind == "extra_forbidden":
         where = tuple(item["loc"] if loc is None else loc)
         guess = did_you_mean(where[-1] if where else None, keys_at(model, where[:-1]) if model else [])

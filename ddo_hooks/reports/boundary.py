@@ -95,7 +95,7 @@ class BoundaryRefusalSetup(ReportModel):
 
 
 class BoundaryRefusalReport(RouteReport):
-    """The DDO report of a refused boundary (route ``phase_boundary_refusal``)."""
+    """The report of a refused boundary (route ``phase_boundary_refusal``)."""
 
     route: Literal["phase_boundary_refusal"] = "phase_boundary_refusal"
     """What produced the report."""
@@ -177,7 +177,7 @@ class ActionResultSetup(ReportModel):
 
 
 class ActionReport(RouteReport):
-    """The DDO report of a user-registered boundary action (route ``boundary_action``)."""
+    """The report of a user-registered boundary action (route ``boundary_action``)."""
 
     route: Literal["boundary_action"] = "boundary_action"
     """What produced the report."""

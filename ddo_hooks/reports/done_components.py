@@ -169,7 +169,7 @@ class DoneComponentsReleaseSetup(ReportModel):
 
 
 class DoneComponentsReleaseReport(RouteReport):
-    """The DDO report of done components giving back their memory (route ``done_components_release``)."""
+    """The report of done components giving back their memory (route ``done_components_release``)."""
 
     route: Literal["done_components_release"] = "done_components_release"
     """What produced the report."""

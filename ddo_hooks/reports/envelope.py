@@ -1,6 +1,6 @@
 """Where a recorded report came from: the envelope of a record (run, call, boundary, time, process, rank).
 
-A DDO report stays exactly as the specification defines it. The *record* that carries it (in
+A report stays exactly as its schema defines it. The *record* that carries it (in
 the tracker, the JSON Lines sink, ``attachment.reports``' tracker and saved runs) adds an
 envelope: one run id per attachment, the call index within the run, the boundary, a UTC
 timestamp, the process id, the host name, and the rank and world size when the process is one

@@ -7,7 +7,7 @@ with the key path of each problem (:func:`json_positions` finds where each key o
 Examples:
     >>> text = '{"component": "x", "report": {"schema_version": 2}}'
     >>> print(diagnose_report_file("r.jsonl", text, "JSON Lines"))  # doctest: +ELLIPSIS
-    r.jsonl:1:20: report.route: missing: every DDO report names its route (... lists them)
+    r.jsonl:1:20: report.route: missing: every report names its route (... lists them)
 """
 
 from __future__ import annotations
@@ -97,7 +97,7 @@ def _report_problems(data: Any, positions: Positions, prefix: KeyPath) -> list[t
     except ValidationError as e:
         errors = e.errors(include_url=False)
     found = []
-    shape = " (read as DDO's own shape)" if ddo else ""
+    shape = " (of DDO's shape)" if ddo else ""
     for item in errors:
         model, loc = model_at(item["loc"], types)
         if item["type"].startswith("union_tag"):
@@ -105,7 +105,7 @@ def _report_problems(data: Any, positions: Positions, prefix: KeyPath) -> list[t
         path = (*prefix, *loc)
         message = explain_error(item, model, loc).removeprefix("Value error, ")
         if ddo and item["type"] == "union_tag_invalid":
-            message = message.replace("a route of a DDO report", "a route of DDO's own shape that ddo_hooks reads")
+            message = message.replace("a route of ddo_hooks' reports", "a route of DDO's shape that ddo_hooks reads")
         where = nearest_position(positions, path) or (1, 1)
         found.append((where, f"{format_key_path(path)}: {message}{shape}"))
     return found

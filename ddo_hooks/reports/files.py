@@ -1,4 +1,4 @@
-"""Reading a file of DDO reports, and saying exactly where an invalid one is wrong.
+"""Reading a file of reports, and saying exactly where an invalid one is wrong.
 
 A report file is JSON Lines of ``{component, report}`` records (as ``ddo-hooks demo`` and
 :meth:`~ddo_hooks.reports.tracker.MetricsTracker.to_jsonl` write), JSON Lines of bare reports
@@ -18,7 +18,7 @@ given where the path was expected names the function that reads text. When it do
 Examples:
     >>> text = '{"component": "x", "report": {"schema_version": 2}}'
     >>> print(diagnose_report_file("r.jsonl", text, "JSON Lines"))  # doctest: +ELLIPSIS
-    r.jsonl:1:20: report.route: missing: every DDO report names its route (... lists them)
+    r.jsonl:1:20: report.route: missing: every report names its route (... lists them)
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Any report: the union of every route of ddo_hooks' shape, its parser and JSON Schema; DDO's own shape beside it.
 
-Every public result of ddo_hooks is a *DDO report*: a frozen, strictly validated model with
+Every public result of ddo_hooks is a *report* of ddo_hooks' shape: a frozen, strictly validated model with
 ``schema_version``, a ``route`` naming what produced it, and one section under ``setup``
 (:class:`~ddo_hooks.reports.base.RouteReport`). :func:`parse_report` reads any of them back.
 
@@ -140,15 +140,16 @@ ANY_REPORT_ADAPTER: TypeAdapter[Any] = TypeAdapter(EitherShapeReport)
 Validate with :func:`parse_report`, whose errors name the shape and leave out the shape's tag."""
 
 
-def _why(shape: ReportShape, data: Any) -> str:
+def _refused(shape: ReportShape, data: Any, found: str) -> str:
+    """The message of a document refused as ``shape``: which shape it was read as, why, and its problems."""
     if data is None:
-        return "not JSON, so neither shape"
+        return f"not a valid report (not JSON, so of neither shape): {found}"
     if shape == "ddo_hooks":
-        return "read as ddo_hooks' shape: no top-level " + " or ".join(repr(k) for k in DDO_SHAPE_KEYS)
+        neither = " or ".join(repr(k) for k in DDO_SHAPE_KEYS)
+        return f"not a valid report of ddo_hooks' shape (no top-level {neither}): {found}"
     keys = ddo_shape_keys(data)
-    if not keys:  # a model instance
-        return "read as DDO's own shape"
-    return f"read as DDO's own shape: it has a top-level {' and '.join(repr(k) for k in keys)}"
+    why = f" (it has a top-level {' and '.join(repr(k) for k in keys)})" if keys else ""  # none: a model instance
+    return f"not a valid report of DDO's shape{why}: {found}"
 
 
 def parse_report(data: Any) -> AnyReport:
@@ -176,12 +177,12 @@ def parse_report(data: Any) -> AnyReport:
         >>> parse_report({"schema_version": 2, "route": "pytorch_host_cache_release", "setup": {}})
         Traceback (most recent call last):
         ...
-        ddo_hooks.errors.ReportError: not a valid DDO report (read as ddo_hooks' shape: ...): ...
+        ddo_hooks.errors.ReportError: not a valid report of ddo_hooks' shape (no top-level ...): ...
         >>> parse_report({"schema_version": 1, "route": "pytorch_host_cache_release", "configuration": {},
         ...               "setup": {}, "runtime": {}})
         Traceback (most recent call last):
         ...
-        ddo_hooks.errors.ReportError: not a valid DynamicOffloadMetrics report (read as DDO's own shape: ...
+        ddo_hooks.errors.ReportError: not a valid report of DDO's shape (it has a top-level ...
     """
     if not isinstance(data, (str, bytes, bytearray, Mapping, BaseModel)) and callable(getattr(data, "as_dict", None)):
         data = data.as_dict()  # DDO's DynamicOffloadMetrics, duck-typed
@@ -201,9 +202,9 @@ def parse_report(data: Any) -> AnyReport:
     except ValidationError as e:
         if shape == "ddo":
             found = describe_ddo_errors(e, types=DDO_ROUTE_TYPES)
-            raise ReportError(f"not a valid DynamicOffloadMetrics report ({_why(shape, document)}): {found}") from e
-        found = describe_errors(e, types=ROUTE_TYPES)
-        raise ReportError(f"not a valid DDO report ({_why(shape, document)}): {found}") from e
+        else:
+            found = describe_errors(e, types=ROUTE_TYPES)
+        raise ReportError(_refused(shape, document, found)) from e
 
 
 def _half_surrogate(text: Any) -> ReportError:
@@ -211,7 +212,7 @@ def _half_surrogate(text: Any) -> ReportError:
     at = next((i for i, character in enumerate(text) if "\ud800" <= character <= "\udfff"), None)
     where = f" ({text[at]!r} at offset {at:,})" if at is not None else ""
     return ReportError(
-        f"not a valid DDO report: the text holds half of a surrogate pair{where}, which UTF-8 cannot encode; a "
+        f"not a valid report: the text holds half of a surrogate pair{where}, which UTF-8 cannot encode; a "
         "report read from a UTF-8 file or from JSON never holds one: check where the text came from"
     )
 

@@ -177,7 +177,7 @@ def iter_entries(text: str, *, on_cut_line: Callable[[int], None] | None = None)
     Examples:
         >>> from ddo_hooks import MetricsTracker, release_pytorch_host_cache
         >>> tracker = MetricsTracker()
-        >>> tracker.record_ddo_metrics(release_pytorch_host_cache(phase="after_call"), component="c")
+        >>> tracker.record(release_pytorch_host_cache(phase="after_call"), component="c")
         >>> [entry.component for entry in iter_entries(tracker.to_jsonl() + "\n" + tracker.to_jsonl())]
         ['c', 'c']
     """

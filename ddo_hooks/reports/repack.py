@@ -27,6 +27,7 @@ from typing import Annotated, Literal
 from pydantic import Strict, StrictInt, model_validator
 
 from ddo_hooks._diagnostics import show_repr
+from ddo_hooks.reports.allocator import AllocatorSnapshot, owned_delta
 from ddo_hooks.reports.base import (
     Bytes,
     Count,
@@ -37,7 +38,7 @@ from ddo_hooks.reports.base import (
     RouteReport,
     Seconds,
 )
-from ddo_hooks.reports.host_cache import AllocatorSnapshot, HostCacheRelease, measured_summary, owned_delta
+from ddo_hooks.reports.host_cache import HostCacheRelease, measured_summary
 
 __all__ = [
     "CENSUS",
@@ -247,7 +248,7 @@ class PinnedCopyRepackSetup(ReportModel):
 
 
 class PinnedCopyRepackReport(RouteReport):
-    """The DDO report of one repack of pinned copies (route ``pinned_copy_repack``)."""
+    """The report of one repack of pinned copies (route ``pinned_copy_repack``)."""
 
     route: Literal["pinned_copy_repack"] = "pinned_copy_repack"
     """What produced the report."""

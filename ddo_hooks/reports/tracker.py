@@ -1,4 +1,4 @@
-"""``MetricsTracker``: validated DDO reports kept by component, in order.
+"""``MetricsTracker``: validated reports kept by component, in order.
 
 A record holds a report of either shape: ddo_hooks' own, or DDO's (``diffusers-dynamic-offloader``'s
 ``DynamicOffloadMetrics``, validated by :mod:`ddo_hooks.reports.ddo`), each written as its own
@@ -8,7 +8,7 @@ Examples:
     >>> from ddo_hooks import MetricsTracker, release_pytorch_host_cache
     >>> tracker = MetricsTracker()
     >>> report = release_pytorch_host_cache(phase="before_transformer")
-    >>> tracker.record_ddo_metrics(report, component="host_cache_before_transformer")
+    >>> tracker.record(report, component="host_cache_before_transformer")
     >>> tracker.components()
     ('host_cache_before_transformer',)
     >>> MetricsTracker.from_jsonl(tracker.to_jsonl()).reports() == tracker.reports()
@@ -81,7 +81,7 @@ if hasattr(os, "register_at_fork"):
 
 
 class MetricsTracker:
-    """Keeps validated DDO reports by component, in the order they were recorded.
+    """Keeps validated reports (of either shape) by component, in the order they were recorded.
 
     Thread-safe. Serializes to JSON (one document) and JSON Lines (one
     ``{"component": ..., "report": ..., "envelope": ...}`` object per line; the envelope says
@@ -112,7 +112,7 @@ class MetricsTracker:
         self.evicted = 0
         """How many records were dropped to keep :attr:`max_records`."""
 
-    def record_ddo_metrics(self, report: BaseModel, *, component: str, envelope: RecordEnvelope | None = None) -> None:
+    def record(self, report: BaseModel, *, component: str, envelope: RecordEnvelope | None = None) -> None:
         """Record one report under a component name.
 
         Args:
@@ -123,11 +123,11 @@ class MetricsTracker:
             envelope: Where and when it was recorded (attachments pass one; ``None`` for none).
 
         Raises:
-            InvalidArgumentError: ``report`` is not a DDO report or ``component`` is malformed.
+            InvalidArgumentError: ``report`` is not a report model or ``component`` is malformed.
         """
         if not isinstance(report, ANY_REPORT_TYPES):
             raise InvalidArgumentError(
-                f"record_ddo_metrics expects a DDO report model, got {type(report).__name__}; "
+                f"record expects a report model (of either shape), got {type(report).__name__}; "
                 "pass the report returned by release_pytorch_host_cache (or ddo_hooks.parse_report(data), which "
                 "also reads DDO's own DynamicOffloadMetrics)"
             )
@@ -137,6 +137,13 @@ class MetricsTracker:
             if self.max_records is not None and len(self._records) == self.max_records:
                 self.evicted += 1
             self._records.append(Entry(component, report, envelope))
+
+    def record_ddo_metrics(self, report: BaseModel, *, component: str, envelope: RecordEnvelope | None = None) -> None:
+        """The old name of :meth:`record` ("DDO" names the other package); it warns, and goes in 0.2."""
+        from ddo_hooks._moved import warn_old
+
+        warn_old("MetricsTracker.record_ddo_metrics")
+        self.record(report, component=component, envelope=envelope)
 
     def drain(self, *, run_id: str | None = None) -> list[Entry]:
         """Return every record, in order, and forget them (e.g. after writing them elsewhere).
@@ -207,7 +214,7 @@ class MetricsTracker:
         """A tracker holding ``records``: ``(component, report)`` pairs or entries (each validated as recorded)."""
         tracker = cls()
         for component, report, *envelope in records:
-            tracker.record_ddo_metrics(report, component=component, envelope=envelope[0] if envelope else None)
+            tracker.record(report, component=component, envelope=envelope[0] if envelope else None)
         return tracker
 
     @classmethod
@@ -240,7 +247,7 @@ class MetricsTracker:
             >>> import warnings
             >>> from ddo_hooks import release_pytorch_host_cache
             >>> tracker = MetricsTracker()
-            >>> tracker.record_ddo_metrics(release_pytorch_host_cache(phase="after_call"), component="c")
+            >>> tracker.record(release_pytorch_host_cache(phase="after_call"), component="c")
             >>> line = tracker.to_jsonl()
             >>> with warnings.catch_warnings(record=True) as caught:
             ...     warnings.simplefilter("always")
@@ -276,7 +283,7 @@ class MetricsTracker:
             >>> import pathlib, tempfile
             >>> from ddo_hooks import release_pytorch_host_cache
             >>> tracker = MetricsTracker()
-            >>> tracker.record_ddo_metrics(release_pytorch_host_cache(phase="after_call"), component="c")
+            >>> tracker.record(release_pytorch_host_cache(phase="after_call"), component="c")
             >>> with tempfile.TemporaryDirectory() as folder:
             ...     path = tracker.write_jsonl(pathlib.Path(folder) / "run.jsonl")
             ...     MetricsTracker.read_jsonl(path).reports() == tracker.reports()
@@ -287,7 +294,7 @@ class MetricsTracker:
         tracker = cls()
         for file in sink_files(path):
             for entry in _file_entries(file):
-                tracker.record_ddo_metrics(entry.report, component=entry.component, envelope=entry.envelope)
+                tracker.record(entry.report, component=entry.component, envelope=entry.envelope)
         return tracker
 
 

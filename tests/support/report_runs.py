@@ -92,7 +92,7 @@ def gpu_run(run: str, *, rank=None, world=None, calls=(1, 2), host="gpu-node-1",
             boundary = next(b for b in BOUNDARIES if component.endswith(b))
             n += 1
             env = envelope(run, call, boundary, n=n, rank=rank, world=world, host=host, pid=pid)
-            tracker.record_ddo_metrics(report, component=component, envelope=env)
+            tracker.record(report, component=component, envelope=env)
     return tracker
 
 
@@ -113,7 +113,7 @@ def ddo_run(run: str, *, calls=(1, 2), host="gpu-node-1", pid=4343):
             report = ddo_release(boundary, "released" if boundary != "after_call" else "cuda_not_initialized")
             n += 1
             env = envelope(run, call, boundary, n=n, host=host, pid=pid)
-            tracker.record_ddo_metrics(report, component=f"host_cache_{boundary}", envelope=env)
+            tracker.record(report, component=f"host_cache_{boundary}", envelope=env)
     return tracker
 
 

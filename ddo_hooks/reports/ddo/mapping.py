@@ -35,16 +35,11 @@ from typing import Any, Literal
 
 from ddo_hooks.boundaries import PHASE_PATTERN
 from ddo_hooks.errors import InvalidArgumentError
+from ddo_hooks.reports.allocator import AllocatorSnapshot, unavailable_snapshot
 from ddo_hooks.reports.base import HostObservation
 from ddo_hooks.reports.ddo.base import DDOHostSnapshot
 from ddo_hooks.reports.ddo.host import DDOAllocatorSnapshot, DDOHostCacheReleaseReport, DDOReleaseStatus
-from ddo_hooks.reports.host_cache import (
-    AllocatorSnapshot,
-    HostCacheReleaseReport,
-    NoopReason,
-    noop_release,
-    unavailable_snapshot,
-)
+from ddo_hooks.reports.host_cache import HostCacheReleaseReport, NoopReason, noop_release
 
 __all__ = [
     "DDO_RELEASE_FIELDS",
