@@ -46,6 +46,10 @@ MADE_BY = {
         "the `tests` step, `GPU_TESTS` the tests of `tests/gpu/test_from_files_gpu.py` (`-s`: the captured JSON "
         "leads the log)",
     ),
+    "gpu-ring-tests-h100.log": (
+        GPU_SESSION,
+        "the `ring` step, `RING_PARTS=tests`: `tests/gpu/test_ring_gpu.py` (`-s`: each scenario's JSON leads its result)",
+    ),
 }
 """Results files whose name starts with no script's: what made them, read from the log's form and its commit."""
 OPTION_KEYS = {
