@@ -201,7 +201,8 @@ def preset_policy(preset: str) -> dict[str, Any]:
     (``stable_files: true``); ``evict`` evicts the done components' file pages (``evict: true``); ``register`` and
     ``stage`` pin from the files (``pinned_copies.from_files``); ``encoders`` pins the text encoders from their files
     too and keeps them so (``keep_encoders_pinned: true``); ``nores``: the ring runtime keeps no block weight on the
-    GPU (``offload.resident_bytes: 0``); ``poison``: its slots filled with NaN before each copy (a check);
+    GPU (``offload.resident_bytes: 0``); ``poison``: its slots filled with NaN before each copy (a check); ``la<N>``:
+    its lookahead N units; ``ring<N>``: its ring N MiB;
     ``register_all``, the name of earlier runs for
     ``register+encoders``; ``without_<action>`` takes that action out of every boundary (which of a preset's actions
     costs the time), and disables a boundary it leaves with none."""
@@ -223,6 +224,10 @@ def preset_policy(preset: str) -> dict[str, Any]:
                 policy["pinned_copies"]["from_files"] = "register"
         elif extra in ("nores", "poison"):
             policy["offload"].update({"resident_bytes": 0} if extra == "nores" else {"poison": True})
+        elif extra[:2] == "la" and extra[2:].isdigit():
+            policy["offload"]["lookahead"] = int(extra[2:])
+        elif extra[:4] == "ring" and extra[4:].isdigit():
+            policy["offload"]["ring_bytes"] = f"{extra[4:]}MiB"
         elif extra.startswith("without_"):  # a boundary left with no action is disabled (a policy needs one)
             for boundary in policy["boundaries"].values():
                 boundary["actions"] = [a for a in boundary["actions"] if a["name"] != extra.removeprefix("without_")]
@@ -230,7 +235,7 @@ def preset_policy(preset: str) -> dict[str, Any]:
         else:
             raise SystemExit(
                 f"unknown preset extra {extra!r} in {preset!r}: stable, evict, register, stage, encoders, "
-                "register_all, nores, poison or without_<action>"
+                "register_all, nores, poison, la<N>, ring<N> or without_<action>"
             )
     return policy
 

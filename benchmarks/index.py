@@ -48,7 +48,8 @@ MADE_BY = {
     ),
     "gpu-ring-tests-h100.log": (
         GPU_SESSION,
-        "the `ring` step, `RING_PARTS=tests`: `tests/gpu/test_ring_gpu.py` (`-s`: each scenario's JSON leads its result)",
+        "the `ring` step, `RING_PARTS=tests`: `tests/gpu/test_ring_gpu.py` (`-s`: each scenario's JSON leads its "
+        "result)",
     ),
 }
 """Results files whose name starts with no script's: what made them, read from the log's form and its commit."""

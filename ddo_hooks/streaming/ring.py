@@ -64,6 +64,15 @@ def slot_layout(sources: Sequence[torch.Tensor]) -> tuple[list[int], int]:
     return offsets, at
 
 
+def _contiguous(shape: torch.Size) -> tuple[int, ...]:
+    """The strides of a contiguous tensor of ``shape``."""
+    strides, step = [], 1
+    for extent in reversed(shape):
+        strides.append(step)
+        step *= extent
+    return tuple(reversed(strides))
+
+
 @dataclass(eq=False)
 class Unit:
     """One unit in the ring: what it copies, and where its bytes are now."""
@@ -112,6 +121,7 @@ class Ring:
         self.lookahead = lookahead
         self.poison = poison
         self.buffer = transport.allocate(self.capacity)
+        self._typed: dict[torch.dtype, torch.Tensor] = {}  # the buffer viewed as each dtype it holds
         self.units: list[Unit] = []
         self._occupants: list[Unit] = []
         self._head = 0
@@ -180,7 +190,7 @@ class Ring:
                 raise RuntimeError(f"{unit.key} cannot be copied in beside the units running: the ring is too small")
         compute = self.transport.compute_stream()
         self.transport.wait(compute, unit.ready)
-        self.transport.reading(compute, unit.load, unit.ranges(), done=False)
+        self.transport.reading(compute, unit.load, unit.ranges, done=False)
         self._running.append(unit)
         self._copy_ahead(unit)
         return unit.views
@@ -188,7 +198,7 @@ class Ring:
     def end(self, unit: Unit) -> None:
         """``unit``'s kernels are all issued: copies over its slot wait for them from now on."""
         compute = self.transport.compute_stream()
-        self.transport.reading(compute, unit.load, unit.ranges(), done=True)
+        self.transport.reading(compute, unit.load, unit.ranges, done=True)
         self.transport.record(unit.consumed, compute)
         unit.read = True
         if unit in self._running:
@@ -202,6 +212,7 @@ class Ring:
         for unit in self._occupants:
             unit.slot, unit.views = None, []
         self._occupants.clear()
+        self._typed.clear()
 
     # -- placing -------------------------------------------------------------------------------
     def _copy_ahead(self, unit: Unit) -> None:
@@ -229,17 +240,24 @@ class Ring:
             transport.fill(self.buffer[start:end], stream)
         self._loads += 1
         unit.slot, unit.load, unit.read = start, self._loads, False
-        unit.views = []
-        for offset, source in zip(unit.offsets, unit.sources, strict=True):
-            nbytes = source.numel() * source.element_size()
-            view = self.buffer[start + offset : start + offset + nbytes].view(source.dtype).view(source.shape)
-            transport.copy(view, source, stream, load=unit.load)
-            unit.views.append(view)
+        unit.views = self._views(unit, start)
+        transport.copy(unit.views, unit.sources, stream, load=unit.load)
         transport.record(unit.ready, stream)
         self._occupants.append(unit)
         self._head = end
         self.copied_bytes += unit.nbytes
         return True
+
+    def _views(self, unit: Unit, start: int) -> list[torch.Tensor]:
+        """``unit``'s views in a slot at ``start``: one ``as_strided`` each (a quarter of slicing's host time)."""
+        views = []
+        for offset, source in zip(unit.offsets, unit.sources, strict=True):
+            typed = self._typed.get(source.dtype)
+            if typed is None:
+                typed = self._typed[source.dtype] = self.buffer.view(source.dtype)
+            at = typed.storage_offset() + (start + offset) // source.element_size()
+            views.append(typed.as_strided(source.shape, _contiguous(source.shape), at))
+        return views
 
     def _evict(self, unit: Unit) -> None:
         """Take ``unit``'s bytes out of the ring; a copy over them waits for the compute that read them."""

@@ -17,7 +17,7 @@ Examples:
     >>> ring = transport.allocate(1024)
     >>> copy, compute = transport.copy_stream, transport.compute_stream()
     >>> ready = transport.new_event()
-    >>> transport.copy(ring[:4], torch.ones(4, dtype=torch.uint8), copy, load=1)
+    >>> transport.copy([ring[:4]], [torch.ones(4, dtype=torch.uint8)], copy, load=1)
     >>> transport.record(ready, copy)
     >>> transport.wait(compute, ready)
     >>> [entry[0] for entry in transport.log]
@@ -33,6 +33,9 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import torch
+
+Ranges = tuple[tuple[int, int], ...]
+"""Byte ranges ``(start, end)`` of the device's memory."""
 
 __all__ = ["CudaTransport", "LoggedTransport", "Transport", "overridden", "transport_for", "use_transport"]
 
@@ -64,16 +67,19 @@ class Transport(Protocol):
         """Make ``stream`` wait for the latest record of ``event`` (no host wait)."""
         ...
 
-    def copy(self, target: torch.Tensor, source: torch.Tensor, stream: Any, *, load: int) -> None:
-        """Copy ``source`` into ``target`` (its view in the ring) on ``stream``, tagged ``load``."""
+    def copy(self, targets: list[torch.Tensor], sources: list[torch.Tensor], stream: Any, *, load: int) -> None:
+        """Copy each of ``sources`` into its target (its view in the ring) on ``stream``, tagged ``load``."""
         ...
 
     def fill(self, target: torch.Tensor, stream: Any) -> None:
         """Poison ``target`` (NaN in every 16-bit pattern and 32-bit float) on ``stream``, before it is copied into."""
         ...
 
-    def reading(self, stream: Any, load: int, ranges: tuple[tuple[int, int], ...], *, done: bool) -> None:
-        """A mark: the compute of the unit whose bytes came by ``load`` starts (``done``: ends) reading ``ranges``."""
+    def reading(self, stream: Any, load: int, ranges: Callable[[], Ranges], *, done: bool) -> None:
+        """A mark: the compute of the unit whose bytes came by ``load`` starts (``done``: ends) reading ``ranges()``.
+
+        ``ranges`` is called only by a transport that logs (the hooks run it at every unit).
+        """
         ...
 
     def allocate(self, nbytes: int) -> torch.Tensor:
@@ -112,17 +118,18 @@ class CudaTransport:
         """``stream.wait_event(event)``."""
         stream.wait_event(event)
 
-    def copy(self, target: torch.Tensor, source: torch.Tensor, stream: Any, *, load: int) -> None:
-        """``target.copy_(source, non_blocking=True)`` issued on ``stream``."""
+    def copy(self, targets: list[torch.Tensor], sources: list[torch.Tensor], stream: Any, *, load: int) -> None:
+        """``target.copy_(source, non_blocking=True)`` for each pair, on ``stream`` (one stream switch a unit)."""
         with torch.cuda.stream(stream):
-            target.copy_(source, non_blocking=True)
+            for target, source in zip(targets, sources, strict=True):
+                target.copy_(source, non_blocking=True)
 
     def fill(self, target: torch.Tensor, stream: Any) -> None:
         """Fill with ``0xFF`` bytes on ``stream``: a NaN as bf16, fp16 and fp32."""
         with torch.cuda.stream(stream):
             target.fill_(0xFF)
 
-    def reading(self, stream: Any, load: int, ranges: tuple[tuple[int, int], ...], *, done: bool) -> None:
+    def reading(self, stream: Any, load: int, ranges: Callable[[], Ranges], *, done: bool) -> None:
         """Nothing on a GPU: the events carry the order."""
 
     def allocate(self, nbytes: int) -> torch.Tensor:
@@ -185,19 +192,20 @@ class LoggedTransport:
         """Log it."""
         self.log.append(("wait", stream.name, event.number))
 
-    def copy(self, target: torch.Tensor, source: torch.Tensor, stream: Any, *, load: int) -> None:
-        """Copy now, and log the ring range written."""
-        target.copy_(source)
-        self.log.append(("copy", stream.name, load, self._range(target)))
+    def copy(self, targets: list[torch.Tensor], sources: list[torch.Tensor], stream: Any, *, load: int) -> None:
+        """Copy now, and log each ring range written."""
+        for target, source in zip(targets, sources, strict=True):
+            target.copy_(source)
+            self.log.append(("copy", stream.name, load, self._range(target)))
 
     def fill(self, target: torch.Tensor, stream: Any) -> None:
         """Fill now, and log it."""
         target.fill_(0xFF)
         self.log.append(("fill", stream.name, self._range(target)))
 
-    def reading(self, stream: Any, load: int, ranges: tuple[tuple[int, int], ...], *, done: bool) -> None:
+    def reading(self, stream: Any, load: int, ranges: Callable[[], Ranges], *, done: bool) -> None:
         """Log the mark."""
-        self.log.append(("read", stream.name, load, ranges, done))
+        self.log.append(("read", stream.name, load, ranges(), done))
 
     def allocate(self, nbytes: int) -> torch.Tensor:
         """A CPU tensor, aligned as the caching allocator's blocks are (512 bytes)."""
