@@ -63,7 +63,7 @@ for step in "${steps[@]}"; do
     gpu-suite) timeout "${GPU_SUITE_TIMEOUT_S:-420}" python3 -m pytest ${GPU_SUITE_PATHS:-tests/gpu} -m gpu -p no:cacheprovider -p no:benchmark -q -rA \
                  -n "${GPU_WORKERS:-8}" --timeout "${GPU_TEST_TIMEOUT_S:-300}" --durations=0 2>&1 | tee "$OUT/gpu-suite.log"
                rc[$step]=${PIPESTATUS[0]} ;;
-    gpu-tests) python3 -m pytest tests/gpu -m gpu -p no:cacheprovider -s -q -rA --ignore tests/gpu/test_structural_gpu.py \
+    gpu-tests) python3 -m pytest tests/gpu -m gpu -p no:cacheprovider -n 0 -s -q -rA --ignore tests/gpu/test_structural_gpu.py \
                  2>&1 | tee "$OUT/gpu-tests.log"; rc[$step]=${PIPESTATUS[0]} ;;
     structural) last=$(( $(nvidia-smi -L | wc -l) - 1 ))
                 names=$(python3 -c "from ddo_hooks.testing.structural import STRUCTURAL; print(*STRUCTURAL)")
@@ -72,13 +72,13 @@ for step in "${steps[@]}"; do
                 for shard in $(seq 0 $((count - 1))); do  # node ids, not -k: "kandinsky3" would also pick kandinsky3_img2img
                   ids=$(python3 -c "import sys; s, c, t, *n = sys.argv[1:]; print(*(f'{t}[{x}]' for x in n[int(s)::int(c)]))" \
                         $shard $count $test ${STRUCTURAL_ONLY:-$names})
-                  CUDA_VISIBLE_DEVICES=$last python3 -m pytest $ids -m gpu -p no:cacheprovider \
+                  CUDA_VISIBLE_DEVICES=$last python3 -m pytest $ids -m gpu -p no:cacheprovider -n 0 \
                     -q -rA > "$OUT/structural-$shard.log" 2>&1 &
                   structural_pids+=($!)
                 done ;;
-    tests) python3 -m pytest ${GPU_TESTS:?GPU_TESTS names the tests} -m gpu -p no:cacheprovider -s -q -rA \
+    tests) python3 -m pytest ${GPU_TESTS:?GPU_TESTS names the tests} -m gpu -p no:cacheprovider -n 0 -s -q -rA \
              2>&1 | tee "$OUT/gpu-tests.log"; rc[$step]=${PIPESTATUS[0]} ;;
-    repack) python3 -m pytest tests/gpu/test_repack_gpu.py tests/gpu/test_hooks_gpu.py -m gpu -p no:cacheprovider -s -q -rA \
+    repack) python3 -m pytest tests/gpu/test_repack_gpu.py tests/gpu/test_hooks_gpu.py -m gpu -p no:cacheprovider -n 0 -s -q -rA \
               -k "${REPACK_ONLY:-repack or hooks}" 2>&1 | tee "$OUT/repack-tests.log"; rc[$step]=${PIPESTATUS[0]} ;;
     forward) python3 benchmarks/bench_repack_forward.py --out "$OUT" 2>&1 | tee "$OUT/forward.log"; rc[$step]=${PIPESTATUS[0]} ;;
     done) timeout "${DONE_TIMEOUT_S:-560}" python3 benchmarks/bench_done_components.py --out "$OUT/done" ${DONE_ARGS:-} \
@@ -109,13 +109,13 @@ for step in "${steps[@]}"; do
            if [ "${RANKS_TESTS:-1}" != 0 ]; then
              python3 -m pytest tests/gpu/test_ranks_gpu.py \
                tests/gpu/test_host_cache_gpu.py::test_release_on_one_device_creates_no_context_on_another \
-               -m gpu -p no:cacheprovider -s -q -rA 2>&1 | tee "$OUT/ranks-tests.log"; rc[$step:tests]=${PIPESTATUS[0]}
+               -m gpu -p no:cacheprovider -n 0 -s -q -rA 2>&1 | tee "$OUT/ranks-tests.log"; rc[$step:tests]=${PIPESTATUS[0]}
            fi
            timeout "${RANKS_TIMEOUT_S:-450}" python3 benchmarks/bench_ranks.py --out "$OUT/ranks" --budget-s "${RANKS_BUDGET_S:-300}" \
              ${RANKS_ARGS:-} 2>&1 | tee "$OUT/ranks.log"; rc[$step]=${PIPESTATUS[0]} ;;
     ring) parts=" ${RING_PARTS:-tests probe timeline nores} "; weights=/tmp/ddo-floor-weights/flux-full
           if [[ $parts == *" tests "* ]]; then
-            python3 -m pytest tests/gpu/test_ring_gpu.py -m gpu -p no:cacheprovider -s -q -rA 2>&1 | tee "$OUT/ring-tests.log"
+            python3 -m pytest tests/gpu/test_ring_gpu.py -m gpu -p no:cacheprovider -n 0 -s -q -rA 2>&1 | tee "$OUT/ring-tests.log"
             rc[$step:tests]=${PIPESTATUS[0]}
           fi
           if [[ $parts == *" probe "* ]]; then
