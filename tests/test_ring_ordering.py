@@ -122,6 +122,28 @@ def test_every_view_in_the_ring_is_aligned():
         ring.end(unit)
 
 
+def test_each_view_holds_its_source_in_its_dtype_and_shape_wherever_the_ring_places_it():
+    class Offset(LoggedTransport):
+        def allocate(self, nbytes: int) -> torch.Tensor:  # a ring that starts 512 bytes into its storage
+            return super().allocate(nbytes + ALIGNMENT)[ALIGNMENT:]
+
+    ring = Ring(Offset(torch.device("cpu")), capacity=3 * 4096, lookahead=1)
+    assert ring.buffer.storage_offset() > 0
+    shapes = [(3, 5), (7,), (2, 3, 4), ()]
+    dtypes = [torch.bfloat16, torch.float32, torch.int8, torch.float16]
+    units = [
+        ring.add(f"b{i}", [(torch.randn(shape) * 100).to(dtype) for shape, dtype in zip(shapes, dtypes, strict=True)])
+        for i in range(5)
+    ]
+    for unit in units * 4:  # the slots wrap: each unit lands at several places
+        views = ring.begin(unit)
+        for view, source, offset in zip(views, unit.sources, unit.offsets, strict=True):
+            assert view.data_ptr() == ring.buffer.data_ptr() + unit.slot + offset  # in its slot, in the ring
+            assert (view.dtype, view.shape, view.is_contiguous()) == (source.dtype, source.shape, True)
+            assert torch.equal(view, source)
+        ring.end(unit)
+
+
 def test_a_unit_larger_than_the_ring_is_refused_with_the_size_to_give():
     ring = Ring(LoggedTransport(torch.device("cpu")), capacity=1024, lookahead=2)
     with pytest.raises(InvalidArgumentError, match=r"big needs 2,048 bytes in the ring, which holds 1,024: give the "
