@@ -61,7 +61,7 @@ for step in "${steps[@]}"; do
   echo "=== $step ==="
   case "$step" in
     gpu-suite) timeout "${GPU_SUITE_TIMEOUT_S:-420}" python3 -m pytest ${GPU_SUITE_PATHS:-tests/gpu} -m gpu -p no:cacheprovider -p no:benchmark -q -rA \
-                 -n "${GPU_WORKERS:-8}" --timeout "${GPU_TEST_TIMEOUT_S:-300}" --durations=0 2>&1 | tee "$OUT/gpu-suite.log"
+                 -n "${GPU_WORKERS:-8}" --dist load --timeout "${GPU_TEST_TIMEOUT_S:-300}" --durations=0 2>&1 | tee "$OUT/gpu-suite.log"
                rc[$step]=${PIPESTATUS[0]} ;;
     gpu-tests) python3 -m pytest tests/gpu -m gpu -p no:cacheprovider -n 0 -s -q -rA --ignore tests/gpu/test_structural_gpu.py \
                  2>&1 | tee "$OUT/gpu-tests.log"; rc[$step]=${PIPESTATUS[0]} ;;
