@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import Any
 
 
 def simulate(
@@ -67,6 +68,25 @@ def simulate(
     return step, min(1.0, busy / step)
 
 
+def measured_inputs(timeline: Path, probe: Path | None = None) -> dict[str, Any]:
+    """The model's inputs from a run: each block's bytes and compute from ``probe_ring_timeline.py``'s JSON (its
+    first step), and, from ``probe_overlap.py``'s, the link rate beside the compute and the CPU's issue time of a
+    resident forward shared among the blocks; ``measured``: the timeline's own step (ms) and link busy fraction."""
+    found = json.loads(timeline.read_text())
+    half = len(found["compute"]) // 2
+    sizes = {e["unit"]: e["bytes"] for e in found["copies"]}
+    inputs: dict[str, Any] = {
+        "nbytes": [sizes.get(e["unit"], 0) for e in found["compute"][:half]],
+        "compute_s": [(e["ms"][1] - e["ms"][0]) / 1e3 for e in found["compute"][:half]],
+        "measured": (found["step_ms"], found["link_busy"]),
+    }
+    if probe is not None:
+        overlap = json.loads(probe.read_text())
+        inputs["link_gbps"] = overlap["copies"]["beside_gbps"]
+        inputs["issue_s"] = overlap["forward"]["issue_s"] / max(1, len(inputs["nbytes"]))
+    return inputs
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--from-timeline", type=Path, help="probe_ring_timeline.py's JSON: bytes and compute per block")
@@ -78,27 +98,20 @@ def main() -> None:
     p.add_argument("--lookahead", type=int, default=2)
     p.add_argument("--slots", type=int, default=3, help="blocks the ring holds")
     args = p.parse_args()
+    inputs: dict[str, Any] = {"link_gbps": args.link_gbps, "issue_s": args.issue_ms / 1e3, "measured": None}
     if args.from_timeline:
-        found = json.loads(args.from_timeline.read_text())
-        half = len(found["compute"]) // 2
-        compute = [(e["ms"][1] - e["ms"][0]) / 1e3 for e in found["compute"][:half]]
-        sizes = {e["unit"]: e["bytes"] for e in found["copies"]}
-        nbytes = [sizes.get(e["unit"], 0) for e in found["compute"][:half]]
-        measured = found["step_ms"]
+        inputs.update(measured_inputs(args.from_timeline, args.probe))
     else:
-        nbytes = [float(x) * 1e6 for x in args.bytes_mb.split(",")]
+        inputs["nbytes"] = [float(x) * 1e6 for x in args.bytes_mb.split(",")]
         compute = [float(x) / 1e3 for x in args.compute_ms.split(",")]
-        compute = compute * len(nbytes) if len(compute) == 1 else compute
-        measured = None
-    link, issue = args.link_gbps, args.issue_ms / 1e3
-    if args.probe:
-        probe = json.loads(args.probe.read_text())
-        link = probe["copies"]["beside_gbps"]
-        issue = probe["forward"]["issue_s"] / max(1, len(nbytes))
+        inputs["compute_s"] = compute * len(inputs["nbytes"]) if len(compute) == 1 else compute
+    nbytes, compute, link, issue = (inputs[k] for k in ("nbytes", "compute_s", "link_gbps", "issue_s"))
     step, busy = simulate(nbytes, compute, link_gbps=link, issue_s=issue, lookahead=args.lookahead, slots=args.slots)
+    measured = inputs["measured"]
     print(f"model: {step * 1e3:.1f} ms a step, link busy {busy:.0%} ({len(nbytes)} blocks, "
           f"{sum(nbytes) / 1e9:.2f} GB a step at {link:.1f} GB/s, compute {sum(compute) * 1e3:.1f} ms, "
-          f"issue {issue * 1e3:.2f} ms a block)" + (f"; measured {measured:.1f} ms" if measured else ""))  # fmt: skip
+          f"issue {issue * 1e3:.2f} ms a block)"
+          + (f"; measured {measured[0]:.1f} ms, link busy {measured[1]:.0%}" if measured else ""))  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -45,3 +45,17 @@ def test_the_model_says_the_measured_serial_runtimes_are_copies_plus_compute():
     assert serial * 1e3 == pytest.approx(66.9, abs=0.5)
     overlapped, _ = step(1.92e3 / BLOCKS, 30 / BLOCKS, link_gbps=52)
     assert overlapped * 1e3 == pytest.approx(36.9, abs=0.5)
+
+
+def test_fed_the_h100_runs_the_model_comes_within_a_tenth_of_the_measured_step():
+    results = _PATH.parent / "results"
+    inputs = model.measured_inputs(results / "probe_ring_timeline-h100.json", results / "probe_overlap-h100.json")
+    measured_ms, measured_busy = inputs.pop("measured")
+    found = {lookahead: model.simulate(**inputs, lookahead=lookahead, slots=lookahead + 1) for lookahead in (2, 3, 4)}
+    step, busy = found[2]
+    assert (round(step * 1e3, 1), round(busy * 100)) == (47.9, 72)  # the ring page's figures
+    assert abs(step * 1e3 - measured_ms) / measured_ms < 0.1
+    assert abs(busy - measured_busy) < 0.05
+    assert {round(s * 1e3, 1) for s, _ in found.values()} == {47.9}  # the CPU's issue sets it, at any lookahead
+    cheap_cpu, _ = model.simulate(**{**inputs, "issue_s": 2e-4}, lookahead=2, slots=3)
+    assert round(cheap_cpu * 1e3, 1) == 40.2 == round(sum(inputs["compute_s"]) * 1e3, 1)  # then the compute does
