@@ -14,7 +14,8 @@ from support.plugin_actions import LOG, entry_point
 from ddo_hooks import HookPolicy, MetricsTracker, attach
 from ddo_hooks.actions import registry
 from ddo_hooks.hooks import attach_steps, runner, signals
-from ddo_hooks.release import file_views, from_files, pinned_copies
+from ddo_hooks.release import from_files, pinned_copies
+from ddo_hooks.release.ledger import LEDGER
 from ddo_hooks.testing.tiny_pipelines import build_pipeline, call_kwargs
 
 PLUGINS = {
@@ -57,8 +58,8 @@ def everything(pipe) -> dict[str, object]:
         "attached": pipe in attach_steps.ATTACHED,
         "signals": pipe in signals._SIGNALS,
         "runners": [r for r in runner._RUNNERS if r._pipeline() is pipe],
-        "pinned": [p for p, m in modules.items() if m in from_files._PINNED],
-        "rebound": [p for p, m in modules.items() if m in file_views.REBOUND],
+        "pinned": [p for p, m in modules.items() if LEDGER.read(m).pinned is not None],
+        "rebound": [p for p, m in modules.items() if LEDGER.read(m).rebound is not None],
         "repacked": len(pinned_copies.REPACKED),
     }
 

@@ -40,7 +40,6 @@ Examples:
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import MutableMapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -51,14 +50,14 @@ from ddo_hooks import _moved
 from ddo_hooks.errors import WeightsFileChangedError
 from ddo_hooks.release import allocator as _allocator
 from ddo_hooks.release import file_copies, file_pages
-from ddo_hooks.release.weights_files import NOTED, HeldFile
+from ddo_hooks.release.ledger import LEDGER
+from ddo_hooks.release.weights_files import HeldFile
 from ddo_hooks.reports.done_components import ComponentPages
 
 if TYPE_CHECKING:
     from ddo_hooks.reports.repack import PinnedCopyRepackReport
 
 __all__ = [
-    "REBOUND",
     "Rebound",
     "check_rebound",
     "check_unchanged",
@@ -91,18 +90,13 @@ class Rebound:
             file.close()
 
 
-REBOUND: weakref.WeakKeyDictionary[torch.nn.Module, Rebound] = weakref.WeakKeyDictionary()
-"""The components whose copies :func:`rebind_to_files` replaced by file views (weakly: a dropped one is
-not kept); ``stage_done_components`` stages the pinned ones again, and detach copies every one back."""
-
-
 def check_unchanged(name: str, module: torch.nn.Module) -> None:
     """Raise when a file ``module``'s weights read since :func:`rebind_to_files` changed.
 
     Raises:
         WeightsFileChangedError: Names the file and the fix.
     """
-    rebound = REBOUND.get(module)
+    rebound: Rebound | None = LEDGER.read(module).rebound
     changed = None if rebound is None else rebound.changed()
     if changed is not None:
         raise WeightsFileChangedError(
@@ -135,7 +129,8 @@ def rebind_to_files(name: str, module: torch.nn.Module) -> int:
     """Point ``module``'s weights held as copies at the views of its weights files that equal them.
 
     Nothing changes until every copy was checked; the switch cannot fail halfway. The component is
-    then in :data:`REBOUND`, with the files its views read held open, and their identity.
+    then in the ledger (:data:`~ddo_hooks.release.ledger.LEDGER`), with the files its views read held
+    open, and their identity.
 
     Args:
         name: The component's name, for the reasons.
@@ -159,12 +154,12 @@ def rebind_to_files(name: str, module: torch.nn.Module) -> int:
         files = {}
         for path in paths:  # views of private mappings: nothing read yet
             files[path], opened[path] = file_copies.load(path)
-        views, read = file_copies.equal_views(name, folder, files, copies, NOTED.get(module, {}))
+        views, read = file_copies.equal_views(name, folder, files, copies, LEDGER.read(module).noted or {})
         changed = next((change for path in read if (change := opened[path].changed()) is not None), None)
         if changed is not None:
             detail = f"a weights file of {name} changed while its copies were compared ({changed}): it keeps them"
             raise file_copies.Unbound("modified", detail)
-        earlier = REBOUND.get(module) or Rebound(False, frozenset(), ())
+        earlier: Rebound = LEDGER.read(module).rebound or Rebound(False, frozenset(), ())
         pinned = earlier.pinned or any(_allocator.backend().is_pinned(w.holder) for w in copies)
         replaced: dict[int, int] = {}
         for weight in copies:
@@ -177,7 +172,7 @@ def rebind_to_files(name: str, module: torch.nn.Module) -> int:
             file = opened.pop(path)
             if kept.setdefault(file.key, file) is not file:
                 file.close()
-        REBOUND[module] = Rebound(pinned, earlier.names | set(views), tuple(kept.values()))
+        LEDGER.write(module, rebound=Rebound(pinned, earlier.names | set(views), tuple(kept.values())))
     finally:
         for file in opened.values():  # those its views do not read
             file.close()
@@ -291,18 +286,15 @@ def copy_back(pipeline: Any, *, phase: str) -> PinnedCopyRepackReport | None:
 
 
 def _forget(module: torch.nn.Module) -> None:
-    """``module`` no longer reads its files: out of :data:`REBOUND`, and the files it held closed."""
-    rebound = REBOUND.pop(module, None)
+    """``module`` no longer reads its files: out of the ledger, and the files it held closed."""
+    rebound: Rebound | None = LEDGER.erase(module, "rebound")
     if rebound is not None:
         rebound.close()
 
 
 def _rebound(module: Any, *, pinned: bool | None) -> Rebound | None:
     """``module``'s :class:`Rebound` (``None`` when it is none, or its ``pinned`` is not the one asked)."""
-    try:
-        rebound = REBOUND.get(module)
-    except TypeError:  # not weakly referable: never rebound
-        return None
+    rebound: Rebound | None = LEDGER.read(module).rebound
     return None if rebound is None or (pinned is not None and rebound.pinned != pinned) else rebound
 
 

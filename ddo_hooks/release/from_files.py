@@ -50,7 +50,6 @@ from __future__ import annotations
 
 import time
 import warnings
-import weakref
 from typing import Any, Literal
 
 import torch
@@ -62,6 +61,7 @@ from ddo_hooks.errors import InvalidArgumentError, WeightsFileChangedError
 from ddo_hooks.release import allocator as _allocator
 from ddo_hooks.release.file_pins import FromFilesMode, Pinned, register, stage
 from ddo_hooks.release.file_sources import ONCE_PER_CALL, chosen, ddo_pinned, ddo_pinning, find
+from ddo_hooks.release.ledger import LEDGER
 from ddo_hooks.release.pinned_copies import REPACKED, Left, skip
 from ddo_hooks.reports.repack import ComponentRepack, PinnedCopyRepackReport
 
@@ -80,15 +80,10 @@ __all__ = [
 DDO_HOOK = ddo_compat.RUNTIME_HOOK
 """The name under which DDO (diffusers-dynamic-offloader) registers its runtime's hook in diffusers' registry."""
 
-_PINNED: weakref.WeakKeyDictionary[torch.nn.Module, Pinned] = weakref.WeakKeyDictionary()
-
 
 def pinned_from_files(module: Any) -> FromFilesMode | None:
     """How ``module``'s weights were pinned from its files (``None``: they were not)."""
-    try:
-        pinned = _PINNED.get(module)
-    except TypeError:  # not weakly referable: never pinned
-        return None
+    pinned: Pinned | None = LEDGER.read(module).pinned
     return None if pinned is None else pinned.mode
 
 
@@ -103,10 +98,7 @@ def check_registered(pipeline: Any) -> None:
         WeightsFileChangedError: Names the pipeline, the component, the file and the fix.
     """
     for name, module in getattr(pipeline, "components", {}).items():
-        try:
-            pinned = _PINNED.get(module)
-        except TypeError:  # not weakly referable: never pinned
-            continue
+        pinned: Pinned | None = LEDGER.read(module).pinned
         for held in () if pinned is None else pinned.files:
             if (changed := held.changed()) is not None:
                 raise WeightsFileChangedError(
@@ -132,7 +124,7 @@ def _one(name: str, module: torch.nn.Module, mode: FromFilesMode, others: set[in
         from ddo_hooks.release.repack import _left_as_it_was
 
         return _left_as_it_was(name, left, started)
-    _PINNED[module] = pinned
+    LEDGER.write(module, pinned=pinned)
     return ComponentRepack(
         component=name,
         status="registered" if mode == "register" else "repacked",
@@ -234,10 +226,7 @@ def _restore(module: torch.nn.Module, pinned: Pinned) -> None:
 def unpin_from_files(pipeline: Any) -> None:
     """Point the weights :func:`pin_from_files` pinned back at the views they were, and unpin (exact inverse)."""
     for module in pipeline.components.values():
-        try:
-            pinned = _PINNED.pop(module, None)
-        except TypeError:
-            continue
+        pinned: Pinned | None = LEDGER.erase(module, "pinned")
         if pinned is None:
             continue
         _restore(module, pinned)

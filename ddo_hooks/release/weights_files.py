@@ -36,10 +36,10 @@ from typing import Any
 import torch
 
 from ddo_hooks.release import file_pages, file_watch
+from ddo_hooks.release.ledger import LEDGER
 
 __all__ = [
     "MAX_INDEX_BYTES",
-    "NOTED",
     "FileIdentity",
     "HeldFile",
     "Refused",
@@ -308,21 +308,16 @@ def _regular(path: str) -> bool:
         return False
 
 
-NOTED: weakref.WeakKeyDictionary[torch.nn.Module, dict[str, FileIdentity | None]] = weakref.WeakKeyDictionary()
-"""Each attached component's weights files with their identity at attach (weakly), so that a copy that differs
-from a file rewritten or replaced since is told from an edit of the copy (``file_changed``, not ``modified``)."""
-
-
 def note_files(pipeline: Any) -> None:
     """Remember the identity of each model component's weights files now (at attach): one ``stat`` per file.
 
     A component noted by an earlier attachment keeps that note: its copies are what it loaded then.
     """
     for module in getattr(pipeline, "components", {}).values():
-        if isinstance(module, torch.nn.Module) and module not in NOTED:
+        if isinstance(module, torch.nn.Module) and LEDGER.read(module).noted is None:
             folder = folder_of(module)
             try:
                 paths = [] if folder is None else named_files(folder)
             except Refused:
                 paths = []
-            NOTED[module] = {path: identity(path) for path in paths}
+            LEDGER.write(module, noted={path: identity(path) for path in paths})

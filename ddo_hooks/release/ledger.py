@@ -1,0 +1,100 @@
+"""What was done to each module, in one weak table: the one place the release core writes per-module state.
+
+Three things are done to a component's weights that must be known later (at a call's start, at a
+boundary, at detach): its weights files' identity noted at attach
+(:func:`~ddo_hooks.release.weights_files.note_files`), its copies replaced by views of its files
+(:func:`~ddo_hooks.release.file_views.rebind_to_files`), its weights pinned from its files
+(:func:`~ddo_hooks.release.from_files.pin_from_files`). Each is a field of the component's
+:class:`Entry` in :data:`LEDGER`, keyed weakly by the module: a dropped component is not kept alive,
+and its entry goes with it. Three verbs: :meth:`Ledger.read` (an empty entry for a module never
+written, or one that cannot be weakly referenced), :meth:`Ledger.write`, :meth:`Ledger.erase` (the
+field's old value; the entry goes once it holds nothing).
+
+Examples:
+    >>> import torch
+    >>> ledger, module = Ledger(), torch.nn.Linear(2, 2)
+    >>> ledger.write(module, noted={})
+    >>> ledger.read(module).noted, ledger.erase(module, "noted"), len(ledger)
+    ({}, {}, 0)
+    >>> ledger.read(object()).pinned is None  # nothing written, nothing kept
+    True
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import weakref
+from dataclasses import dataclass
+from typing import Any, Literal
+
+__all__ = ["LEDGER", "Entry", "Ledger"]
+
+Field = Literal["noted", "rebound", "pinned"]
+
+
+@dataclass
+class Entry:
+    """What was done to one module (``None``: not that).
+
+    The modules that write a field own its type (the ledger imports none of them: they import it).
+    """
+
+    noted: dict[str, Any] | None = None
+    """Its weights files, each with its :class:`~ddo_hooks.release.weights_files.FileIdentity` at attach: a copy
+    that differs from a file changed since is told from an edit of the copy. Kept across attachments: its copies
+    are what it loaded then."""
+    rebound: Any = None
+    """Its copies replaced by views of its files (``release_done_components``' ``stable_files``): a
+    :class:`~ddo_hooks.release.file_views.Rebound`."""
+    pinned: Any = None
+    """Its weights pinned from its files (``pinned_copies.from_files``): a
+    :class:`~ddo_hooks.release.file_pins.Pinned`."""
+
+
+class Ledger:
+    """Each module's :class:`Entry`, held weakly (see the module's docstring)."""
+
+    def __init__(self) -> None:
+        self._entries: weakref.WeakKeyDictionary[Any, Entry] = weakref.WeakKeyDictionary()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def read(self, module: Any) -> Entry:
+        """``module``'s entry; an empty one, not kept, where nothing was written."""
+        try:
+            return self._entries.get(module) or Entry()
+        except TypeError:  # not weakly referable: nothing can have been written
+            return Entry()
+
+    def write(self, module: Any, **fields: Any) -> None:
+        """Set ``fields`` of ``module``'s entry (made on first write).
+
+        Raises:
+            TypeError: ``module`` cannot be weakly referenced, or a field is not one of :class:`Entry`'s.
+        """
+        entry = self._entries.setdefault(module, Entry())
+        for name, value in fields.items():
+            if name not in _FIELDS:
+                raise TypeError(f"the ledger has no field {name!r}: {', '.join(_FIELDS)}")
+            setattr(entry, name, value)
+
+    def erase(self, module: Any, field: Field) -> Any:
+        """Clear ``field`` of ``module``'s entry and give its old value (``None`` where it was not set)."""
+        try:
+            entry = self._entries.get(module)
+        except TypeError:
+            return None
+        if entry is None:
+            return None
+        old = getattr(entry, field)
+        setattr(entry, field, None)
+        if all(getattr(entry, name) is None for name in _FIELDS):
+            del self._entries[module]
+        return old
+
+
+_FIELDS = tuple(f.name for f in dataclasses.fields(Entry))
+
+LEDGER = Ledger()
+"""The process's ledger: every attachment's components."""
