@@ -12,9 +12,10 @@ import torch
 from support.plugin_actions import LOG, entry_point
 
 from ddo_hooks import HookPolicy, MetricsTracker, attach
+from ddo_hooks._compat.diffusers import offload_groups
 from ddo_hooks.actions import registry
 from ddo_hooks.hooks import attach_steps, runner, signals
-from ddo_hooks.release import from_files, pinned_copies
+from ddo_hooks.release import from_files
 from ddo_hooks.release.ledger import LEDGER
 from ddo_hooks.testing.tiny_pipelines import build_pipeline, call_kwargs
 
@@ -60,7 +61,7 @@ def everything(pipe) -> dict[str, object]:
         "runners": [r for r in runner._RUNNERS if r._pipeline() is pipe],
         "pinned": [p for p, m in modules.items() if LEDGER.read(m).pinned is not None],
         "rebound": [p for p, m in modules.items() if LEDGER.read(m).rebound is not None],
-        "repacked": len(pinned_copies.REPACKED),
+        "repacked": [p for p, m in modules.items() for g in offload_groups(m) if LEDGER.read(g).repacked],
     }
 
 

@@ -29,7 +29,7 @@ from ddo_hooks._compat import diffusers as diffusers_compat
 from ddo_hooks.release import file_pages
 from ddo_hooks.release.allocator import use_backend
 from ddo_hooks.release.from_files import pin_from_files, pinned_from_files, unpin_from_files
-from ddo_hooks.release.pinned_copies import REPACKED
+from ddo_hooks.release.ledger import LEDGER
 from ddo_hooks.testing.tiny_pipelines import build_pipeline, call_kwargs
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="file mappings are read in /proc")
@@ -319,4 +319,4 @@ def test_buffers_built_at_init_are_left_and_the_rest_of_the_component_is_pinned(
     unpin_from_files(pipe)
     assert all_sources(pipe) == before
     assert fake.registered == {}
-    assert not any(g in REPACKED for _, m in modules(pipe) for g in diffusers_compat.offload_groups(m))
+    assert not any(LEDGER.read(g).repacked for _, m in modules(pipe) for g in diffusers_compat.offload_groups(m))

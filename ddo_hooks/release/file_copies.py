@@ -21,7 +21,7 @@ import torch
 
 from ddo_hooks._compat import diffusers as diffusers_compat
 from ddo_hooks.release import file_pages
-from ddo_hooks.release.pinned_copies import REPACKED
+from ddo_hooks.release.ledger import LEDGER
 from ddo_hooks.release.weights_files import FileIdentity, HeldFile, Refused, folder_of, identity, named_files
 from ddo_hooks.reports.done_components import PagesReason
 
@@ -169,6 +169,6 @@ def point(weight: Weight, target: torch.Tensor) -> None:
     """Point ``weight`` and its groups' CPU sources at ``target`` instead of what holds it now."""
     for group in weight.groups:
         diffusers_compat.set_group_cpu_source(group, weight.tensor, target)
-        REPACKED.discard(group)
+        LEDGER.erase(group, "repacked")
     if weight.tensor.data_ptr() == weight.holder.data_ptr():
         weight.tensor.data = target

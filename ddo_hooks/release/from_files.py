@@ -62,7 +62,7 @@ from ddo_hooks.release import allocator as _allocator
 from ddo_hooks.release.file_pins import FromFilesMode, Pinned, register, stage
 from ddo_hooks.release.file_sources import ONCE_PER_CALL, chosen, ddo_pinned, ddo_pinning, find
 from ddo_hooks.release.ledger import LEDGER
-from ddo_hooks.release.pinned_copies import REPACKED, Left, skip
+from ddo_hooks.release.pinned_copies import Left, skip
 from ddo_hooks.reports.repack import ComponentRepack, PinnedCopyRepackReport
 
 __all__ = [
@@ -230,7 +230,8 @@ def unpin_from_files(pipeline: Any) -> None:
         if pinned is None:
             continue
         _restore(module, pinned)
-        REPACKED.difference_update(diffusers_compat.offload_groups(module))  # those of unpinned buffers too
+        for group in diffusers_compat.offload_groups(module):  # those of unpinned buffers too
+            LEDGER.erase(group, "repacked")
         if pinned.finalizer is not None:
             pinned.finalizer()
         for held in pinned.files:

@@ -4,7 +4,8 @@ Three things are done to a component's weights that must be known later (at a ca
 boundary, at detach): its weights files' identity noted at attach
 (:func:`~ddo_hooks.release.weights_files.note_files`), its copies replaced by views of its files
 (:func:`~ddo_hooks.release.file_views.rebind_to_files`), its weights pinned from its files
-(:func:`~ddo_hooks.release.from_files.pin_from_files`). Each is a field of the component's
+(:func:`~ddo_hooks.release.from_files.pin_from_files`); and of an offload group, its copies moved into
+slabs (:func:`~ddo_hooks.release.repack.repack_pinned_copies`). Each is a field of the component's
 :class:`Entry` in :data:`LEDGER`, keyed weakly by the module: a dropped component is not kept alive,
 and its entry goes with it. Three verbs: :meth:`Ledger.read` (an empty entry for a module never
 written, or one that cannot be weakly referenced), :meth:`Ledger.write`, :meth:`Ledger.erase` (the
@@ -29,7 +30,7 @@ from typing import Any, Literal
 
 __all__ = ["LEDGER", "Entry", "Ledger"]
 
-Field = Literal["noted", "rebound", "pinned"]
+Field = Literal["noted", "rebound", "pinned", "repacked"]
 
 
 @dataclass
@@ -49,6 +50,8 @@ class Entry:
     pinned: Any = None
     """Its weights pinned from its files (``pinned_copies.from_files``): a
     :class:`~ddo_hooks.release.file_pins.Pinned`."""
+    repacked: bool | None = None
+    """An offload group whose copies live in slabs already (``True``; its key is the group, not a module)."""
 
 
 class Ledger:

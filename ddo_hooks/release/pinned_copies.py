@@ -15,7 +15,6 @@ Examples:
 
 from __future__ import annotations
 
-import weakref
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -23,12 +22,10 @@ import torch
 
 from ddo_hooks._compat import torch as torch_compat
 from ddo_hooks.release import allocator as _allocator
+from ddo_hooks.release.ledger import LEDGER
 from ddo_hooks.reports.repack import RepackReason
 
-__all__ = ["REPACKED", "Component", "Copy", "Left", "Stored", "by_storage", "inspect_component", "refuse", "skip"]
-
-REPACKED: weakref.WeakSet[Any] = weakref.WeakSet()
-"""The groups whose copies live in slabs already (weakly: a dropped component is not kept)."""
+__all__ = ["Component", "Copy", "Left", "Stored", "by_storage", "inspect_component", "refuse", "skip"]
 
 
 @dataclass
@@ -162,7 +159,7 @@ def _check(name: str, groups: list[Any], copies: list[Copy], staging: bool) -> C
         raise refuse(
             "disk_offload", f"{name} is offloaded to disk (offload_to_disk_path): it keeps no copies in memory"
         )
-    if all(group in REPACKED for group in groups):
+    if all(LEDGER.read(group).repacked for group in groups):
         raise skip("already_packed", f"{name}'s pinned copies are in slabs already")
     if not copies:
         raise skip(

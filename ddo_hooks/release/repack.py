@@ -43,8 +43,8 @@ from ddo_hooks.release.counters import read_snapshot
 from ddo_hooks.release.devices import DeviceLike, parse_cuda_device
 from ddo_hooks.release.host_cache import release_pytorch_host_cache
 from ddo_hooks.release.host_memory import observe_host
+from ddo_hooks.release.ledger import LEDGER
 from ddo_hooks.release.pinned_copies import (
-    REPACKED,
     Component,
     Left,
     Stored,
@@ -104,7 +104,8 @@ def switch(component: Component, moved: list[torch.Tensor]) -> None:
     """Point each group and each offloaded weight at its copy's place in a slab (cannot fail halfway)."""
     for entry, target in zip(component.stored, moved, strict=True):
         entry.point(target)
-    REPACKED.update(component.groups)
+    for group in component.groups:
+        LEDGER.write(group, repacked=True)
 
 
 def _left_as_it_was(name: str, left: Left, started: float) -> ComponentRepack:
@@ -154,7 +155,8 @@ def _repack_one(
         done.append(slab)
         if moved_slab is not None:
             moved_slab()
-    REPACKED.update(component.groups)
+    for group in component.groups:
+        LEDGER.write(group, repacked=True)
     placed = {index for slab in done for index, _ in slab.placements}
     unplaced = [entry.nbytes for index, entry in enumerate(component.stored) if index not in placed and entry.nbytes]
     what = "sources of {} staged" if staging else "pinned copies of {} moved"
