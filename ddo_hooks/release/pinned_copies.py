@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 import torch
 
+from ddo_hooks import _moved
 from ddo_hooks._compat import torch as torch_compat
 from ddo_hooks.release import allocator as _allocator
 from ddo_hooks.release.ledger import LEDGER
@@ -196,3 +197,7 @@ def _check(name: str, groups: list[Any], copies: list[Copy], staging: bool) -> C
                 "reference the caller keeps): a repack could not free it",
             )
     return Component(name, groups, list(stored.values()))
+
+
+def __getattr__(name: str) -> Any:
+    return _moved.old_attribute(__name__, name)

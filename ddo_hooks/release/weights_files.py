@@ -35,6 +35,7 @@ from typing import Any
 
 import torch
 
+from ddo_hooks import _moved
 from ddo_hooks.release import file_pages, file_watch
 from ddo_hooks.release.ledger import LEDGER
 
@@ -321,3 +322,7 @@ def note_files(pipeline: Any) -> None:
             except Refused:
                 paths = []
             LEDGER.write(module, noted={path: identity(path) for path in paths})
+
+
+def __getattr__(name: str) -> Any:
+    return _moved.old_attribute(__name__, name)
