@@ -149,6 +149,18 @@ def _events(folder: Path) -> dict[str, int]:
         return {}
 
 
+def close_cgroup(folder: Path) -> tuple[int | None, dict[str, int]]:
+    """A trial's cgroup once its processes ended: its ``memory.peak`` and ``memory.events``, then removed."""
+    peak, events = _read_int(folder / "memory.peak"), _events(folder)
+    for _ in range(50):  # killed processes leave the cgroup a moment after
+        try:
+            folder.rmdir()
+            break
+        except OSError:
+            time.sleep(0.1)
+    return peak, events
+
+
 def trial(
     spec: dict[str, Any], box_gib: float | None, out: Path, label: str, timeout_s: float, drop: bool = True
 ) -> dict[str, Any]:
@@ -189,14 +201,7 @@ def trial(
             codes.append("timeout")
     code = next((c for c in codes if c == "timeout"), None) or next((c for c in codes if c), 0)
     seconds = time.perf_counter() - started
-    events = _events(folder)
-    peak = _read_int(folder / "memory.peak")
-    for _ in range(50):  # the killed processes leave the cgroup a moment after
-        try:
-            folder.rmdir()
-            break
-        except OSError:
-            time.sleep(0.1)
+    peak, events = close_cgroup(folder)
     steps = [[json.loads(line) for line in p.read_text().splitlines()] if p.is_file() else [] for p in progress]
     found = {"box_gib": box_gib, "exit": code, "seconds": seconds, "memory_peak": peak, "events": events,
              "cache_dropped": drop}  # fmt: skip

@@ -138,13 +138,7 @@ def session(spec: dict[str, Any], nproc: int, out: Path, label: str, args: argpa
     seconds = time.perf_counter() - started
     peak, events = None, None
     if folder is not None:
-        peak, events = box._read_int(folder / "memory.peak"), box._events(folder)
-        for _ in range(50):  # killed processes leave the cgroup a moment after
-            try:
-                folder.rmdir()
-                break
-            except OSError:
-                time.sleep(0.1)
+        peak, events = box.close_cgroup(folder)
     steps = [[json.loads(line) for line in p.read_text().splitlines()] if p.is_file() else [] for p in progress]
     return {"ranks": nproc, "exit": code, "seconds": seconds, "memory_peak": peak, "events": events,
             "cgroup": str(folder) if folder else None, "cache_dropped": folder is not None,
