@@ -30,12 +30,15 @@ def test_the_readme_and_the_benchmarks_page_quote_the_runs():
     first = {row["arm"]: row["steady"] for row in ring_results.speed("ring-h100")}
     second = {row["arm"]: row["steady"] for row in ring_results.speed("ring-h100-2")}
     streamed, resident = "true/preset:streamed-box@none", "true/resident@none"
+    assert {row["n"] for row in ring_results.speed("ring-h100")} == {3, 4}  # "3 to 4 processes an arm"
+    assert {row["n"] for row in ring_results.speed("ring-h100-2")} == {6}  # "over 6 each"
     readme = " ".join((ROOT / "README.md").read_text().split())
     benchmarks = " ".join((ROOT / "docs" / "benchmarks.md").read_text().split())
     assert f"{first['false/ddo-auto']:.2f}" == f"{first['true/preset:smallest-box@ddo']:.2f}"  # one figure for both
     assert (
         f"a steady call of {first[streamed]:.2f} s where DDO took {first['false/ddo-auto']:.2f} s and the pipeline "
-        f"resident on the GPU {first[resident]:.2f} s"
+        f"resident on the GPU {first[resident]:.2f} s, 3 to 4 processes an arm; {second[streamed]:.2f} s against "
+        f"{second[resident]:.2f} s resident over 6 each"
     ) in readme
     assert (
         f"made its steady calls in {first[streamed]:.2f} s where `smallest-box` on DDO and DDO `auto` took "
