@@ -406,7 +406,9 @@ def action_table() -> str:
             options = "none: its options as written"
         else:
             options = _code(action.options.__name__)
-            options += f" (defaults: `{action.defaults}`)" if action.defaults else ""
+            if action.defaults is not None:  # the first line of its docstring names the section
+                section = (action.defaults.__doc__ or "").splitlines()[0].rstrip(".").replace("``", "`")
+                options += f" (defaults: {section[0].lower()}{section[1:]})"
         routes = " or ".join(_code(route) for route in action.routes)
         rows.append(f"| `{action.name}` | {options} | {routes}, under `{action.component_prefix}_<boundary>` |")
     head = ["| Action | Options model | Its reports: route, component |", "|---|---|---|"]

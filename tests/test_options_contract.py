@@ -15,7 +15,7 @@ from pydantic import Field
 
 from ddo_hooks import HookPolicy, attach, register_action, unregister_action
 from ddo_hooks.actions.contract import ActionOptions
-from ddo_hooks.actions.host_cache_release import HostCacheReleaseOptions
+from ddo_hooks.actions.host_cache_release import HostCacheReleaseOptions, release_section
 from ddo_hooks.actions.registry import options_model, registered
 from ddo_hooks.errors import InvalidArgumentError, PolicyError
 from ddo_hooks.testing.tiny_pipelines import build_pipeline, call_kwargs
@@ -67,7 +67,7 @@ def test_a_built_in_replaced_with_replace_comes_back_whole_with_unregister_actio
     finally:
         unregister_action("host_cache_release")
     assert registered("host_cache_release") is built_in
-    assert (options_model("host_cache_release"), built_in.defaults) == (HostCacheReleaseOptions, "release")
+    assert (options_model("host_cache_release"), built_in.defaults) == (HostCacheReleaseOptions, release_section)
     with pytest.raises(InvalidArgumentError, match="the built-in action 'host_cache_release' cannot be unregistered"):
         unregister_action("host_cache_release")  # not replaced now: nothing to restore
 

@@ -301,8 +301,9 @@ class RegisteredAction(Generic[OptionsT]):
             (:class:`ResolvedAction`); it raises to refuse the attach. ``None`` (the default): nothing.
         options: The model of its options (an :class:`ActionOptions`), validated where the policy
             loads with located messages; ``None`` (the default): the options as the policy writes them.
-        defaults: The policy's section that holds defaults of its options for every boundary
-            (``release`` for ``host_cache_release``); ``None`` (the default): none.
+        defaults: Gives the policy's section that holds defaults of its options for every boundary, given the
+            policy (``host_cache_release``'s gives its ``release``); the settings that section writes are merged
+            under each entry's own. ``None`` (the default): none.
         on_attach: A step :func:`~ddo_hooks.attach` takes once, after installing its signal hooks, when the
             policy is enabled and lists the action: given the pipeline and each of the action's resolved
             entries, in boundary order. If it raises (Ctrl-C too), it must leave nothing of its own: the
@@ -327,7 +328,7 @@ class RegisteredAction(Generic[OptionsT]):
     component_prefix: str
     check: Callable[[Any, PolicyView, ResolvedAction[OptionsT]], None] | None = None
     options: type[OptionsT] | None = None
-    defaults: str | None = None
+    defaults: Callable[[Any], ActionOptions] | None = None
     on_attach: Callable[[Any, tuple[ResolvedAction[OptionsT], ...]], None] | None = None
     on_detach: Callable[[Any], tuple[str, RouteReport] | None] | None = None
     routes: tuple[str, ...] = ("boundary_action",)
@@ -363,7 +364,7 @@ class RegisteredAction(Generic[OptionsT]):
 
         The one way an entry is resolved, for an action known when the policy loads and for one bound later
         (:meth:`fit`): for an action with an options model, ``defaults`` (the settings the policy's section named
-        by :attr:`defaults` writes) merged under ``written``, validated once; for one without, a deep copy of
+        that :attr:`defaults` gives writes) merged under ``written``, validated once; for one without, a deep copy of
         ``written`` (nothing the action changes reaches the policy).
 
         Raises:

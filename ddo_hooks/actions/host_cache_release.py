@@ -43,6 +43,7 @@ __all__ = [
     "core_problem",
     "ddo_core_setting",
     "host_cache_release",
+    "release_section",
     "shown_setting",
 ]
 
@@ -243,13 +244,23 @@ def check_release_core(pipeline: Any, policy: PolicyView, action: ResolvedAction
     )
 
 
+def release_section(policy: Any) -> HostCacheReleaseOptions:
+    """The policy's ``release`` section.
+
+    The defaults of this action's options at every boundary: each entry's own options are merged over the
+    settings it writes.
+    """
+    section: HostCacheReleaseOptions = policy.release
+    return section
+
+
 ACTION = RegisteredAction(
     NAME,
     host_cache_release,
     COMPONENT_PREFIX,
     check_release_core,
     options=HostCacheReleaseOptions,
-    defaults="release",
+    defaults=release_section,
     routes=("pytorch_host_cache_release",),
 )
 """The declaration of ``host_cache_release``."""

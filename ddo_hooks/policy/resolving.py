@@ -35,7 +35,7 @@ __all__ = ["Sections", "defaults_of", "fitted", "resolve_actions", "written_sett
 
 
 class Sections(Protocol):
-    """What resolving reads of a policy: its boundaries, and its sections by name (an action's ``defaults``)."""
+    """What resolving reads of a policy: its boundaries, and the sections an action's ``defaults`` gives."""
 
     def boundary(self, name: str) -> BoundaryPolicy:
         """The settings of one boundary."""
@@ -57,7 +57,7 @@ def defaults_of(policy: Sections, action: RegisteredAction[Any] | None) -> dict[
     """The settings of the policy's section that holds defaults of ``action``'s options (``None``: it has none)."""
     if action is None or action.defaults is None:
         return None
-    return written_settings(getattr(policy, action.defaults))
+    return written_settings(action.defaults(policy))
 
 
 def resolve_actions(
