@@ -13,8 +13,9 @@ from support.plugin_actions import LOG, entry_point
 
 from ddo_hooks import HookPolicy, MetricsTracker, attach
 from ddo_hooks._compat.diffusers import offload_groups
+from ddo_hooks._process import LIVE
 from ddo_hooks.actions import registry
-from ddo_hooks.hooks import attach_steps, runner, signals
+from ddo_hooks.hooks import runner
 from ddo_hooks.release import from_files
 from ddo_hooks.release.ledger import LEDGER
 from ddo_hooks.testing.tiny_pipelines import build_pipeline, call_kwargs
@@ -31,7 +32,7 @@ PLUGINS = {
 def plugins(monkeypatch: pytest.MonkeyPatch) -> None:
     """The plugin actions installed as entry points; what loading them registers goes with the test."""
     monkeypatch.setattr(registry, "entry_points", lambda group: [entry_point(n, a) for n, a in PLUGINS.items()])
-    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+    monkeypatch.setattr(registry.REGISTRY, "_actions", dict(registry.REGISTRY._actions))
     LOG.clear()
 
 
@@ -56,9 +57,9 @@ def everything(pipe) -> dict[str, object]:
         "pipeline": {k: id(v) for k, v in vars(pipe).items()},
         "modules": {path: {k: id(v) for k, v in vars(m).items()} for path, m in modules.items()},
         "hooks": {path: (len(m._forward_pre_hooks), len(m._forward_hooks)) for path, m in modules.items()},
-        "attached": pipe in attach_steps.ATTACHED,
-        "signals": pipe in signals._SIGNALS,
-        "runners": [r for r in runner._RUNNERS if r._pipeline() is pipe],
+        "attached": LEDGER.read(pipe).attached is not None,
+        "signals": LEDGER.read(pipe).signals is not None,
+        "runners": [r for r in LIVE if isinstance(r, runner.BoundaryRunner) and r._pipeline() is pipe],
         "pinned": [p for p, m in modules.items() if LEDGER.read(m).pinned is not None],
         "rebound": [p for p, m in modules.items() if LEDGER.read(m).rebound is not None],
         "repacked": [p for p, m in modules.items() for g in offload_groups(m) if LEDGER.read(g).repacked],

@@ -74,7 +74,7 @@ def launch(monkeypatch, **variables: str) -> None:
         monkeypatch.delenv(name, raising=False)
     for name, value in variables.items():
         monkeypatch.setenv(name, value)
-    monkeypatch.setattr(envelope_module, "_WARNED", set())
+    envelope_module._warn_once.cache_clear()
 
 
 def warnings_of(caplog) -> list[str]:

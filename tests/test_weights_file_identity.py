@@ -141,7 +141,7 @@ def test_a_closed_watch_is_forgotten(tmp_path):
     path = tmp_path / "w.safetensors"
     path.write_bytes(b"w" * 64)
     files = [HeldFile(str(path)) for _ in range(3)]
-    (watcher,) = file_watch._WATCHER
+    watcher = file_watch._watcher()
     (wd,) = {file._events._wd for file in files}  # one watch of the kernel's for one inode
     assert len(watcher._listeners[wd]) == 3
     for file in files:

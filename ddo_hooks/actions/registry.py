@@ -9,6 +9,10 @@ An action registered with an options model (``options=``) has its options valida
 loads, with the located messages a built-in's get (or at attach, when it was registered after the
 policy loaded).
 
+The functions here act on :data:`REGISTRY`, the process's registry; an :class:`ActionRegistry` of your own
+(``attach(pipe, policy, registry=...)``) keeps a plugin's actions to the attachments given it, and a test's
+to the test.
+
 Examples:
     >>> from ddo_hooks import register_action, unregister_action
     >>> @register_action("count_calls")
@@ -35,6 +39,8 @@ from ddo_hooks.reports.base import RouteReport
 
 __all__ = [
     "ENTRY_POINT_GROUP",
+    "REGISTRY",
+    "ActionRegistry",
     "Declaration",
     "available_actions",
     "options_model",
@@ -49,14 +55,12 @@ ENTRY_POINT_GROUP = "ddo_hooks.actions"
 """The entry-point group of the actions other packages provide."""
 
 _NAME_RE = re.compile(ACTION_NAME_PATTERN)
-_REGISTRY: dict[str, RegisteredAction[Any]] = {}  # the actions users registered (or built-ins they replaced)
-
 F = TypeVar("F", bound=ActionFunction)
 
 
 def registered(name: str) -> RegisteredAction[Any] | None:
-    """The action registered under ``name`` (a user's first, then a built-in), or ``None``; entry points aside."""
-    return _REGISTRY.get(name) or actions.by_name().get(name)
+    """The action registered under ``name`` in :data:`REGISTRY` (a user's first, then a built-in), or ``None``."""
+    return REGISTRY.registered(name)
 
 
 def options_model(name: str) -> type[ActionOptions] | None:
@@ -154,28 +158,7 @@ def register_action(
         ddo_hooks.errors.PolicyError: <mapping>: ...options.depth: expected an integer, got 'deep'
         >>> unregister_action("my_pkg.flush")
     """
-    if not isinstance(name, str) or not _NAME_RE.match(name):
-        raise InvalidArgumentError(f"{name!r} is not an action name; use {ACTION_NAME_RULE}")
-    if registered(name) is not None and not replace:
-        raise InvalidArgumentError(f"an action named {name!r} is already registered; pass replace=True to replace it")
-
-    unknown = sorted(set(declaration) - set(Declaration.__annotations__))
-    if unknown:
-        takes = ", ".join(Declaration.__annotations__)
-        raise InvalidArgumentError(f"register_action() takes no {unknown[0]!r}; it takes replace, {takes}")
-
-    def decorator(run: F) -> F:
-        if not callable(run):
-            raise InvalidArgumentError(f"action {name!r} must be callable, got {type(run).__name__}")
-        d = declaration
-        _REGISTRY[name] = RegisteredAction(
-            name, run, d.get("component_prefix") or name, d.get("check"), d.get("options"),
-            on_attach=d.get("on_attach"), on_detach=d.get("on_detach"), before_call=d.get("before_call"),
-            routes=d.get("routes", ("boundary_action",)),
-        )  # fmt: skip
-        return run
-
-    return decorator if function is None else decorator(function)
+    return REGISTRY.register(name, function, replace=replace, **declaration)
 
 
 def unregister_action(name: str) -> None:
@@ -187,16 +170,7 @@ def unregister_action(name: str) -> None:
     Raises:
         InvalidArgumentError: No action is registered under ``name``, or it is a built-in that nothing replaced.
     """
-    if name in _REGISTRY:
-        del _REGISTRY[name]
-        return
-    if name in actions.names():
-        raise InvalidArgumentError(
-            f"the built-in action {name!r} cannot be unregistered (nothing replaces it now; unregister_action "
-            "restores a built-in that register_action replaced); leave it out of the policy instead"
-        )
-    known = sorted({*_REGISTRY, *actions.names()})
-    raise InvalidArgumentError(f"no action named {name!r} is registered (registered: {known})")
+    REGISTRY.unregister(name)
 
 
 def _entry_point_names() -> dict[str, Any]:
@@ -205,40 +179,127 @@ def _entry_point_names() -> dict[str, Any]:
 
 def available_actions() -> tuple[str, ...]:
     """Every action name a policy can use: the built-in ones, registered ones and installed entry points."""
-    return tuple(sorted({*actions.names(), *_REGISTRY, *_entry_point_names()}))
+    return REGISTRY.available()
 
 
 def resolve_action(name: str, *, where: str = "") -> RegisteredAction[Any]:
-    """Find the action a policy names: the registry first (the built-in ones included), then the entry-point group.
-
-    Args:
-        name: The action name.
-        where: The policy position (``file:line:col``) for the error message.
+    """Find the action a policy names in :data:`REGISTRY`: as :meth:`ActionRegistry.resolve`.
 
     Raises:
         PolicyError: No such action; the message suggests the closest names.
     """
-    found = registered(name)
-    if found is not None:
-        return found
-    eps = _entry_point_names()
-    if name in eps:
-        try:
-            loaded = eps[name].load()
-        except Exception as e:
-            raise PolicyError(f"{where}: action {name!r}: loading entry point {eps[name].value!r} failed: {e}") from e
-        if isinstance(loaded, RegisteredAction):
-            action = loaded
-        elif callable(loaded):
-            action = RegisteredAction(name, loaded, name)
-        else:
-            raise PolicyError(f"{where}: entry point {eps[name].value!r} for action {name!r} is not callable")
-        _REGISTRY.setdefault(name, action)
-        return _REGISTRY[name]
-    known = available_actions()
-    close = difflib.get_close_matches(name, known, n=1)
-    hint = f"did you mean {close[0]!r}? " if close else ""
-    raise PolicyError(
-        f"{where}: unknown action {name!r}; {hint}known actions: {', '.join(known)}. Register it with "
-        f"@ddo_hooks.register_action({name!r}) or the {ENTRY_POINT_GROUP!r} entry-point group before attaching"
-    )
+    return REGISTRY.resolve(name, where=where)
+
+
+class ActionRegistry:
+    """Actions by name: the built-in ones, those registered here (over them), then the installed entry points.
+
+    Examples:
+        >>> mine = ActionRegistry()
+        >>> _ = mine.register("my_pkg.count", lambda ctx: None)
+        >>> mine.registered("my_pkg.count").name, registered("my_pkg.count")  # not in the process's
+        ('my_pkg.count', None)
+        >>> mine.resolve("malloc_trim").name  # the built-in ones are in every registry
+        'malloc_trim'
+    """
+
+    def __init__(self) -> None:
+        self._actions: dict[str, RegisteredAction[Any]] = {}  # registered here (or built-ins replaced here)
+
+    def registered(self, name: str) -> RegisteredAction[Any] | None:
+        """The action registered under ``name`` (here first, then a built-in), or ``None``; entry points aside."""
+        return self._actions.get(name) or actions.by_name().get(name)
+
+    def register(
+        self, name: str, function: F | None = None, *, replace: bool = False, **declaration: Unpack[Declaration]
+    ) -> Callable[[F], F] | F:
+        """:func:`register_action`, in this registry.
+
+        Raises:
+            InvalidArgumentError: As :func:`register_action`.
+        """
+        if not isinstance(name, str) or not _NAME_RE.match(name):
+            raise InvalidArgumentError(f"{name!r} is not an action name; use {ACTION_NAME_RULE}")
+        if self.registered(name) is not None and not replace:
+            raise InvalidArgumentError(
+                f"an action named {name!r} is already registered; pass replace=True to replace it"
+            )
+        unknown = sorted(set(declaration) - set(Declaration.__annotations__))
+        if unknown:
+            takes = ", ".join(Declaration.__annotations__)
+            raise InvalidArgumentError(f"register_action() takes no {unknown[0]!r}; it takes replace, {takes}")
+
+        def decorator(run: F) -> F:
+            if not callable(run):
+                raise InvalidArgumentError(f"action {name!r} must be callable, got {type(run).__name__}")
+            d = declaration
+            self._actions[name] = RegisteredAction(
+                name, run, d.get("component_prefix") or name, d.get("check"), d.get("options"),
+                on_attach=d.get("on_attach"), on_detach=d.get("on_detach"), before_call=d.get("before_call"),
+                routes=d.get("routes", ("boundary_action",)),
+            )  # fmt: skip
+            return run
+
+        return decorator if function is None else decorator(function)
+
+    def unregister(self, name: str) -> None:
+        """:func:`unregister_action`, in this registry.
+
+        Raises:
+            InvalidArgumentError: As :func:`unregister_action`.
+        """
+        if name in self._actions:
+            del self._actions[name]
+            return
+        if name in actions.names():
+            raise InvalidArgumentError(
+                f"the built-in action {name!r} cannot be unregistered (nothing replaces it now; unregister_action "
+                "restores a built-in that register_action replaced); leave it out of the policy instead"
+            )
+        known = sorted({*self._actions, *actions.names()})
+        raise InvalidArgumentError(f"no action named {name!r} is registered (registered: {known})")
+
+    def available(self) -> tuple[str, ...]:
+        """Every action name a policy can use here: the built-in ones, registered ones and installed entry points."""
+        return tuple(sorted({*actions.names(), *self._actions, *_entry_point_names()}))
+
+    def resolve(self, name: str, *, where: str = "") -> RegisteredAction[Any]:
+        """Find the action a policy names: this registry first (the built-in ones included), then the entry points.
+
+        An action found through the ``ddo_hooks.actions`` entry-point group is registered here once loaded.
+
+        Args:
+            name: The action name.
+            where: The policy position (``file:line:col``) for the error message.
+
+        Raises:
+            PolicyError: No such action; the message suggests the closest names.
+        """
+        found = self.registered(name)
+        if found is not None:
+            return found
+        eps = _entry_point_names()
+        if name in eps:
+            try:
+                loaded = eps[name].load()
+            except Exception as e:
+                message = f"{where}: action {name!r}: loading entry point {eps[name].value!r} failed: {e}"
+                raise PolicyError(message) from e
+            if isinstance(loaded, RegisteredAction):
+                action = loaded
+            elif callable(loaded):
+                action = RegisteredAction(name, loaded, name)
+            else:
+                raise PolicyError(f"{where}: entry point {eps[name].value!r} for action {name!r} is not callable")
+            return self._actions.setdefault(name, action)
+        known = self.available()
+        close = difflib.get_close_matches(name, known, n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise PolicyError(
+            f"{where}: unknown action {name!r}; {hint}known actions: {', '.join(known)}. Register it with "
+            f"@ddo_hooks.register_action({name!r}) or the {ENTRY_POINT_GROUP!r} entry-point group before attaching"
+        )
+
+
+REGISTRY = ActionRegistry()
+"""The process's registry: what :func:`register_action` writes, and what policies and :func:`~ddo_hooks.attach` read."""

@@ -1,7 +1,9 @@
 """The hook layer: what attaches a policy to a pipeline and turns its calls into boundaries.
 
 Modules: :mod:`~ddo_hooks.hooks.attachment` (``attach`` and the ``Attachment`` handle; it names no
-action: each action's check and steps are its own, :mod:`ddo_hooks.actions`), :mod:`~ddo_hooks.hooks.steps` (the one
+action: each action's check and steps are its own, :mod:`ddo_hooks.actions`),
+:mod:`~ddo_hooks.hooks.attach_inputs` (the policy and the registry ``attach`` is given),
+:mod:`~ddo_hooks.hooks.steps` (the one
 rule of attach and detach: a list of steps, undone in reverse), :mod:`~ddo_hooks.hooks.attach_steps` (an
 attachment's steps, built from its policy), :mod:`~ddo_hooks.hooks.phases` (the
 phase machine), :mod:`~ddo_hooks.hooks.runner` (binding each action at attach, and running a boundary's

@@ -2,7 +2,8 @@
 
 :func:`attach_steps` builds the list from the policy (the rule that runs it: :mod:`~ddo_hooks.hooks.steps`):
 
-1. :class:`Attached`: the pipeline is recorded as attached (:data:`ATTACHED`), so that a second attach is refused.
+1. :class:`Attached`: the pipeline is recorded as attached (its ``attached`` in the
+   :data:`~ddo_hooks.release.ledger.LEDGER`), so that a second attach is refused.
 2. :class:`Signals`: the hooks and wrappers that tell the phase machine where a call is
    (:class:`~ddo_hooks.hooks.signals.PipelineSignals`); at each call's start they run every step's check.
 3. :class:`ActionSteps`, one per action the policy names, in the order it first names them: the steps of the
@@ -27,6 +28,7 @@ from ddo_hooks.hooks.phases import CallPhases
 from ddo_hooks.hooks.runner import BoundActions, each_action
 from ddo_hooks.hooks.steps import Record, Step
 from ddo_hooks.policy.model import HookPolicy
+from ddo_hooks.release.ledger import LEDGER
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -38,7 +40,6 @@ if TYPE_CHECKING:
     from ddo_hooks.streaming.runtime import StreamedPipeline
 
 __all__ = [
-    "ATTACHED",
     "ActionSteps",
     "Attached",
     "FromFiles",
@@ -50,15 +51,12 @@ __all__ = [
     "other_holder",
 ]
 
-ATTACHED: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
-"""Each attached pipeline's :class:`~ddo_hooks.hooks.attachment.Attachment` (weakly: neither is kept alive)."""
-
 
 def other_holder(pipeline: Any, module: Any) -> str | None:
     """The class name of another attached pipeline that holds ``module`` as a component, or ``None``."""
     if module is None:
         return None
-    for other in list(ATTACHED):
+    for other, _ in LEDGER.holders("attached"):
         if other is not pipeline and any(value is module for value in other.components.values()):
             return type(other).__name__
     return None
@@ -71,7 +69,7 @@ def other_holder_of(pipeline: weakref.ref[Any], module: Any) -> str | None:
 
 
 class Attached(Step):
-    """The pipeline recorded as attached to ``attachment`` (held weakly) in :data:`ATTACHED`."""
+    """The pipeline recorded as attached to ``attachment`` (held weakly) in the ledger."""
 
     name = "the record of the attachment"
 
@@ -80,12 +78,12 @@ class Attached(Step):
 
     def attach(self, pipeline: Any) -> None:
         """Record the pipeline as attached."""
-        ATTACHED[pipeline] = self._attachment()
+        LEDGER.write(pipeline, attached=self._attachment())
 
     def detach(self, pipeline: Any | None) -> None:
         """Take it out of the record, where it is still this attachment's."""
-        if pipeline is not None and ATTACHED.get(pipeline) is self._attachment():
-            del ATTACHED[pipeline]
+        if pipeline is not None and LEDGER.read(pipeline).attached is self._attachment():
+            LEDGER.erase(pipeline, "attached")
 
 
 class Signals(Step):

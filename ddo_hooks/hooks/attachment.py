@@ -31,9 +31,11 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from ddo_hooks import _moved
+from ddo_hooks.actions.registry import ActionRegistry
 from ddo_hooks.boundaries import BOUNDARIES
 from ddo_hooks.errors import BoundaryRefusedError, DetachTimeoutError, InvalidArgumentError, ReportSinkError
-from ddo_hooks.hooks.attach_steps import ATTACHED, FromFiles, Repack, Ring, attach_steps, other_holder, other_holder_of
+from ddo_hooks.hooks.attach_inputs import chosen_policy, chosen_registry, with_encoders
+from ddo_hooks.hooks.attach_steps import FromFiles, Repack, Ring, attach_steps, other_holder, other_holder_of
 from ddo_hooks.hooks.components import Components, check_drop
 from ddo_hooks.hooks.phases import CallPhases, Phase
 from ddo_hooks.hooks.recorder import Recorder
@@ -41,6 +43,7 @@ from ddo_hooks.hooks.runner import BoundActions, BoundaryRunner, bind_actions
 from ddo_hooks.hooks.steps import Record, Step, StepList
 from ddo_hooks.policy.model import HookPolicy
 from ddo_hooks.release import guard
+from ddo_hooks.release.ledger import LEDGER
 from ddo_hooks.reports.tracker import MetricsTracker
 
 if TYPE_CHECKING:
@@ -58,25 +61,13 @@ DETACH_WAIT_S = 300.0
 1,490 weights files back at their pages took 8.8 s on a CPU."""
 
 
-def _load_policy(policy: HookPolicy | str | os.PathLike[str] | None) -> HookPolicy:
-    if policy is None:
-        return HookPolicy.default()
-    if isinstance(policy, HookPolicy):
-        return policy
-    if isinstance(policy, (str, os.PathLike)):
-        return HookPolicy.from_name_or_yaml(policy)
-    raise InvalidArgumentError(
-        f"policy must be a HookPolicy, a path to a YAML policy or None (the default policy), "
-        f"got {type(policy).__name__}"
-    )
-
-
 def attach(
     pipeline: DiffusionPipeline,
     policy: HookPolicy | str | os.PathLike[str] | None = None,
     *,
     tracker: MetricsTracker | None = None,
     keep_encoders_pinned: bool | None = None,
+    registry: ActionRegistry | None = None,
 ) -> Attachment:
     """Attach phase-boundary hooks to ``pipeline`` as ``policy`` says.
 
@@ -89,6 +80,9 @@ def attach(
         keep_encoders_pinned: Overrides the policy's ``pinned_copies.keep_encoders_pinned`` (``None``: the
             policy's): pin the text and image encoders and priors from their files too, and keep them pinned
             between calls. Needs the policy's ``pinned_copies.from_files``.
+        registry: Where the policy's actions are found by name (``None``: the process's
+            :data:`~ddo_hooks.actions.registry.REGISTRY`): an :class:`~ddo_hooks.actions.registry.ActionRegistry`
+            of your own keeps the actions you register in it to the attachments you give it.
 
     Returns:
         The :class:`Attachment` handle; also a context manager that detaches on exit.
@@ -106,28 +100,13 @@ def attach(
         raise InvalidArgumentError(f"attach() needs a diffusers DiffusionPipeline, got {type(pipeline).__name__}")
     if tracker is not None and not isinstance(tracker, MetricsTracker):
         raise InvalidArgumentError(f"tracker must be a ddo_hooks.MetricsTracker, got {type(tracker).__name__}")
-    if pipeline in ATTACHED:
+    if LEDGER.read(pipeline).attached is not None:
         raise InvalidArgumentError(
             f"this {type(pipeline).__name__} already has ddo_hooks attached; call detach() on that attachment first"
         )
-    loaded = _with_encoders(_load_policy(policy), keep_encoders_pinned)
-    actions = bind_actions(pipeline, loaded)  # every action known, and each one's check passed
+    loaded = with_encoders(chosen_policy(policy), keep_encoders_pinned)
+    actions = bind_actions(pipeline, loaded, chosen_registry(registry))  # every action known, each check passed
     return Attachment(pipeline, loaded, tracker or MetricsTracker(max_records=loaded.keep_reports), actions)
-
-
-def _with_encoders(policy: HookPolicy, keep: bool | None) -> HookPolicy:
-    """``policy`` with ``pinned_copies.keep_encoders_pinned`` set to ``keep`` (unchanged when ``None``)."""
-    if keep is None or keep == policy.pinned_copies.keep_encoders_pinned:
-        return policy
-    if not isinstance(keep, bool):
-        raise InvalidArgumentError(f"keep_encoders_pinned must be True, False or None, got {keep!r}")
-    if policy.pinned_copies.from_files is None:
-        raise InvalidArgumentError(
-            "keep_encoders_pinned=True pins the encoders from their files, and the policy's pinned_copies.from_files "
-            "is null: use a policy that sets it (register or stage)"
-        )
-    pinned = policy.pinned_copies.model_validate({**policy.pinned_copies.model_dump(), "keep_encoders_pinned": keep})
-    return policy.model_copy(update={"pinned_copies": pinned})
 
 
 class Attachment:

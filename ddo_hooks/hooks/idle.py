@@ -16,13 +16,13 @@ Examples:
 
 from __future__ import annotations
 
-import atexit
 import contextlib
-import os
 import threading
 import weakref
 from collections.abc import Callable, Iterator
 from typing import Protocol
+
+from ddo_hooks._process import LIVE
 
 __all__ = ["Handle", "Scheduler", "ThreadScheduler", "scheduler", "use_scheduler"]
 
@@ -43,29 +43,27 @@ class Scheduler(Protocol):
         ...
 
 
-_PENDING: weakref.WeakSet[threading.Timer] = weakref.WeakSet()
-
-
 class ThreadScheduler:
-    """Runs each deferred boundary on a daemon :class:`threading.Timer`."""
+    """Runs each deferred boundary on a daemon :class:`threading.Timer`; at exit, cancels those still waiting."""
+
+    def __init__(self) -> None:
+        self._timers: weakref.WeakSet[threading.Timer] = weakref.WeakSet()  # those still waiting, or running
+        LIVE.join(self, after_fork=ThreadScheduler._forget, at_exit=ThreadScheduler._cancel_waiting)
 
     def call_later(self, delay: float, function: Callable[[], None]) -> Handle:
         """Start a daemon timer that calls ``function`` after ``delay`` seconds."""
         timer = threading.Timer(delay, function)
         timer.daemon = True
-        _PENDING.add(timer)
+        self._timers.add(timer)
         timer.start()
         return timer
 
+    def _cancel_waiting(self) -> None:
+        for timer in list(self._timers):
+            timer.cancel()
 
-@atexit.register
-def _cancel_pending() -> None:
-    for timer in list(_PENDING):
-        timer.cancel()
-
-
-if hasattr(os, "register_at_fork"):  # a forked child has none of the parent's timer threads
-    os.register_at_fork(after_in_child=_PENDING.clear)
+    def _forget(self) -> None:
+        self._timers.clear()  # a forked child has none of the parent's timer threads
 
 
 _SCHEDULER: Scheduler = ThreadScheduler()

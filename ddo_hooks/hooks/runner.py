@@ -16,12 +16,10 @@ there is recorded as ``action_failed`` and logged, and a sink failure is kept in
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import copy
 import functools
 import logging
-import os
 import threading
 import time
 import weakref
@@ -29,8 +27,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeAlias, TypeGuard
 
+from ddo_hooks._process import LIVE
 from ddo_hooks.actions.contract import BoundaryContext, RegisteredAction, ResolvedAction
-from ddo_hooks.actions.registry import resolve_action
+from ddo_hooks.actions.registry import REGISTRY, ActionRegistry
 from ddo_hooks.boundaries import AFTER_CALL, BOUNDARIES, REFUSAL_REASONS, RefusalReason
 from ddo_hooks.errors import BoundaryRefusedError, ReportSinkError
 from ddo_hooks.hooks.components import Components
@@ -51,19 +50,20 @@ from ddo_hooks.reports.boundary import (
 __all__ = ["BoundActions", "BoundaryRunner", "bind_actions", "each_action"]
 
 _log = logging.getLogger("ddo_hooks")
-_RUNNERS: weakref.WeakSet[BoundaryRunner] = weakref.WeakSet()
 
 
 BoundActions: TypeAlias = dict[str, tuple[tuple[ResolvedAction[Any], RegisteredAction[Any]], ...]]
 """Each boundary's actions as :func:`bind_actions` gives them: the policy's resolved action and what runs it."""
 
 
-def bind_actions(pipeline: Any, policy: HookPolicy) -> BoundActions:
+def bind_actions(pipeline: Any, policy: HookPolicy, registry: ActionRegistry = REGISTRY) -> BoundActions:
     """Resolve each boundary's actions by name and run each one's check: the one pass :func:`~ddo_hooks.attach` makes.
 
     Args:
         pipeline: The pipeline being attached.
         policy: The policy being attached.
+        registry: Where each action is found by name (the process's :data:`~ddo_hooks.actions.registry.REGISTRY`
+            by default).
 
     Returns:
         For each boundary, in firing order, its actions in order: each as the policy resolved it
@@ -71,7 +71,7 @@ def bind_actions(pipeline: Any, policy: HookPolicy) -> BoundActions:
         action registered since the policy loaded) with the registered action that runs it.
 
     Raises:
-        PolicyError: An action is not registered (as :func:`~ddo_hooks.actions.registry.resolve_action`),
+        PolicyError: An action is not in ``registry`` (as :meth:`~ddo_hooks.actions.registry.ActionRegistry.resolve`),
             its options do not fit its model, or its check refused.
         InvalidArgumentError: An action's check refused the pipeline.
 
@@ -85,7 +85,7 @@ def bind_actions(pipeline: Any, policy: HookPolicy) -> BoundActions:
     for boundary in BOUNDARIES:
         pairs = []
         for resolved in policy.actions(boundary):
-            action = resolve_action(resolved.name, where=policy.locate(resolved.at))
+            action = registry.resolve(resolved.name, where=policy.locate(resolved.at))
             spec = policy.fitted(resolved, action)
             if action.check is not None:
                 action.check(pipeline, policy, spec)
@@ -154,7 +154,7 @@ class BoundaryRunner:
         self._deferred: dict[int, _Deferred] = {}  # by call index
         self._running: list[int] = []  # the threads running a deferred boundary now
         self.machine = CallPhases(self.owner, self._on_due, self._on_missed, on_start=self._on_start)
-        _RUNNERS.add(self)
+        LIVE.join(self, after_fork=BoundaryRunner._after_fork, at_exit=BoundaryRunner._at_exit)
 
     # -- from the phase machine --------------------------------------------------------------
     def enabled(self, boundary: str) -> bool:
@@ -366,8 +366,12 @@ class BoundaryRunner:
             ReportSinkError: As :meth:`cancel_deferred`.
         """
         self.closed = True
-        _RUNNERS.discard(self)
+        LIVE.leave(self)
         self.cancel_deferred(why)
+
+    def _at_exit(self) -> None:
+        """The interpreter exits: the deferred boundaries still waiting are recorded as cancelled."""
+        self.cancel_deferred("the interpreter exited before the idle delay passed")
 
     def _after_fork(self) -> None:
         """Start over in a forked child.
@@ -386,23 +390,3 @@ class BoundaryRunner:
 def _is_reason(code: str) -> TypeGuard[RefusalReason]:
     """Whether ``code`` is a refusal reason a report may hold (:data:`~ddo_hooks.boundaries.REFUSAL_REASONS`)."""
     return code in REFUSAL_REASONS
-
-
-def _each_runner(what: Callable[[BoundaryRunner], None]) -> None:
-    for runner in list(_RUNNERS):
-        try:
-            what(runner)
-        except Exception:  # at exit or in a fresh child: nobody to raise to
-            _log.warning("ddo_hooks: %s failed for %s", getattr(what, "__name__", what), runner.owner, exc_info=True)
-
-
-@atexit.register  # registered after the idle scheduler's own, so it runs first (atexit is last in, first out)
-def _at_exit() -> None:
-    def interpreter_exits(runner: BoundaryRunner) -> None:
-        runner.cancel_deferred("the interpreter exited before the idle delay passed")
-
-    _each_runner(interpreter_exits)
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=lambda: _each_runner(BoundaryRunner._after_fork))

@@ -51,6 +51,7 @@ from ddo_hooks.hooks.mechanics import WrappedAttribute, wrap_attribute
 from ddo_hooks.hooks.phases import CallPhases, Stage
 from ddo_hooks.hooks.signal_hooks import DecodeSignal, DenoiserSignal, Joined, join
 from ddo_hooks.release import guard
+from ddo_hooks.release.ledger import LEDGER
 
 __all__ = [
     "DECODE_SUBMODULES",
@@ -97,9 +98,7 @@ LOADING_METHODS = (
 HOOK_NAMES = {"denoiser": "ddo_hooks.denoiser", "decode": "ddo_hooks.vae_decode"}
 """The registry names of the signal hooks."""
 
-_SIGNALS: weakref.WeakKeyDictionary[Any, PipelineSignals] = weakref.WeakKeyDictionary()
-_CALL_CLASSES: dict[type, type] = {}
-_ORIGINAL_CLASS: dict[type, type] = {}
+_ORIGINAL = "_ddo_hooks_original_class"  # the attribute of a signalling class that names the class it stands for
 _classes_lock = threading.Lock()
 
 
@@ -123,13 +122,13 @@ def sub_pipelines(pipeline: Any) -> list[Any]:
 def _signalling_class(cls: type) -> type:
     """A subclass of ``cls``, of the same name, whose ``__call__`` reports each call to the machine."""
     with _classes_lock:
-        made = _CALL_CLASSES.get(cls)
+        made = LEDGER.read(cls).call_class
         if made is None:
             original = cls.__call__
 
             @functools.wraps(original)
             def __call__(self: Any, *args: Any, **kwargs: Any) -> Any:
-                signals = _SIGNALS.get(self)
+                signals = LEDGER.read(self).signals
                 if signals is None or not signals.active:
                     return original(self, *args, **kwargs)
                 return signals.run_call(original, self, args, kwargs)
@@ -144,10 +143,16 @@ def _signalling_class(cls: type) -> type:
                 )
 
             namespace = {"__call__": __call__, "__module__": cls.__module__, "__qualname__": cls.__qualname__,
-                         "__reduce_ex__": __reduce_ex__}  # fmt: skip
+                         "__reduce_ex__": __reduce_ex__, _ORIGINAL: cls}  # fmt: skip
             made = type(cls)(cls.__name__, (cls,), {**namespace, "__doc__": cls.__doc__, "__slots__": ()})
-            _CALL_CLASSES[cls], _ORIGINAL_CLASS[made] = made, cls
+            LEDGER.write(cls, call_class=made)
         return made
+
+
+def _original_class(cls: type) -> type:
+    """The class a signalling class stands for; ``cls`` itself for any other."""
+    original: type = cls.__dict__.get(_ORIGINAL, cls)
+    return original
 
 
 class PipelineSignals:
@@ -258,10 +263,10 @@ class PipelineSignals:
         self.active = False
         pipe = self.pipeline
         if pipe is not None and self._swapped is not None and type(pipe) is self._swapped:
-            object.__setattr__(pipe, "__class__", _ORIGINAL_CLASS[self._swapped])
+            object.__setattr__(pipe, "__class__", _original_class(self._swapped))
         self._swapped = None
-        if pipe is not None and _SIGNALS.get(pipe) is self:
-            del _SIGNALS[pipe]
+        if pipe is not None and LEDGER.read(pipe).signals is self:
+            LEDGER.erase(pipe, "signals")
         for attribute in reversed(self._attributes):
             attribute.restore()
         self._attributes.clear()
@@ -292,7 +297,7 @@ class PipelineSignals:
         pipe = self.pipeline
         machine = self.machine
         cls = type(pipe)
-        made = _signalling_class(_ORIGINAL_CLASS.get(cls, cls))
+        made = _signalling_class(_original_class(cls))
         if cls is not made:
             try:
                 object.__setattr__(pipe, "__class__", made)
@@ -301,7 +306,7 @@ class PipelineSignals:
                     f"{self.owner}: ddo_hooks cannot follow its calls ({e}); attach it to a plain diffusers pipeline"
                 ) from e
             self._swapped = made
-        _SIGNALS[pipe] = self
+        LEDGER.write(pipe, signals=self)
         stages = self.denoiser_stages()
         for module in self.denoisers():
             earlier = stages[id(module)] is Stage.EARLIER

@@ -33,11 +33,14 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import os
 import struct
 import sys
 import threading
 import weakref
+
+from ddo_hooks._process import LIVE
 
 __all__ = ["ATTRIB", "MODIFIED", "MOVED", "Watch", "watch"]
 
@@ -126,14 +129,20 @@ class _Watcher:
                     if (listener := ref()) is not None:
                         listener._note(mask)
 
-    def lose_all(self) -> None:
-        """In a forked child: the queue is the parent's too, so nothing read here can be trusted."""
+    def leave_parent(self) -> None:
+        """In a forked child: the queue is the parent's too, so nothing read here can be trusted.
+
+        Every watch is lost, the child closes its copy of the queue, and its next watch makes its own.
+        """
         for refs in self._listeners.values():
             for ref in refs:
                 if (listener := ref()) is not None:
                     listener._lost = True
         self._listeners.clear()
-        self._fd = -1
+        fd, self._fd = self._fd, -1
+        with contextlib.suppress(OSError):
+            os.close(fd)
+        _watcher.cache_clear()
 
 
 def _offsets(data: bytes) -> list[int]:
@@ -144,18 +153,14 @@ def _offsets(data: bytes) -> list[int]:
     return found
 
 
-_WATCHER: list[_Watcher | None] = []  # made at the first watch: [] not tried yet, [None] none here
-
-
 def watch(fd: int) -> Watch | None:
     """Watch the inode ``fd`` holds open; ``None`` where the kernel offers no ``inotify`` here."""
-    if not _WATCHER:
-        _WATCHER.append(_start())
-    watcher = _WATCHER[0]
+    watcher = _watcher()
     return None if watcher is None else watcher.add(fd)
 
 
-def _start() -> _Watcher | None:
+@functools.cache  # the process's one inotify queue, made at the first watch
+def _watcher() -> _Watcher | None:
     if not sys.platform.startswith("linux"):
         return None
     try:
@@ -163,17 +168,8 @@ def _start() -> _Watcher | None:
         fd = libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
     except (OSError, AttributeError):
         return None
-    return _Watcher(libc, fd) if fd >= 0 else None
-
-
-def _after_fork() -> None:
-    if _WATCHER and _WATCHER[0] is not None:
-        fd = _WATCHER[0]._fd
-        _WATCHER[0].lose_all()
-        with contextlib.suppress(OSError):
-            os.close(fd)
-    _WATCHER.clear()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork)
+    if fd < 0:
+        return None
+    made = _Watcher(libc, fd)
+    LIVE.join(made, after_fork=_Watcher.leave_parent)
+    return made

@@ -1,15 +1,18 @@
-"""What was done to each module, in one weak table: the one place the release core writes per-module state.
+"""What was done to each module and pipeline, in one weak table: the one place ddo_hooks keeps per-object state.
 
 Three things are done to a component's weights that must be known later (at a call's start, at a
 boundary, at detach): its weights files' identity noted at attach
 (:func:`~ddo_hooks.release.weights_files.note_files`), its copies replaced by views of its files
 (:func:`~ddo_hooks.release.file_views.rebind_to_files`), its weights pinned from its files
 (:func:`~ddo_hooks.release.from_files.pin_from_files`); and of an offload group, its copies moved into
-slabs (:func:`~ddo_hooks.release.repack.repack_pinned_copies`). Each is a field of the component's
-:class:`Entry` in :data:`LEDGER`, keyed weakly by the module: a dropped component is not kept alive,
-and its entry goes with it. Three verbs: :meth:`Ledger.read` (an empty entry for a module never
-written, or one that cannot be weakly referenced), :meth:`Ledger.write`, :meth:`Ledger.erase` (the
-field's old value; the entry goes once it holds nothing).
+slabs (:func:`~ddo_hooks.release.repack.repack_pinned_copies`). Two are done to a pipeline: it is attached
+(:func:`~ddo_hooks.attach`), and its signal hooks are installed, its class swapped for one whose ``__call__``
+signals (:mod:`~ddo_hooks.hooks.signals`); and that class is made once for the pipeline's own class. Each
+is a field of the object's :class:`Entry` in :data:`LEDGER`, keyed weakly by the object: a dropped component
+or pipeline is not kept alive, and its entry goes with it. Three verbs: :meth:`Ledger.read` (an empty entry
+for an object never written, or one that cannot be weakly referenced), :meth:`Ledger.write`,
+:meth:`Ledger.erase` (the field's old value; the entry goes once it holds nothing); and
+:meth:`Ledger.holders`, every object with a field set.
 
 Examples:
     >>> import torch
@@ -30,7 +33,7 @@ from typing import Any, Literal
 
 __all__ = ["LEDGER", "Entry", "Ledger"]
 
-Field = Literal["noted", "rebound", "pinned", "repacked"]
+Field = Literal["noted", "rebound", "pinned", "repacked", "attached", "signals", "call_class"]
 
 
 @dataclass
@@ -52,6 +55,12 @@ class Entry:
     :class:`~ddo_hooks.release.file_pins.Pinned`."""
     repacked: bool | None = None
     """An offload group whose copies live in slabs already (``True``; its key is the group, not a module)."""
+    attached: Any = None
+    """A pipeline's :class:`~ddo_hooks.hooks.attachment.Attachment`: a second attach is refused."""
+    signals: Any = None
+    """A pipeline's installed :class:`~ddo_hooks.hooks.signals.PipelineSignals`, which its ``__call__`` runs."""
+    call_class: type | None = None
+    """A pipeline class's subclass whose ``__call__`` signals, made once (its key is the class)."""
 
 
 class Ledger:
@@ -62,6 +71,11 @@ class Ledger:
 
     def __len__(self) -> int:
         return len(self._entries)
+
+    def holders(self, field: Field) -> list[tuple[Any, Any]]:
+        """Each object whose ``field`` is set, with its value (a snapshot: the table may change meanwhile)."""
+        entries = list(self._entries.items())
+        return [(key, value) for key, entry in entries if (value := getattr(entry, field)) is not None]
 
     def read(self, module: Any) -> Entry:
         """``module``'s entry; an empty one, not kept, where nothing was written."""
@@ -100,4 +114,4 @@ class Ledger:
 _FIELDS = tuple(f.name for f in dataclasses.fields(Entry))
 
 LEDGER = Ledger()
-"""The process's ledger: every attachment's components."""
+"""The process's ledger: every attachment's pipeline and components."""

@@ -21,12 +21,12 @@ Examples:
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import re
 import socket
 import sys
-import threading
 import uuid
 from datetime import datetime, timezone
 from typing import Annotated, Any, Final, Literal
@@ -70,8 +70,6 @@ MAX_WORLD_SIZE = 2**31 - 1
 
 _LEAST = {"RANK": 0, "LOCAL_RANK": 0, "WORLD_SIZE": 1}  # each launcher variable and its least valid value
 _DIGITS = re.compile(r"[0-9]{1,10}")  # ASCII digits only: str.isdigit() also takes '²', which int() refuses
-_WARNED: set[tuple[str, ...]] = set()  # what was warned about in this process
-_WARNED_LOCK = threading.Lock()
 _log = logging.getLogger("ddo_hooks")
 
 
@@ -81,12 +79,9 @@ def _bounds(name: str) -> tuple[int, int]:
     return least, MAX_WORLD_SIZE - 1 if least == 0 else MAX_WORLD_SIZE
 
 
+@functools.lru_cache(maxsize=64)  # the last 64 problems: a launcher variable is read at every record
 def _warn_once(key: tuple[str, ...], message: str) -> None:
-    """Log ``message`` once per ``key`` in this process: a launcher variable is read at every record."""
-    with _WARNED_LOCK:
-        if key in _WARNED:
-            return
-        _WARNED.add(key)
+    """Log ``message`` once per ``key`` (of the last 64) in this process."""
     _log.warning("%s", message)
 
 

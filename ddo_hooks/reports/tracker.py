@@ -22,7 +22,6 @@ import json
 import os
 import threading
 import warnings
-import weakref
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -30,6 +29,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from ddo_hooks._diagnostics import show_repr
+from ddo_hooks._process import LIVE
 from ddo_hooks.errors import InvalidArgumentError, ReportError
 from ddo_hooks.reports.atomic_file import replace_with_text
 from ddo_hooks.reports.envelope import RecordEnvelope
@@ -68,17 +68,6 @@ Each one is a pydantic object: an executed release report with its envelope took
 Python memory when measured (a no-op one about 4 KB), so the bound is about 1.2 GB. A longer
 history belongs on disk, in the policy's ``report_sink``."""
 
-_TRACKERS: weakref.WeakSet[MetricsTracker] = weakref.WeakSet()
-
-
-def _after_fork_in_child() -> None:
-    for tracker in list(_TRACKERS):  # another thread of the parent may have held the lock at the fork
-        tracker._lock = threading.Lock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
-
 
 class MetricsTracker:
     """Keeps validated reports (of either shape) by component, in the order they were recorded.
@@ -106,11 +95,15 @@ class MetricsTracker:
                 f"{MAX_RECORDS:,}; keep fewer in memory, or keep them all with None"
             )
         self._lock = threading.Lock()
-        _TRACKERS.add(self)
+        LIVE.join(self, after_fork=MetricsTracker._new_lock)
         self._records: collections.deque[Entry] = collections.deque(maxlen=max_records)
         self.max_records = max_records
         self.evicted = 0
         """How many records were dropped to keep :attr:`max_records`."""
+
+    def _new_lock(self) -> None:
+        """In a forked child: another thread of the parent may have held the lock at the fork."""
+        self._lock = threading.Lock()
 
     def record(self, report: BaseModel, *, component: str, envelope: RecordEnvelope | None = None) -> None:
         """Record one report under a component name.

@@ -27,6 +27,7 @@ Examples:
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import itertools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -225,7 +226,9 @@ class LoggedTransport:
         return target.data_ptr(), target.data_ptr() + target.numel() * target.element_size()
 
 
-_OVERRIDE: list[Callable[[torch.device], Transport]] = []
+_OVERRIDE: contextvars.ContextVar[Callable[[torch.device], Transport] | None] = contextvars.ContextVar(
+    "ddo_hooks_transport", default=None
+)
 
 
 def transport_for(device: torch.device) -> Transport:
@@ -233,21 +236,25 @@ def transport_for(device: torch.device) -> Transport:
 
     A test may install another (:func:`use_transport`).
     """
-    if _OVERRIDE:
-        return _OVERRIDE[-1](device)
+    factory = _OVERRIDE.get()
+    if factory is not None:
+        return factory(device)
     return CudaTransport(device) if device.type == "cuda" else LoggedTransport(device)
 
 
 def overridden() -> bool:
     """Whether a test installed a transport (:func:`use_transport`): then no CUDA device is needed."""
-    return bool(_OVERRIDE)
+    return _OVERRIDE.get() is not None
 
 
 @contextlib.contextmanager
 def use_transport(factory: Callable[[torch.device], Transport]) -> Iterator[None]:
-    """Make every ring inside the block use ``factory(device)``'s transport (the CPU tests: a logged one)."""
-    _OVERRIDE.append(factory)
+    """Make every ring made inside the block, in this thread or task, use ``factory(device)``'s transport.
+
+    The CPU tests' seam: a logged transport where the GPU machine has CUDA's.
+    """
+    token = _OVERRIDE.set(factory)
     try:
         yield
     finally:
-        _OVERRIDE.remove(factory)
+        _OVERRIDE.reset(token)

@@ -1,0 +1,43 @@
+"""A registry of one's own: its actions reach the attachments given it, and nothing else."""
+
+from __future__ import annotations
+
+import pytest
+
+from ddo_hooks import HookPolicy, attach
+from ddo_hooks.actions.registry import REGISTRY, ActionRegistry, available_actions
+from ddo_hooks.errors import InvalidArgumentError, PolicyError
+from ddo_hooks.testing.tiny_pipelines import build_pipeline, call_kwargs
+
+
+@pytest.fixture(scope="module")
+def sd():
+    return build_pipeline("sd")
+
+
+def counting_policy() -> HookPolicy:
+    return HookPolicy.from_mapping({"version": 1, "boundaries": {"after_call": {"actions": ["mine.count"]}}})
+
+
+def test_an_action_of_a_registry_of_ones_own_runs_where_attach_is_given_that_registry(sd):
+    mine = ActionRegistry()
+    calls = []
+
+    @mine.register("mine.count")
+    def count(ctx):
+        calls.append(ctx.call_index)
+        return ctx.action_report("executed", data={"call": ctx.call_index})
+
+    with attach(sd, counting_policy(), registry=mine) as attachment:
+        sd(**call_kwargs("sd", steps=1))
+    assert calls == [1]
+    assert [r.route for r in attachment.reports if r.route == "boundary_action"] == ["boundary_action"]
+    assert REGISTRY.registered("mine.count") is None
+    assert "mine.count" not in available_actions()
+    with pytest.raises(PolicyError, match=r"unknown action 'mine\.count'"):
+        attach(sd, counting_policy())  # the process's registry never saw it
+
+
+def test_attach_refuses_a_registry_that_is_not_one(sd):
+    with pytest.raises(InvalidArgumentError, match=r"registry must be a ddo_hooks\.actions\.registry\.ActionRegistry"):
+        attach(sd, registry={"mine.count": print})
