@@ -41,3 +41,31 @@ def test_an_action_of_a_registry_of_ones_own_runs_where_attach_is_given_that_reg
 def test_attach_refuses_a_registry_that_is_not_one(sd):
     with pytest.raises(InvalidArgumentError, match=r"registry must be a ddo_hooks\.actions\.registry\.ActionRegistry"):
         attach(sd, registry={"mine.count": print})
+
+
+def test_register_action_takes_every_field_of_the_declaration_but_the_name_and_the_function():
+    import dataclasses
+
+    from ddo_hooks.actions.contract import RegisteredAction
+    from ddo_hooks.actions.registry import Declaration
+
+    fields = {field.name for field in dataclasses.fields(RegisteredAction)}
+    assert set(Declaration.__annotations__) == fields - {"name", "run"}
+
+
+def test_an_action_registered_with_defaults_gets_the_settings_of_that_section_under_its_own(sd):
+    from ddo_hooks.actions.contract import ActionOptions
+
+    class Window(ActionOptions):
+        min_releasable_bytes: int = 0
+        collect: str = "auto"
+
+    mine, seen = ActionRegistry(), []
+    mine.register("mine.window", lambda ctx: seen.append(ctx.options), options=Window, defaults=lambda p: p.release)
+    policy = HookPolicy.from_mapping({
+        "version": 1, "release": {"min_releasable_bytes": "1MiB"},
+        "boundaries": {"after_call": {"actions": [{"name": "mine.window", "options": {"collect": "full"}}]}},
+    })  # fmt: skip
+    with attach(sd, policy, registry=mine):
+        sd(**call_kwargs("sd", steps=1))
+    assert [(o.min_releasable_bytes, o.collect) for o in seen] == [(2**20, "full")]

@@ -93,13 +93,16 @@ def validated_options(name: str, options: Mapping[str, Any]) -> ActionOptions | 
 class Declaration(TypedDict, total=False):
     """The rest of an action's declaration, as :class:`~ddo_hooks.actions.contract.RegisteredAction` takes it."""
 
-    component_prefix: str | None
+    component_prefix: str
     """Prefix of the tracker component (default: the action's name)."""
     options: type[ActionOptions] | None
     """The model of its options, a subclass of :class:`~ddo_hooks.actions.contract.ActionOptions`: a policy
     that names the action then has its options validated where it loads (or at attach, for a policy loaded
     before), with located messages, and the action receives an instance of it as ``ctx.options``. ``None``
     (the default): the mapping the policy writes."""
+    defaults: Callable[[Any], ActionOptions] | None
+    """Gives the policy's section whose settings are the defaults of its options at every boundary (with
+    ``options``; ``host_cache_release``'s gives ``release``)."""
     check: Callable[..., None] | None
     """What :func:`~ddo_hooks.attach` checks of it before installing anything."""
     on_attach: Callable[..., None] | None
@@ -135,8 +138,8 @@ def register_action(
             lose its declaration: its options model and defaults).
         declaration: The rest of its declaration, each keyword a field of :class:`Declaration`:
             ``component_prefix``, ``options`` (its options model: a policy that names the action then has
-            its options validated where it loads, and the action receives an instance of it), ``check``,
-            ``on_attach``, ``on_detach``, ``before_call`` and ``routes``.
+            its options validated where it loads, and the action receives an instance of it), ``defaults``,
+            ``check``, ``on_attach``, ``on_detach``, ``before_call`` and ``routes``.
 
     Raises:
         InvalidArgumentError: A malformed name, the name is taken and ``replace`` is False, the action is
@@ -232,12 +235,8 @@ class ActionRegistry:
         def decorator(run: F) -> F:
             if not callable(run):
                 raise InvalidArgumentError(f"action {name!r} must be callable, got {type(run).__name__}")
-            d = declaration
-            self._actions[name] = RegisteredAction(
-                name, run, d.get("component_prefix") or name, d.get("check"), d.get("options"),
-                on_attach=d.get("on_attach"), on_detach=d.get("on_detach"), before_call=d.get("before_call"),
-                routes=d.get("routes", ("boundary_action",)),
-            )  # fmt: skip
+            fields: Declaration = {**declaration, "component_prefix": declaration.get("component_prefix") or name}
+            self._actions[name] = RegisteredAction(name, run, **fields)
             return run
 
         return decorator if function is None else decorator(function)
