@@ -101,8 +101,9 @@ def _storage_probe() -> bool:
     return storage_use_count(alone) == 1 and storage_use_count(shared) == 2 and view is not None
 
 
-def _has(owner: Any, name: str) -> Callable[[], bool]:
-    return lambda: callable(getattr(owner, name, None))
+def _callable(owner: Any, name: str, purpose: str, **expected: Any) -> Touch:
+    """The touch of the function ``owner.name``, probed by looking it up; ``expected``: its since and condition."""
+    return Touch("torch", f"{owner.__name__}.{name}", purpose, lambda: callable(getattr(owner, name, None)), **expected)
 
 
 def _tensor_probe() -> bool:
@@ -118,48 +119,21 @@ TOUCHES: tuple[Touch, ...] = (
         "refusing to repack a pinned copy that another tensor also holds",
         _storage_probe,
     ),
-    Touch(
-        "torch",
-        "torch._C._host_emptyCache",
-        "releasing the pinned host cache",
-        _has(torch._C, "_host_emptyCache"),
-        since=(2, 5),
-        condition=is_cuda_build,
+    _callable(torch._C, "_host_emptyCache", "releasing the pinned host cache", since=(2, 5), condition=is_cuda_build),
+    _callable(
+        torch._C, "_accelerator_emptyHostCache", "releasing the pinned host cache after lazy CUDA init", since=(2, 12)
     ),
-    Touch(
-        "torch",
-        "torch._C._accelerator_emptyHostCache",
-        "releasing the pinned host cache after lazy CUDA init",
-        _has(torch._C, "_accelerator_emptyHostCache"),
-        since=(2, 12),
-    ),
-    Touch(
-        "torch",
-        "torch._C._cuda_hostMemoryStats",
+    _callable(
+        torch._C,
+        "_cuda_hostMemoryStats",
         "reading the host allocator's counters without a CUDA call",
-        _has(torch._C, "_cuda_hostMemoryStats"),
         since=(2, 7),
         condition=is_cuda_build,
     ),
-    Touch(
-        "torch",
-        "torch.cuda._is_in_bad_fork",
-        "refusing a release in a forked child",
-        _has(torch.cuda, "_is_in_bad_fork"),
-    ),
-    Touch(
-        "torch",
-        "torch._C._cuda_getDevice",
-        "the current device without lazy CUDA init",
-        _has(torch._C, "_cuda_getDevice"),
-        condition=is_cuda_build,
-    ),
-    Touch(
-        "torch",
-        "torch._C._cuda_hasPrimaryContext",
-        "synchronizing only devices that have a context",
-        _has(torch._C, "_cuda_hasPrimaryContext"),
-        condition=is_cuda_build,
+    _callable(torch.cuda, "_is_in_bad_fork", "refusing a release in a forked child"),
+    _callable(torch._C, "_cuda_getDevice", "the current device without lazy CUDA init", condition=is_cuda_build),
+    _callable(
+        torch._C, "_cuda_hasPrimaryContext", "synchronizing only devices that have a context", condition=is_cuda_build
     ),
     Touch(
         "torch",

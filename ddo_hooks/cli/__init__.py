@@ -1,6 +1,7 @@
 """The command-line layer: ``ddo-hooks`` and its commands, the demo, and the tables they print.
 
 Modules: :mod:`~ddo_hooks.cli.main` (the parser and :func:`~ddo_hooks.cli.main.main`),
+:mod:`~ddo_hooks.cli.commands` (what each command does),
 :mod:`~ddo_hooks.cli.policies` (the policy files and presets the commands read),
 :mod:`~ddo_hooks.cli.demo` (the demo run), :mod:`~ddo_hooks.cli.demo_view` (what it prints),
 :mod:`~ddo_hooks.cli.demo_files` (its pipeline saved and loaded back, for a policy that pins from the files),

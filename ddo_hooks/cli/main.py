@@ -7,6 +7,7 @@ a user error (a missing, unreadable or invalid file; the message names the file,
 column, the key and the fix, or the command that reads a file of the other kind), 2 for a usage
 error.
 
+This module parses the arguments; :mod:`~ddo_hooks.cli.commands` runs the command they name.
 :func:`main` is the last line of defence: whatever goes wrong writing the command's own output is
 one line on stderr and exit status 1, never a traceback. A standard output that is closed
 (``>&-``) is refused before anything runs; a name the output's encoding cannot write (a file name
@@ -34,13 +35,20 @@ import argparse
 import contextlib
 import os
 import sys
-from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
 from ddo_hooks import __version__
+from ddo_hooks.cli.commands import (
+    SCHEMA_NAMES,
+    demo_command,
+    plot_command,
+    schema_command,
+    summarize_command,
+    validate_policy_command,
+    validate_report_command,
+)
 from ddo_hooks.cli.demo import DEFAULT_REPORT, DEMO_POLICY, FAMILIES
-from ddo_hooks.cli.inputs import cycle_collector_off, other_kind, read_reports
 from ddo_hooks.errors import DdoHooksError, InvalidArgumentError
 from ddo_hooks.policy import PRESETS
 from ddo_hooks.reports import REPORT_FILE_FORMS
@@ -54,140 +62,6 @@ PITCH = (
 )
 """What ddo-hooks is, in one sentence: the CLI's help says it, and the README, the docs' home, ``mkdocs.yml``'s
 ``site_description`` and the package's description say it word for word (``tests/test_pitch.py``)."""
-
-SCHEMA_NAMES = ("policy", "report", "record")
-"""What ``ddo-hooks schema`` prints: the schema of a policy, a report, or a record of a report file."""
-
-
-# -- commands ----------------------------------------------------------------------------------
-
-
-def _demo(args: argparse.Namespace) -> int:
-    from ddo_hooks.cli import demo
-    from ddo_hooks.cli.demo_view import format_result
-    from ddo_hooks.cli.policies import policy_or_preset
-    from ddo_hooks.cli.table import arrow_for
-
-    policy = policy_or_preset(args.policy) if args.policy else None
-    result = demo.run_demo(
-        family=args.family, policy=policy, device=args.device, steps=args.steps, calls=args.calls, report=args.report
-    )
-    print(format_result(result, arrow=arrow_for(sys.stdout)))
-    return 0
-
-
-def _validate_policy(args: argparse.Namespace) -> int:
-    from ddo_hooks.boundaries import BOUNDARIES
-    from ddo_hooks.cli import policies
-    from ddo_hooks.cli.layout import wrap_text
-
-    path = policies.preset_path(args.file) or args.file
-    try:
-        policy = policies.policy_or_preset(args.file)
-    except DdoHooksError as e:
-        raise other_kind(e, args.file, "report", "validate-report") from e
-    if path != args.file:
-        print(f"{args.file}: the packaged preset {path}")
-    if not policy.enabled:
-        print(f"{args.file}: valid policy (version {policy.version}), disabled (enabled: false): no boundary acts")
-        return 0
-    missing = policies.unregistered(policy)
-    names = ", ".join(dict.fromkeys(name for name, _ in missing))
-    valid = f"valid policy (version {policy.version}, device {policy.device})"
-    first = f"{args.file}: {valid}"
-    if missing and not args.allow_unregistered:
-        first = f"{args.file}: attach() would refuse it: {names} is not registered here (otherwise a {valid})"
-    elif missing:
-        first += f"; {names} to be registered by the host before attach() (--allow-unregistered)"
-    print(wrap_text(first) if missing else first)  # a valid policy's line stays whole, however long its path
-    for name in BOUNDARIES:
-        boundary = policy.boundary(name)
-        actions = ", ".join(map(policies.action_text, boundary.actions)) if boundary.enabled else "off"
-        print(wrap_text(f"  {name}: {actions}", indent="    "))
-    for line in [*policies.size_lines(policy, path), *policies.setting_lines(policy)]:
-        print(f"  {line}")
-    if missing and not args.allow_unregistered:
-        from ddo_hooks.actions.registry import ENTRY_POINT_GROUP
-
-        for name, where in missing:
-            print(f"{where}: action {name!r} is not registered here", file=sys.stderr)
-        hint = (
-            f"  attach() refuses an action no code registered: install the package that provides it (with "
-            f"@ddo_hooks.register_action or a {ENTRY_POINT_GROUP!r} entry point), remove it from the policy, or, "
-            "where the host registers it before attach(), pass --allow-unregistered"
-        )
-        print(wrap_text(hint, indent="    "), file=sys.stderr)
-        return 1
-    return 0
-
-
-def _validate_report(args: argparse.Namespace) -> int:
-    opened = next(read_reports([args.file]))  # a line cut off: left out, with a warning printed as it is passed
-    records = [(entry.component, entry.report) for entry in opened.entries]
-    routes = Counter(report.route for _, report in records)
-    components = list(dict.fromkeys(c for c, _ in records if c is not None))
-    route_text = ", ".join(f"{route} x{n}" for route, n in routes.items())
-    component_text = ", ".join(components) if components else "none (a bare report)"
-    count = len(records)
-    noun = "report" if count == 1 else "reports"
-    from ddo_hooks.cli.layout import wrap_text
-
-    cut = len(opened.warnings)  # each names a line cut off mid-record, left out
-    left_out = "" if not cut else f"; {cut} cut line{'s' * (cut > 1)} left out (see the warning{'s' * (cut > 1)})"
-    print(f"{args.file}: valid {opened.form}, {count} {noun}{left_out}")
-    print(wrap_text(f"  routes: {route_text}", indent="    "))
-    print(wrap_text(f"  components: {component_text}", indent="    "))
-    return 0
-
-
-def _schema(args: argparse.Namespace) -> int:
-    from ddo_hooks.cli import schema
-
-    if args.which is None:
-        args.usage_error("say which schema to print: policy, report or record (e.g. ddo-hooks schema report)")
-    if args.which not in SCHEMA_NAMES:
-        from ddo_hooks._diagnostics import did_you_mean_hint
-
-        hint = did_you_mean_hint(args.which, SCHEMA_NAMES)
-        args.usage_error(f"{args.which!r} is not a schema; {hint}print one of policy, report or record")
-
-    sys.stdout.write(schema.render(schema.generated_schema(args.which)))
-    return 0
-
-
-def _summarize(args: argparse.Namespace) -> int:
-    with cycle_collector_off():  # from the imports on: building the report models leaves a few hundred objects
-        from ddo_hooks.cli.summarize import summary_lines
-        from ddo_hooks.cli.table import arrow_for
-
-        for piece in summary_lines(read_reports(args.files, rotated=True), arrow=arrow_for(sys.stdout)):
-            print(piece)
-    return 0
-
-
-def _plot(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    from ddo_hooks.cli.plot import draw_runs
-    from ddo_hooks.hooks.sink import missing_folder
-    from ddo_hooks.reports.atomic_file import NotRegularFile, check_target
-
-    out = Path(args.output)
-    if out.is_dir() and not out.is_symlink():
-        raise InvalidArgumentError(f"-o {out}: is a directory; give a file path such as {out / 'run.png'}")
-    if out.suffix.lower() != ".png":
-        raise InvalidArgumentError(f"-o {out}: the plot is a PNG image; give a name ending in .png (e.g. run.png)")
-    problem = missing_folder(out)
-    if problem is not None:
-        raise InvalidArgumentError(f"-o {out}: {problem}")
-    try:  # before drawing: the rule every file the project writes follows
-        check_target(out)
-    except NotRegularFile as e:
-        raise InvalidArgumentError(f"-o {e}") from None
-    written = draw_runs(read_reports(args.files, rotated=True), out)
-    print(f"wrote {written}")
-    return 0
-
 
 # -- the parser ----------------------------------------------------------------------------------
 
@@ -221,11 +95,14 @@ def _device(text: str) -> Any:
 
 
 def _command(
-    commands: Any, name: str, handler: Any, summary: str, description: str, *, file: bool = True
+    commands: Any, name: str, handler: Any, summary: str, description: str, *, reads: str | None = "file"
 ) -> argparse.ArgumentParser:
+    """A command's sub-parser; ``reads``: ``"file"`` (one file), ``"files"`` (saved runs: report files) or ``None``."""
     parser = commands.add_parser(name, help=summary, description=description)
-    if file:
+    if reads == "file":
         parser.add_argument("file", metavar="FILE", help="the file to read")
+    elif reads == "files":
+        parser.add_argument("files", nargs="+", metavar="FILE", help="report files (JSON Lines or tracker JSON)")
     parser.set_defaults(handler=handler)
     return parser
 
@@ -243,7 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo = _command(
         commands,
         "demo",
-        _demo,
+        demo_command,
         "run a tiny real pipeline with the policy attached and show what each boundary did",
         f"Build a tiny real diffusers pipeline (random weights, nothing downloaded), attach the policy "
         f"({DEMO_POLICY} unless --policy names another), run one call with the prompt, drop the text encoders, run "
@@ -251,7 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
         "Lines. A policy that pins the weights from their files gets the pipeline saved through safetensors and "
         "loaded back. On CUDA the model components use group offloading, so pinned host memory exists; on the CPU "
         "the table shows why each boundary was a no-op, and attach says what it would pin on a CUDA machine.",
-        file=False,
+        reads=None,
     )
     demo.add_argument(
         "--policy",
@@ -278,7 +155,7 @@ def build_parser() -> argparse.ArgumentParser:
     validate = _command(
         commands,
         "validate-policy",
-        _validate_policy,
+        validate_policy_command,
         "check a YAML hook policy, or a preset",
         f"Check a policy: a YAML file, or a preset's name ({', '.join(PRESETS)}) where no file of that name exists. "
         f"{checked} An action that no code in this Python environment registers is refused too (exit 1), as "
@@ -292,7 +169,7 @@ def build_parser() -> argparse.ArgumentParser:
     _command(
         commands,
         "validate-report",
-        _validate_report,
+        validate_report_command,
         "check a file of reports (JSON Lines or JSON)",
         f"Check a file of reports: {REPORT_FILE_FORMS}. {checked} A line cut off mid-record (its writer crashed, "
         "or the disk filled) is left out with a warning naming it, and the other lines are checked.",
@@ -300,38 +177,36 @@ def build_parser() -> argparse.ArgumentParser:
     schema = _command(
         commands,
         "schema",
-        _schema,
+        schema_command,
         "print the JSON Schema of a policy or a report",
         "Print the JSON Schema of a hook policy, a report (of either shape), or a record of a report file (a report "
         "with its envelope: run, call, boundary, time, process, rank): the files in ddo_hooks/schemas/.",
-        file=False,
+        reads=None,
     )
     schema.add_argument("which", nargs="?", metavar="SCHEMA", help="which schema to print: policy, report or record")
     schema.set_defaults(usage_error=schema.error)
-    summarize = _command(
+    _command(
         commands,
         "summarize",
-        _summarize,
+        summarize_command,
         "show saved runs as tables, with totals per boundary",
         "Show the reports of saved runs (e.g. the demo's JSON Lines, or one file per worker or rank) as one "
         "table per run (from the records' envelopes: run id, call, host, pid, rank), then totals per boundary "
         "across calls: per run, per rank and in total. Calls of records without an envelope are inferred from "
         "the boundary order.",
-        file=False,
+        reads="files",
     )
-    summarize.add_argument("files", nargs="+", metavar="FILE", help="report files (JSON Lines or tracker JSON)")
     plot = _command(
         commands,
         "plot",
-        _plot,
+        plot_command,
         "draw the pinned bytes and the process RSS at each boundary of saved runs (needs matplotlib)",
         "Draw, from the host_cache_release reports of saved runs, the pinned bytes the allocator owned and "
         "the process RSS before and after each release, per call and boundary, one series per run (or "
         "rank), with the bytes released marked; where no release read anything (a CPU run), the RSS that actions "
         "observed at each boundary (as the demo records it). Needs matplotlib (the plot extra).",
-        file=False,
+        reads="files",
     )
-    plot.add_argument("files", nargs="+", metavar="FILE", help="report files (JSON Lines or tracker JSON)")
     plot.add_argument("-o", "--output", required=True, metavar="PNG", help="the image to write, e.g. run.png")
     return parser
 
@@ -369,7 +244,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         _refuse_unknown_command(parser, argv)
         args = parser.parse_args(argv)
         if args.command == "schema" and args.which not in SCHEMA_NAMES:  # missing or unknown: a usage error
-            return _schema(args)
+            return schema_command(args)
     except SystemExit as e:  # argparse exits after --help/--version (0) and on usage errors (2)
         return e.code if isinstance(e.code, int) else 2
     try:

@@ -227,8 +227,7 @@ def detach_auxiliary_cpu_sources(
             )
     except Refusal as refusal:
         if found is not None:
-            common.update(selected_tensors=found.selected_tensors, selected_bytes=found.selected_bytes)
-            common.update(skipped_tensors=found.skipped_tensors, skipped_bytes=found.skipped_bytes)
+            common.update(found.counts())
         return _report(
             status="refused",
             refusal_reason=refusal.reason,
@@ -238,32 +237,29 @@ def detach_auxiliary_cpu_sources(
             elapsed_seconds=time.perf_counter() - start,
             **common,
         )
-    selected_tensors, selected_bytes = found.selected_tensors, found.selected_bytes
+    counts = found.counts()
     alias_groups = sum(len(g.entries) > 1 for g in found.selected)
     host_before = observe_host()
     with torch.no_grad(), guard.section("loading", "detach_auxiliary_cpu_sources"):
         _copy(found)
-    skipped_tensors, skipped_bytes = found.skipped_tensors, found.skipped_bytes
-    skipped = ", ".join(f"{n} {reason}" for reason, n in sorted(skipped_tensors.items())) or "none"
     del found  # the old views die here unless somebody else holds them
     host_after = observe_host()
+    copied_tensors, copied_bytes = counts["selected_tensors"], counts["selected_bytes"]
+    skipped = ", ".join(f"{n} {reason}" for reason, n in sorted(counts["skipped_tensors"].items())) or "none"
     detail = (
-        f"copied {selected_tensors} tensor(s), {format_size(selected_bytes)}, into storage of their own"
+        f"copied {copied_tensors} tensor(s), {format_size(copied_bytes)}, into storage of their own"
         f" (skipped: {skipped}); a loader storage is freed only when nobody else holds a view into it"
     )
     return _report(
         status="executed",
         detail=detail,
-        selected_tensors=selected_tensors,
-        selected_bytes=selected_bytes,
-        copied_tensors=selected_tensors,
-        copied_bytes=selected_bytes,
+        copied_tensors=copied_tensors,
+        copied_bytes=copied_bytes,
         alias_groups=alias_groups,
-        skipped_tensors=skipped_tensors,
-        skipped_bytes=skipped_bytes,
         components=tuple(observations),
         elapsed_seconds=time.perf_counter() - start,
         host_before=host_before,
         host_after=host_after,
+        **counts,
         **common,
     )

@@ -90,6 +90,15 @@ class Plan:
         """The bytes of the selected groups."""
         return sum(g.span.nbytes for g in self.selected)
 
+    def counts(self) -> dict[str, Any]:
+        """What a report says of the plan: the tensors and bytes it selected, and those it skipped by reason."""
+        return {
+            "selected_tensors": self.selected_tensors,
+            "selected_bytes": self.selected_bytes,
+            "skipped_tensors": self.skipped_tensors,
+            "skipped_bytes": self.skipped_bytes,
+        }
+
 
 def unsupported(tensor: torch.Tensor) -> str | None:
     """Why ``tensor`` cannot be detached, or ``None``."""

@@ -30,7 +30,7 @@ import torch
 
 from ddo_hooks.release import file_pages
 from ddo_hooks.release.file_pins import FromFilesMode, Located, _close, open_files
-from ddo_hooks.release.file_sources import chosen, find
+from ddo_hooks.release.file_sources import _found_row, chosen, find
 from ddo_hooks.release.pinned_copies import Left, refuse
 from ddo_hooks.release.slabs import plan_slabs
 from ddo_hooks.reports.repack import ComponentRepack, PinnedCopyRepackReport
@@ -70,19 +70,8 @@ def _one(name: str, module: torch.nn.Module, mode: FromFilesMode, others: set[in
     detail = f"would {mode} {format_size(tensor_bytes)} {how} from {', '.join(files)} ({nbytes:,} bytes pinned)"
     if built:
         detail += f"; {len(built)} buffer(s) built at init, in no file, would be left as they are"
-    return ComponentRepack(
-        component=name,
-        status="would_register" if mode == "register" else "would_stage",
-        reason=None,
-        detail=detail,
-        groups=len(component.groups),
-        tensors=len(component.stored),
-        tensor_bytes=tensor_bytes,
-        pinned_bytes_before=0,
-        pinned_bytes_after=0,
-        slabs=(),
-        seconds=time.perf_counter() - started,
-        files=tuple(files),
+    return _found_row(
+        name, "would_register" if mode == "register" else "would_stage", detail, component, located, started
     )
 
 

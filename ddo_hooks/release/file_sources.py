@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Any
+import time
+from typing import Any, Literal
 
 import torch
 
@@ -29,6 +30,7 @@ from ddo_hooks.release import allocator as _allocator
 from ddo_hooks.release import file_pages
 from ddo_hooks.release.file_pins import Located
 from ddo_hooks.release.pinned_copies import Component, Stored, _tensor_problem, inspect_component, refuse, skip
+from ddo_hooks.reports.repack import ComponentRepack
 
 __all__ = [
     "DDO_PIN_FIX",
@@ -189,3 +191,31 @@ def find(name: str, module: torch.nn.Module, others: set[int]) -> tuple[Componen
         raise refuse("ddo_pins_copies", ddo_pinning([name]))
     component, built = built_at_init(module, sources(name, module))
     return component, built, locate(name, module, component, others)
+
+
+def _found_row(
+    name: str,
+    status: Literal["registered", "repacked", "would_register", "would_stage"],
+    detail: str,
+    component: Component,
+    located: list[Located],
+    started: float,
+    *,
+    pinned_bytes_after: int = 0,
+    slabs: tuple[int, ...] = (),
+) -> ComponentRepack:
+    """The row of a component pinned from its files, or that a census finds would be: its groups, weights and files."""
+    return ComponentRepack(
+        component=name,
+        status=status,
+        reason=None,
+        detail=detail,
+        groups=len(component.groups),
+        tensors=len(component.stored),
+        tensor_bytes=sum(entry.nbytes for entry in component.stored),
+        pinned_bytes_before=0,
+        pinned_bytes_after=pinned_bytes_after,
+        slabs=slabs,
+        seconds=time.perf_counter() - started,
+        files=tuple(dict.fromkeys(where.mapping.path for where in located)),
+    )

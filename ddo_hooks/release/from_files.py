@@ -60,7 +60,7 @@ from ddo_hooks._moved import outside_stacklevel
 from ddo_hooks.errors import InvalidArgumentError, WeightsFileChangedError
 from ddo_hooks.release import allocator as _allocator
 from ddo_hooks.release.file_pins import FromFilesMode, Pinned, register, stage
-from ddo_hooks.release.file_sources import ONCE_PER_CALL, chosen, ddo_pinned, ddo_pinning, find
+from ddo_hooks.release.file_sources import ONCE_PER_CALL, _found_row, chosen, ddo_pinned, ddo_pinning, find
 from ddo_hooks.release.ledger import LEDGER
 from ddo_hooks.release.pinned_copies import Left, skip
 from ddo_hooks.reports.repack import ComponentRepack, PinnedCopyRepackReport
@@ -125,19 +125,15 @@ def _one(name: str, module: torch.nn.Module, mode: FromFilesMode, others: set[in
 
         return _left_as_it_was(name, left, started)
     LEDGER.write(module, pinned=pinned)
-    return ComponentRepack(
-        component=name,
-        status="registered" if mode == "register" else "repacked",
-        reason=None,
-        detail=detail,
-        groups=len(component.groups),
-        tensors=len(component.stored),
-        tensor_bytes=sum(entry.nbytes for entry in component.stored),
-        pinned_bytes_before=0,
+    return _found_row(
+        name,
+        "registered" if mode == "register" else "repacked",
+        detail,
+        component,
+        located,
+        started,
         pinned_bytes_after=owned,
         slabs=pinned.slabs,
-        seconds=time.perf_counter() - started,
-        files=tuple(dict.fromkeys(where.mapping.path for where in located)),
     )
 
 

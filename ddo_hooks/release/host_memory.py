@@ -25,6 +25,7 @@ from __future__ import annotations
 import ctypes
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -91,16 +92,20 @@ def _windows_kernel32() -> Any:
     return ctypes.WinDLL("kernel32", use_last_error=True)  # type: ignore[attr-defined]  # WinDLL exists only on Windows, where this runs
 
 
+def _windows_call(name: str, call: Callable[[], Any]) -> str | None:
+    """Call the Windows function ``name``: ``None`` when it succeeded, else why not (its exception, or GetLastError)."""
+    try:
+        ok = call()
+    except Exception as e:  # a missing export or a ctypes failure
+        return f"{name} raised {type(e).__name__}: {e}"
+    return None if ok else f"{name} failed (GetLastError={_last_error()})"
+
+
 def _windows_fields(kernel32: Any, values: dict[str, int | None], unavailable: dict[str, str]) -> None:
     status = MEMORYSTATUSEX()
     status.dwLength = ctypes.sizeof(MEMORYSTATUSEX)
-    try:
-        ok = kernel32.GlobalMemoryStatusEx(ctypes.byref(status))
-    except Exception as e:  # a missing export or a ctypes failure
-        ok, why = 0, f"GlobalMemoryStatusEx raised {type(e).__name__}: {e}"
-    else:
-        why = f"GlobalMemoryStatusEx failed (GetLastError={_last_error()})"
-    if ok:
+    why = _windows_call("GlobalMemoryStatusEx", lambda: kernel32.GlobalMemoryStatusEx(ctypes.byref(status)))
+    if why is None:
         values["physical_available_bytes"] = int(status.ullAvailPhys)
         values["commit_available_bytes"] = int(status.ullAvailPageFile)
     else:
@@ -108,13 +113,11 @@ def _windows_fields(kernel32: Any, values: dict[str, int | None], unavailable: d
 
     counters = PROCESS_MEMORY_COUNTERS_EX()
     counters.cb = ctypes.sizeof(PROCESS_MEMORY_COUNTERS_EX)
-    try:
-        ok = kernel32.K32GetProcessMemoryInfo(kernel32.GetCurrentProcess(), ctypes.byref(counters), counters.cb)
-    except Exception as e:
-        ok, why = 0, f"K32GetProcessMemoryInfo raised {type(e).__name__}: {e}"
-    else:
-        why = f"K32GetProcessMemoryInfo failed (GetLastError={_last_error()})"
-    if ok:
+    why = _windows_call(
+        "K32GetProcessMemoryInfo",
+        lambda: kernel32.K32GetProcessMemoryInfo(kernel32.GetCurrentProcess(), ctypes.byref(counters), counters.cb),
+    )
+    if why is None:
         values["private_bytes"] = int(counters.PrivateUsage)
     else:
         unavailable["private_bytes"] = why

@@ -27,7 +27,16 @@ from typing import Annotated, Literal
 
 from pydantic import Field, Strict, StrictBool, StrictInt, model_validator
 
-from ddo_hooks.reports.base import Bytes, HostObservation, Names, ReportModel, ReportSummary, RouteReport, Seconds
+from ddo_hooks.reports.base import (
+    Bytes,
+    HostObservation,
+    Names,
+    ReportModel,
+    ReportSummary,
+    RouteReport,
+    Seconds,
+    observed_summary,
+)
 
 __all__ = [
     "AuxiliarySourceDetach",
@@ -206,14 +215,4 @@ class AuxiliarySourceDetachReport(RouteReport):
     def summary(self) -> ReportSummary:
         """The detachment as a table row (no boundary of its own): status, reason, RSS before and after."""
         d = self.detach
-        return ReportSummary(
-            boundary="",
-            action=self.route,
-            kind=d.status,
-            reason=d.noop_reason or d.refusal_reason,
-            detail=d.detail,
-            rss_before=d.host_before.rss_bytes if d.host_before else None,
-            rss_after=d.host_after.rss_bytes if d.host_after else None,
-            elapsed_seconds=d.elapsed_seconds,
-            memory_after=d.host_after,
-        )
+        return observed_summary(d, boundary="", action=self.route, reason=d.noop_reason or d.refusal_reason)

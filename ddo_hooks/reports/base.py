@@ -52,6 +52,7 @@ __all__ = [
     "describe_errors",
     "explain_error",
     "model_at",
+    "observed_summary",
 ]
 
 SCHEMA_VERSION: Final = 1
@@ -217,6 +218,32 @@ class ReportSummary(NamedTuple):
     repinned_bytes: int | None = None
     repin_seconds: float | None = None
     memory_after: HostObservation | None = None
+
+
+def observed_summary(
+    section: Any, *, boundary: str, action: str, reason: str | None, once: bool = False, **more: Any
+) -> ReportSummary:
+    """The summary of a section that observed the host before and after it ran: its outcome, RSS and time.
+
+    ``section`` has ``status``, ``detail``, ``host_before``/``host_after`` (:class:`HostObservation` or
+    ``None``) and ``elapsed_seconds``; ``more`` are the summary's other fields. ``once``: a no-op's one
+    reading of the host (the same before and after: nothing ran between them) is shown once, as after.
+    """
+    host_before, host_after = section.host_before, section.host_after
+    if once and section.status == "noop" and host_before == host_after:
+        host_before = None
+    return ReportSummary(
+        boundary=boundary,
+        action=action,
+        kind=section.status,
+        reason=reason,
+        detail=section.detail,
+        rss_before=host_before.rss_bytes if host_before else None,
+        rss_after=host_after.rss_bytes if host_after else None,
+        elapsed_seconds=section.elapsed_seconds,
+        memory_after=host_after,
+        **more,
+    )
 
 
 _EXPECTED = {

@@ -35,6 +35,7 @@ from ddo_hooks.reports.base import (
     ReportSummary,
     RouteReport,
     Seconds,
+    observed_summary,
 )
 
 __all__ = [
@@ -184,14 +185,4 @@ class DoneComponentsReleaseReport(RouteReport):
     def summary(self) -> ReportSummary:
         """The release as a table row (action ``release_done_components``): RSS before and after it."""
         r = self.release
-        return ReportSummary(
-            boundary=r.boundary,
-            action="release_done_components",
-            kind=r.status,
-            reason=r.noop_reason,
-            detail=r.detail,
-            rss_before=r.host_before.rss_bytes if r.host_before else None,
-            rss_after=r.host_after.rss_bytes if r.host_after else None,
-            elapsed_seconds=r.elapsed_seconds,
-            memory_after=r.host_after,
-        )
+        return observed_summary(r, boundary=r.boundary, action="release_done_components", reason=r.noop_reason)

@@ -37,6 +37,7 @@ from ddo_hooks.reports.base import (
     ReportSummary,
     RouteReport,
     Seconds,
+    observed_summary,
 )
 
 __all__ = [
@@ -215,23 +216,16 @@ def measured_summary(section: Any, *, boundary: str, action: str, reason: str | 
     ``section`` has ``status``, ``detail``, ``before``/``after`` (:class:`AllocatorSnapshot` or
     ``None``), ``allocator_bytes_delta``, ``host_before``/``host_after`` and ``elapsed_seconds``.
     """
-    before, after, host_before, host_after = section.before, section.after, section.host_before, section.host_after
-    return ReportSummary(
+    before, after = section.before, section.after
+    return observed_summary(
+        section,
         boundary=boundary,
         action=action,
-        kind=section.status,
         reason=reason,
-        detail=section.detail,
+        once=True,
         owned_before=before.allocated_bytes if before else None,
         owned_after=after.allocated_bytes if after else None,
         delta=section.allocator_bytes_delta,
-        # a no-op's one reading of the host (nothing ran between before and after) is shown once, as after
-        rss_before=host_before.rss_bytes
-        if host_before and not (section.status == "noop" and host_before == host_after)
-        else None,
-        rss_after=host_after.rss_bytes if host_after else None,
-        elapsed_seconds=section.elapsed_seconds,
-        memory_after=host_after,
         **more,
     )
 

@@ -1,8 +1,9 @@
 """Small model parts shared by the tiny pipelines and the structural pipelines.
 
-A word-level vocabulary and tokenizers built in memory, a tiny CLIP text encoder, T5 settings,
-a four-level KL autoencoder, and the dtype cast ``from_pretrained(torch_dtype=...)`` performs.
-Nothing here reads from or writes to a model hub.
+A word-level vocabulary and tokenizers built in memory, a tiny CLIP text encoder, T5 settings and
+encoders, a four-level KL autoencoder, the tiny SD UNet, Flux and Wan transformers, Wan's VAE, the
+DDIM scheduler of SD, and the dtype cast ``from_pretrained(torch_dtype=...)`` performs. Nothing here
+reads from or writes to a model hub.
 
 Examples:
     >>> tokenizer = word_tokenizer(bos=True, model_max_length=CLIP_LEN)
@@ -32,12 +33,20 @@ __all__ = [
     "HIDDEN",
     "TEXT_LEN",
     "VOCAB",
+    "WAN_TRANSFORMER",
     "cast_module",
     "clip_text",
+    "ddim",
+    "flux_transformer",
     "kl_vae",
     "quiet_transformers",
+    "sd_unet",
     "t5_config",
+    "t5_encoder",
     "transformers_module",
+    "umt5_encoder",
+    "wan_transformer",
+    "wan_vae",
     "word_tokenizer",
 ]
 
@@ -144,6 +153,18 @@ def t5_config() -> dict[str, Any]:
     }
 
 
+def t5_encoder() -> Any:
+    """Flux's T5 encoder, of :func:`t5_config`'s settings."""
+    transformers = transformers_module()
+    return transformers.T5EncoderModel(transformers.T5Config(**t5_config()))
+
+
+def umt5_encoder() -> Any:
+    """Wan's UMT5 encoder, of :func:`t5_config`'s settings."""
+    transformers = transformers_module()
+    return transformers.UMT5EncoderModel(transformers.UMT5Config(**t5_config()))
+
+
 def kl_vae(latent_channels: int, **extra: Any) -> AutoencoderKL:
     """A four-level KL autoencoder (spatial factor 8, as in SD and Flux) with 8 channels per level."""
     return AutoencoderKL(
@@ -157,6 +178,98 @@ def kl_vae(latent_channels: int, **extra: Any) -> AutoencoderKL:
         norm_num_groups=4,
         sample_size=32,
         **extra,
+    )
+
+
+def sd_unet(model: str = "UNet2DConditionModel", **extra: Any) -> Any:
+    """A two-level SD-style UNet (8 and 16 channels) reading ``HIDDEN``-wide text states.
+
+    ``model`` names the diffusers class (AudioLDM 2's UNet takes the same settings); ``extra`` adds or
+    overrides settings.
+    """
+    settings: dict[str, Any] = {
+        "sample_size": 4,
+        "in_channels": 4,
+        "out_channels": 4,
+        "down_block_types": ("CrossAttnDownBlock2D", "DownBlock2D"),
+        "up_block_types": ("UpBlock2D", "CrossAttnUpBlock2D"),
+        "block_out_channels": (8, 16),
+        "layers_per_block": 1,
+        "norm_num_groups": 4,
+        "cross_attention_dim": HIDDEN,
+        "attention_head_dim": 2,
+    }
+    return getattr(importlib.import_module("diffusers"), model)(**{**settings, **extra})
+
+
+def ddim(**extra: Any) -> Any:
+    """SD's DDIM scheduler (scaled linear betas from 0.00085 to 0.012); ``extra`` adds or overrides settings."""
+    from diffusers import DDIMScheduler
+
+    settings: dict[str, Any] = {
+        "beta_start": 0.00085,
+        "beta_end": 0.012,
+        "beta_schedule": "scaled_linear",
+        "clip_sample": False,
+        "set_alpha_to_one": False,
+        "steps_offset": 1,
+    }
+    return DDIMScheduler(**{**settings, **extra})
+
+
+def flux_transformer(**extra: Any) -> Any:
+    """A Flux transformer of one double and one single block, two heads of 16, reading ``HIDDEN``-wide text states.
+
+    Its latents are the tiny Flux pipeline's (16 channels packed in 2x2 patches); ``extra`` adds or overrides
+    settings (``guidance_embeds=True``: Flux dev's guidance embedding).
+    """
+    from diffusers import FluxTransformer2DModel
+
+    settings: dict[str, Any] = {
+        "patch_size": 1,
+        "in_channels": 64,
+        "num_layers": 1,
+        "num_single_layers": 1,
+        "attention_head_dim": 16,
+        "num_attention_heads": 2,
+        "joint_attention_dim": HIDDEN,
+        "pooled_projection_dim": HIDDEN,
+        "axes_dims_rope": (4, 4, 8),
+    }
+    return FluxTransformer2DModel(**{**settings, **extra})
+
+
+WAN_TRANSFORMER: dict[str, Any] = {
+    "patch_size": (1, 2, 2),
+    "num_attention_heads": 2,
+    "attention_head_dim": 12,
+    "in_channels": 16,
+    "out_channels": 16,
+    "text_dim": HIDDEN,
+    "freq_dim": 32,
+    "ffn_dim": 32,
+    "num_layers": 2,
+    "cross_attn_norm": True,
+}
+"""A two-layer Wan-style video transformer, but for its rotary settings: Wan's, SkyReels-V2's, AnyFlow FAR's and
+Helios' (which sizes its rotary tables with ``rope_dim``)."""
+
+
+def wan_transformer(model: str = "WanTransformer3DModel", **extra: Any) -> Any:
+    """A :data:`WAN_TRANSFORMER` with rotary tables of 32 positions.
+
+    ``model`` names the diffusers class; ``extra`` adds or overrides settings.
+    """
+    settings: dict[str, Any] = {**WAN_TRANSFORMER, "rope_max_seq_len": 32}
+    return getattr(importlib.import_module("diffusers"), model)(**{**settings, **extra})
+
+
+def wan_vae() -> Any:
+    """Wan's video autoencoder at its smallest: 3 base channels, one block per level, 16 latent channels."""
+    from diffusers import AutoencoderKLWan
+
+    return AutoencoderKLWan(
+        base_dim=3, z_dim=16, dim_mult=[1, 1, 1, 1], num_res_blocks=1, temperal_downsample=[False, True, True]
     )
 
 

@@ -19,27 +19,24 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 import torch
-from diffusers import (
-    AutoencoderKLWan,
-    DDIMScheduler,
-    FluxTransformer2DModel,
-    UNet2DConditionModel,
-    UniPCMultistepScheduler,
-    WanTransformer3DModel,
-)
+from diffusers import UniPCMultistepScheduler
 from diffusers.schedulers import FlowMatchEulerDiscreteScheduler
 
 from ddo_hooks._compat import diffusers as diffusers_compat
 from ddo_hooks.testing import FAMILIES, Family
 from ddo_hooks.testing._components import (
-    HIDDEN,
     TEXT_LEN,
     cast_module,
     clip_text,
+    ddim,
+    flux_transformer,
     kl_vae,
     quiet_transformers,
-    t5_config,
-    transformers_module,
+    sd_unet,
+    t5_encoder,
+    umt5_encoder,
+    wan_transformer,
+    wan_vae,
     word_tokenizer,
 )
 
@@ -69,21 +66,9 @@ def _check_family(family: object) -> Family:
 
 
 def _flux_components() -> dict[str, Any]:
-    transformer = FluxTransformer2DModel(
-        patch_size=1,
-        in_channels=64,  # 16 latent channels packed in 2x2 patches
-        num_layers=1,
-        num_single_layers=1,
-        attention_head_dim=16,
-        num_attention_heads=2,
-        joint_attention_dim=HIDDEN,
-        pooled_projection_dim=HIDDEN,
-        guidance_embeds=True,
-        axes_dims_rope=(4, 4, 8),
-    )
+    transformer = flux_transformer(guidance_embeds=True)
     text_encoder, tokenizer = clip_text()
-    transformers = transformers_module()
-    text_encoder_2 = transformers.T5EncoderModel(transformers.T5Config(**t5_config()))
+    text_encoder_2 = t5_encoder()
     vae = kl_vae(16, use_quant_conv=False, use_post_quant_conv=False, scaling_factor=0.3611, shift_factor=0.1159)
     return {
         "transformer": transformer,
@@ -97,33 +82,14 @@ def _flux_components() -> dict[str, Any]:
 
 
 def _sd_components() -> dict[str, Any]:
-    unet = UNet2DConditionModel(
-        sample_size=4,
-        in_channels=4,
-        out_channels=4,
-        down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"),
-        up_block_types=("UpBlock2D", "CrossAttnUpBlock2D"),
-        block_out_channels=(8, 16),
-        layers_per_block=1,
-        norm_num_groups=4,
-        cross_attention_dim=HIDDEN,
-        attention_head_dim=2,
-    )
+    unet = sd_unet()
     text_encoder, tokenizer = clip_text()
-    scheduler = DDIMScheduler(
-        beta_start=0.00085,
-        beta_end=0.012,
-        beta_schedule="scaled_linear",
-        clip_sample=False,
-        set_alpha_to_one=False,
-        steps_offset=1,
-    )
     return {
         "unet": unet,
         "vae": kl_vae(4, scaling_factor=0.18215),
         "text_encoder": text_encoder,
         "tokenizer": tokenizer,
-        "scheduler": scheduler,
+        "scheduler": ddim(),
         "safety_checker": None,
         "feature_extractor": None,
         "requires_safety_checker": False,
@@ -131,29 +97,13 @@ def _sd_components() -> dict[str, Any]:
 
 
 def _wan_components() -> dict[str, Any]:
-    transformer = WanTransformer3DModel(
-        patch_size=(1, 2, 2),
-        num_attention_heads=2,
-        attention_head_dim=12,
-        in_channels=16,
-        out_channels=16,
-        text_dim=HIDDEN,
-        freq_dim=32,
-        ffn_dim=32,
-        num_layers=2,
-        cross_attn_norm=True,
-        qk_norm="rms_norm_across_heads",
-        rope_max_seq_len=32,
-    )
-    vae = AutoencoderKLWan(
-        base_dim=3, z_dim=16, dim_mult=[1, 1, 1, 1], num_res_blocks=1, temperal_downsample=[False, True, True]
-    )
+    transformer = wan_transformer(qk_norm="rms_norm_across_heads")
+    vae = wan_vae()
     scheduler = UniPCMultistepScheduler(prediction_type="flow_prediction", use_flow_sigmas=True, flow_shift=3.0)
-    transformers = transformers_module()
     return {
         "transformer": transformer,
         "vae": vae,
-        "text_encoder": transformers.UMT5EncoderModel(transformers.UMT5Config(**t5_config())),
+        "text_encoder": umt5_encoder(),
         "tokenizer": word_tokenizer(bos=False, model_max_length=512),
         "scheduler": scheduler,
     }

@@ -157,6 +157,10 @@ class DDOModel(ReportModel):
         """Which of ``names`` this payload has (keys DDO wrote), in the order asked."""
         return [name for name in names if name in self.model_fields_set]
 
+    def missing(self, *names: str) -> list[str]:
+        """Which of ``names`` this payload lacks (keys DDO left out), in the order asked."""
+        return [name for name in names if name not in self.model_fields_set]
+
 
 class DDOEmptyRuntime(DDOModel):
     """The ``runtime`` of a route that has none: DDO writes ``{}`` (no hook reports into it)."""

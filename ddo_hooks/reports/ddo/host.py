@@ -95,8 +95,7 @@ class DDOAllocatorSnapshot(DDOModel):
             return self
         if self.error is not None:
             raise ValueError("error is written instead of the counters, not with them")
-        if len(counters) < len(_COUNTERS):
-            missing = [name for name in _COUNTERS if name not in counters]
+        if missing := self.missing(*_COUNTERS):
             raise ValueError(f"DDO writes the four counters together; missing {', '.join(missing)}")
         if (self.status == "available") != (self.allocated_bytes is not None):
             raise ValueError("status is 'available' exactly when allocated_bytes is a number")
@@ -137,8 +136,7 @@ class DDOHostCacheRelease(DDOModel):
         if self.released != (self.status == "released"):
             raise ValueError("released is true exactly when status is 'released'")
         given = self.given(*ran)
-        if self.released and len(given) < len(ran):
-            missing = [name for name in ran if name not in given]
+        if self.released and (missing := self.missing(*ran)):
             raise ValueError(f"a released report has {', '.join(missing)}")
         if not self.released and given:
             raise ValueError(f"only a released report has {', '.join(given)}; status is {self.status!r}")

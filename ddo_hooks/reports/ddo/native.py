@@ -90,11 +90,9 @@ class DDOPoolStats(DDOModel):
 
     @model_validator(mode="after")
     def _all_or_none(self) -> DDOPoolStats:
-        given = self.given(*_POOL_KEYS)
-        if not given:
+        if not self.given(*_POOL_KEYS):
             return self
-        if len(given) < len(_POOL_KEYS):
-            missing = [name for name in _POOL_KEYS if name not in given]
+        if missing := self.missing(*_POOL_KEYS):
             raise ValueError(f"pool statistics are all written or none ({{}}); missing {', '.join(missing)}")
         parts = (self.pool_leased_bytes, self.pool_available_bytes, self.pool_pending_bytes)
         if self.pool_mapped_bytes != sum(p or 0 for p in (*parts, self.pool_quarantined_bytes)):

@@ -97,8 +97,7 @@ class DDOAuxiliarySourceDetachment(DDOModel):
             if given or self.copied_bytes:
                 raise ValueError("a disabled report has only status, copied_bytes 0 and elapsed_seconds")
             return self
-        if len(given) < len(_ENABLED_KEYS):
-            missing = [name for name in _ENABLED_KEYS if name not in given]
+        if missing := self.missing(*_ENABLED_KEYS):
             raise ValueError(f"an enabled detachment has {', '.join(missing)}")
         groups, shards = self.copied_storage_groups or 0, self.source_shard_count or 0
         if (self.status == "detached") != (self.copied_bytes > 0):

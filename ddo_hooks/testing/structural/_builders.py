@@ -10,8 +10,15 @@ from ddo_hooks.testing._components import (
     HIDDEN,
     VOCAB,
     clip_text,
+    ddim,
+    flux_transformer,
     kl_vae,
+    sd_unet,
+    t5_encoder,
     transformers_module,
+    umt5_encoder,
+    wan_transformer,
+    wan_vae,
     word_tokenizer,
 )
 from ddo_hooks.testing.structural._chunked import _cosmos25_transfer, _helios
@@ -28,35 +35,23 @@ from ddo_hooks.testing.structural._parts import (
     _clap,
     _clip_image_processor,
     _clip_vision_config,
-    _ddim,
     _prior_transformer,
-    _sd_unet,
-    _t5,
     _typed_tokenizer,
-    _umt5,
     _vocoder,
-    _wan_transformer,
-    _wan_vae,
 )
 
 # -- component builders -----------------------------------------------------------------------
 
 
 def _visualcloze() -> dict[str, Any]:
-    from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, FluxTransformer2DModel
+    from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler
 
     text_encoder, tokenizer = clip_text()
     return {
-        "transformer": FluxTransformer2DModel(
-            patch_size=1,
+        "transformer": flux_transformer(
             in_channels=12,  # packed latents (4), packed condition latents (4), packed mask (4)
             out_channels=4,
-            num_layers=1,
-            num_single_layers=1,
             attention_head_dim=6,
-            num_attention_heads=2,
-            joint_attention_dim=HIDDEN,
-            pooled_projection_dim=HIDDEN,
             axes_dims_rope=(2, 2, 2),
         ),
         "vae": AutoencoderKL(
@@ -74,7 +69,7 @@ def _visualcloze() -> dict[str, Any]:
         ),
         "text_encoder": text_encoder,
         "tokenizer": tokenizer,
-        "text_encoder_2": _t5(),
+        "text_encoder_2": t5_encoder(),
         "tokenizer_2": word_tokenizer(bos=False, model_max_length=512),
         "scheduler": FlowMatchEulerDiscreteScheduler(),
         "resolution": 16,
@@ -102,8 +97,8 @@ def _stable_unclip() -> dict[str, Any]:
         "image_noising_scheduler": DDPMScheduler(beta_schedule="squaredcos_cap_v2"),
         "tokenizer": tokenizer,
         "text_encoder": text_encoder,
-        "unet": _sd_unet(class_embed_type="projection", projection_class_embeddings_input_dim=2 * HIDDEN),
-        "scheduler": _ddim(prediction_type="v_prediction"),
+        "unet": sd_unet(class_embed_type="projection", projection_class_embeddings_input_dim=2 * HIDDEN),
+        "scheduler": ddim(prediction_type="v_prediction"),
         "vae": kl_vae(4, scaling_factor=0.18215),
     }
 
@@ -112,9 +107,9 @@ def _skyreels_v2_df_v2v() -> dict[str, Any]:
     from diffusers import UniPCMultistepScheduler
 
     return {
-        "transformer": _wan_transformer("SkyReelsV2Transformer3DModel", qk_norm="rms_norm_across_heads"),
-        "vae": _wan_vae(),
-        "text_encoder": _umt5(),
+        "transformer": wan_transformer("SkyReelsV2Transformer3DModel", qk_norm="rms_norm_across_heads"),
+        "vae": wan_vae(),
+        "text_encoder": umt5_encoder(),
         "tokenizer": word_tokenizer(bos=False, model_max_length=512),
         "scheduler": UniPCMultistepScheduler(prediction_type="flow_prediction", use_flow_sigmas=True, flow_shift=5.0),
     }
@@ -125,7 +120,7 @@ def _animatediff() -> dict[str, Any]:
 
     text_encoder, tokenizer = clip_text()
     return {
-        "unet": _sd_unet(
+        "unet": sd_unet(
             down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"),
             up_block_types=("UpBlock2D", "CrossAttnUpBlock2D"),
             norm_num_groups=2,
@@ -140,7 +135,7 @@ def _animatediff() -> dict[str, Any]:
         "vae": kl_vae(4, scaling_factor=0.18215),
         "text_encoder": text_encoder,
         "tokenizer": tokenizer,
-        "scheduler": _ddim(beta_schedule="linear"),
+        "scheduler": ddim(beta_schedule="linear"),
         "feature_extractor": None,
         "image_encoder": None,
     }
@@ -151,8 +146,8 @@ def _sd_image_variation() -> dict[str, Any]:
     return {
         "vae": kl_vae(4, scaling_factor=0.18215),
         "image_encoder": transformers.CLIPVisionModelWithProjection(_clip_vision_config()),
-        "unet": _sd_unet(),
-        "scheduler": _ddim(),
+        "unet": sd_unet(),
+        "scheduler": ddim(),
         "safety_checker": None,
         "feature_extractor": _clip_image_processor(),
         "requires_safety_checker": False,
@@ -160,7 +155,7 @@ def _sd_image_variation() -> dict[str, Any]:
 
 
 def _audioldm2() -> dict[str, Any]:
-    from diffusers import AudioLDM2ProjectionModel, AudioLDM2UNet2DConditionModel
+    from diffusers import AudioLDM2ProjectionModel
 
     transformers = transformers_module()
     language_model = transformers.GPT2LMHeadModel(
@@ -170,7 +165,7 @@ def _audioldm2() -> dict[str, Any]:
     return {
         "vae": _audio_vae(),
         "text_encoder": _clap(),
-        "text_encoder_2": _t5(),
+        "text_encoder_2": t5_encoder(),
         "projection_model": AudioLDM2ProjectionModel(
             text_encoder_dim=16, text_encoder_1_dim=HIDDEN, langauge_model_dim=16
         ),
@@ -179,19 +174,14 @@ def _audioldm2() -> dict[str, Any]:
         "tokenizer": _typed_tokenizer("RobertaTokenizer", bos=True, model_max_length=CLIP_LEN),
         "tokenizer_2": _typed_tokenizer("T5Tokenizer", bos=False, model_max_length=CLIP_LEN),
         "feature_extractor": None,  # only used to rank several waveforms per prompt
-        "unet": AudioLDM2UNet2DConditionModel(
+        "unet": sd_unet(
+            "AudioLDM2UNet2DConditionModel",
             sample_size=8,
-            in_channels=4,
-            out_channels=4,
             down_block_types=("DownBlock2D", "CrossAttnDownBlock2D"),
             up_block_types=("CrossAttnUpBlock2D", "UpBlock2D"),
-            block_out_channels=(8, 16),
-            layers_per_block=1,
-            norm_num_groups=4,
             cross_attention_dim=([None, 16, HIDDEN], [None, 16, HIDDEN]),
-            attention_head_dim=2,
         ),
-        "scheduler": _ddim(steps_offset=0),
+        "scheduler": ddim(steps_offset=0),
         "vocoder": _vocoder(),
     }
 
@@ -202,7 +192,7 @@ def _musicldm() -> dict[str, Any]:
         "text_encoder": _clap(),
         "tokenizer": word_tokenizer(bos=True, model_max_length=CLIP_LEN),
         "feature_extractor": None,  # only used to rank several waveforms per prompt
-        "unet": _sd_unet(
+        "unet": sd_unet(
             sample_size=8,
             down_block_types=("DownBlock2D", "CrossAttnDownBlock2D"),
             up_block_types=("CrossAttnUpBlock2D", "UpBlock2D"),
@@ -211,7 +201,7 @@ def _musicldm() -> dict[str, Any]:
             projection_class_embeddings_input_dim=16,
             class_embeddings_concat=True,
         ),
-        "scheduler": _ddim(steps_offset=0),
+        "scheduler": ddim(steps_offset=0),
         "vocoder": _vocoder(),
     }
 
@@ -222,8 +212,8 @@ def _paint_by_example() -> dict[str, Any]:
     return {
         "vae": kl_vae(4, scaling_factor=0.18215),
         "image_encoder": PaintByExampleImageEncoder(_clip_vision_config(), proj_size=HIDDEN),
-        "unet": _sd_unet(in_channels=9),
-        "scheduler": _ddim(),
+        "unet": sd_unet(in_channels=9),
+        "scheduler": ddim(),
         "safety_checker": None,
         "feature_extractor": _clip_image_processor(),
         "requires_safety_checker": False,
@@ -258,8 +248,8 @@ def _ldm_text2img() -> dict[str, Any]:
         "vqvae": vqvae,
         "bert": bert,
         "tokenizer": word_tokenizer(bos=True, model_max_length=CLIP_LEN),
-        "unet": _sd_unet(sample_size=8),
-        "scheduler": _ddim(),
+        "unet": sd_unet(sample_size=8),
+        "scheduler": ddim(),
     }
 
 
@@ -267,7 +257,7 @@ def _anyflow_far() -> dict[str, Any]:
     from diffusers import FlowMapEulerDiscreteScheduler
 
     return {
-        "transformer": _wan_transformer(
+        "transformer": wan_transformer(
             "AnyFlowFARTransformer3DModel",
             num_layers=1,  # its flex attention runs unfused on the CPU: one layer halves the call
             compressed_patch_size=(1, 4, 4),
@@ -275,8 +265,8 @@ def _anyflow_far() -> dict[str, Any]:
             gate_value=0.25,
             deltatime_type="r",
         ),
-        "vae": _wan_vae(),
-        "text_encoder": _umt5(),
+        "vae": wan_vae(),
+        "text_encoder": umt5_encoder(),
         "tokenizer": word_tokenizer(bos=False, model_max_length=512),
         "scheduler": FlowMapEulerDiscreteScheduler(shift=5.0),
     }
@@ -286,13 +276,13 @@ def _wan22() -> dict[str, Any]:
     from diffusers import UniPCMultistepScheduler
 
     return {
-        "transformer": _wan_transformer(qk_norm="rms_norm_across_heads"),
-        "transformer_2": _wan_transformer(qk_norm="rms_norm_across_heads"),
+        "transformer": wan_transformer(qk_norm="rms_norm_across_heads"),
+        "transformer_2": wan_transformer(qk_norm="rms_norm_across_heads"),
         # Timesteps at or above 0.875 * 1000 run `transformer`, the rest `transformer_2`: with two
         # steps and flow_shift 3, the first step (999) runs the one, the second (750) the other.
         "boundary_ratio": 0.875,
-        "vae": _wan_vae(),
-        "text_encoder": _umt5(),
+        "vae": wan_vae(),
+        "text_encoder": umt5_encoder(),
         "tokenizer": word_tokenizer(bos=False, model_max_length=512),
         "scheduler": UniPCMultistepScheduler(prediction_type="flow_prediction", use_flow_sigmas=True, flow_shift=3.0),
     }

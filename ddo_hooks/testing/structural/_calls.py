@@ -31,6 +31,19 @@ def _embeddings(seed: int, *shape: int) -> torch.Tensor:
     return torch.randn(shape, generator=torch.Generator("cpu").manual_seed(seed))
 
 
+def _video(*, size: int, frames: int, guidance_scale: float, **more: Any) -> dict[str, Any]:
+    """A video call: ``frames`` frames of ``size`` x ``size`` pixels, its text ``TEXT_LEN`` tokens, out as tensors."""
+    return {
+        "height": size,
+        "width": size,
+        "num_frames": frames,
+        "guidance_scale": guidance_scale,
+        "max_sequence_length": TEXT_LEN,
+        "output_type": "pt",
+        **more,
+    }
+
+
 def call_settings(name: str, steps: int, seed: int) -> dict[str, Any]:
     """What a call of structural pipeline ``name`` takes besides its steps and generator."""
     prompt = "a tiny test prompt"
@@ -69,19 +82,16 @@ def call_settings(name: str, steps: int, seed: int) -> dict[str, Any]:
         # 0.42.1), and ftfy is not a dependency.
         generator = torch.Generator("cpu").manual_seed(seed + 1)
         embeds = torch.randn((2, TEXT_LEN, HIDDEN), generator=generator)
-        return {
-            "video": [_image(seed + i, 16) for i in range(5)],
-            "prompt_embeds": embeds[:1],
-            "negative_prompt_embeds": embeds[1:],
-            "height": 16,
-            "width": 16,
-            "num_frames": 9,
-            "base_num_frames": 5,
-            "overlap_history": 3,
-            "guidance_scale": 5.0,
-            "max_sequence_length": TEXT_LEN,
-            "output_type": "pt",
-        }
+        return _video(
+            size=16,
+            frames=9,
+            guidance_scale=5.0,
+            video=[_image(seed + i, 16) for i in range(5)],
+            prompt_embeds=embeds[:1],
+            negative_prompt_embeds=embeds[1:],
+            base_num_frames=5,
+            overlap_history=3,
+        )
     if name == "animatediff_freeinit":
         return {"prompt": prompt, "num_frames": 2, "height": 32, "width": 32, "output_type": "pt"}
     if name == "sd_image_variation":
@@ -125,47 +135,21 @@ def call_settings(name: str, steps: int, seed: int) -> dict[str, Any]:
     if name == "helios":
         # One chunk of 33 frames (9 latent frames), as diffusers' own test; embeddings, not a prompt,
         # for the same ftfy reason as SkyReels-V2.
-        return {
-            "prompt_embeds": _embeddings(seed + 1, 1, TEXT_LEN, HIDDEN),
-            "height": 16,
-            "width": 16,
-            "num_frames": 9,
-            "guidance_scale": 1.0,
-            "max_sequence_length": TEXT_LEN,
-            "output_type": "pt",
-        }
+        return _video(size=16, frames=9, guidance_scale=1.0, prompt_embeds=_embeddings(seed + 1, 1, TEXT_LEN, HIDDEN))
     if name == "cosmos25_transfer":
         # Three of the five control frames in one chunk, as diffusers' own test.
-        return {
-            "prompt": prompt,
-            "negative_prompt": "a dark photo",
-            "controls": [_frame(seed + 1 + i) for i in range(5)],
-            "height": 32,
-            "width": 32,
-            "num_frames": 3,
-            "num_frames_per_chunk": 16,
-            "guidance_scale": 3.0,
-            "max_sequence_length": TEXT_LEN,
-            "output_type": "pt",
-        }
+        controls = [_frame(seed + 1 + i) for i in range(5)]
+        return _video(
+            size=32,
+            frames=3,
+            guidance_scale=3.0,
+            prompt=prompt,
+            negative_prompt="a dark photo",
+            controls=controls,
+            num_frames_per_chunk=16,
+        )
     if name == "anyflow_far":
-        return {
-            "prompt": prompt,
-            "height": 16,
-            "width": 16,
-            "num_frames": 5,  # two latent frames, one chunk each
-            "chunk_partition": [1, 1],
-            "guidance_scale": 1.0,  # no classifier-free guidance: its flex attention is slow on the CPU
-            "max_sequence_length": TEXT_LEN,
-            "output_type": "pt",
-        }
-    return {  # wan22
-        "prompt": prompt,
-        "height": 16,
-        "width": 16,
-        "num_frames": 5,
-        "guidance_scale": 5.0,
-        "guidance_scale_2": 4.0,
-        "max_sequence_length": TEXT_LEN,
-        "output_type": "pt",
-    }
+        # Five frames are two latent frames, one chunk each; no classifier-free guidance (guidance_scale 1.0): its
+        # flex attention is slow on the CPU.
+        return _video(size=16, frames=5, guidance_scale=1.0, prompt=prompt, chunk_partition=[1, 1])
+    return _video(size=16, frames=5, guidance_scale=5.0, prompt=prompt, guidance_scale_2=4.0)  # wan22

@@ -8,8 +8,15 @@ from typing import Any
 import torch
 from diffusers import ConfigMixin, ModelMixin
 
-from ddo_hooks.testing._components import HIDDEN, VOCAB, transformers_module, word_tokenizer
-from ddo_hooks.testing.structural._parts import _t5, _wan_vae
+from ddo_hooks.testing._components import (
+    HIDDEN,
+    VOCAB,
+    WAN_TRANSFORMER,
+    t5_encoder,
+    transformers_module,
+    wan_vae,
+    word_tokenizer,
+)
 
 CHAT_TEMPLATE = (
     "{% for message in messages %}{% for part in message['content'] %}{{ part['text'] }} {% endfor %}{% endfor %}"
@@ -62,23 +69,10 @@ def _helios() -> dict[str, Any]:
         warnings.filterwarnings("ignore", "__array_wrap__ must accept context", DeprecationWarning)
         scheduler = HeliosScheduler(stage_range=[0, 1], stages=1, use_dynamic_shifting=True)
     return {
-        "transformer": HeliosTransformer3DModel(
-            patch_size=(1, 2, 2),
-            num_attention_heads=2,
-            attention_head_dim=12,
-            in_channels=16,
-            out_channels=16,
-            text_dim=HIDDEN,
-            freq_dim=32,
-            ffn_dim=32,
-            num_layers=2,
-            cross_attn_norm=True,
-            qk_norm="rms_norm_across_heads",
-            rope_dim=(4, 4, 4),
-        ),
-        "vae": _wan_vae(),
+        "transformer": HeliosTransformer3DModel(**WAN_TRANSFORMER, qk_norm="rms_norm_across_heads", rope_dim=(4, 4, 4)),
+        "vae": wan_vae(),
         "scheduler": scheduler,
-        "text_encoder": _t5(),
+        "text_encoder": t5_encoder(),
         "tokenizer": word_tokenizer(bos=False, model_max_length=512),
     }
 
@@ -136,7 +130,7 @@ def _cosmos25_transfer() -> dict[str, Any]:
             img_context_dim_out=HIDDEN,
         ),
         "controlnet": StandInControlNet(),
-        "vae": _wan_vae(),
+        "vae": wan_vae(),
         # Flow sigmas, in [0, 1] as the pipeline assumes (the default's set_timesteps warns under numpy 2).
         "scheduler": UniPCMultistepScheduler(prediction_type="flow_prediction", use_flow_sigmas=True, flow_shift=5.0),
         "text_encoder": _qwen25_vl(),

@@ -4,14 +4,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from ddo_hooks.testing._components import CLIP_LEN, HIDDEN, VOCAB, clip_text, transformers_module, word_tokenizer
+from ddo_hooks.testing._components import (
+    CLIP_LEN,
+    HIDDEN,
+    clip_text,
+    ddim,
+    t5_encoder,
+    transformers_module,
+    word_tokenizer,
+)
 from ddo_hooks.testing.structural._parts import (
     _clip_image_processor,
     _clip_vision_config,
-    _ddim,
     _movq,
     _prior_transformer,
-    _t5,
+    _roberta_text,
 )
 
 
@@ -59,23 +66,13 @@ def _kandinsky21_combined(*, inpaint: bool = False) -> dict[str, Any]:
     from diffusers.pipelines.kandinsky.text_encoder import MCLIPConfig, MultilingualCLIP
 
     config = MCLIPConfig(
-        transformerDimSize=HIDDEN,
-        imageDimSize=HIDDEN,
-        vocab_size=len(VOCAB),
-        hidden_size=HIDDEN,
-        intermediate_size=37,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        max_position_embeddings=CLIP_LEN + 2,
-        pad_token_id=VOCAB["<pad>"],
-        bos_token_id=VOCAB["<s>"],
-        eos_token_id=VOCAB["</s>"],
+        transformerDimSize=HIDDEN, imageDimSize=HIDDEN, **_roberta_text(hidden_size=HIDDEN, num_attention_heads=4)
     )
     return {
         "text_encoder": MultilingualCLIP(config),
         "tokenizer": word_tokenizer(bos=True, model_max_length=CLIP_LEN),
         "unet": _unet(inpaint=inpaint, addition_embed_type="text_image", encoder_hid_dim_type="text_image_proj"),
-        "scheduler": _ddim(beta_schedule="linear", prediction_type="epsilon"),
+        "scheduler": ddim(beta_schedule="linear", prediction_type="epsilon"),
         "movq": _movq(),
         **_prior_parts(),
     }
@@ -97,7 +94,7 @@ def _kandinsky3() -> dict[str, Any]:
 
     return {
         "tokenizer": word_tokenizer(bos=False, model_max_length=512),
-        "text_encoder": _t5(),
+        "text_encoder": t5_encoder(),
         "unet": Kandinsky3UNet(
             in_channels=4,
             time_embedding_dim=4,

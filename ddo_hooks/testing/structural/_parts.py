@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
 import torch
@@ -11,7 +10,6 @@ from ddo_hooks.testing._components import (
     CLIP_LEN,
     HIDDEN,
     VOCAB,
-    t5_config,
     transformers_module,
     word_tokenizer,
 )
@@ -49,49 +47,6 @@ def _clip_image_processor() -> Any:
     return transformers.CLIPImageProcessorPil(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32})
 
 
-def _t5() -> Any:
-    transformers = transformers_module()
-    return transformers.T5EncoderModel(transformers.T5Config(**t5_config()))
-
-
-def _umt5() -> Any:
-    transformers = transformers_module()
-    return transformers.UMT5EncoderModel(transformers.UMT5Config(**t5_config()))
-
-
-def _sd_unet(**extra: Any) -> Any:
-    """A two-level SD-style UNet (8 and 16 channels) reading ``HIDDEN``-wide text states."""
-    from diffusers import UNet2DConditionModel
-
-    settings: dict[str, Any] = {
-        "sample_size": 4,
-        "in_channels": 4,
-        "out_channels": 4,
-        "down_block_types": ("CrossAttnDownBlock2D", "DownBlock2D"),
-        "up_block_types": ("UpBlock2D", "CrossAttnUpBlock2D"),
-        "block_out_channels": (8, 16),
-        "layers_per_block": 1,
-        "norm_num_groups": 4,
-        "cross_attention_dim": HIDDEN,
-        "attention_head_dim": 2,
-    }
-    return UNet2DConditionModel(**{**settings, **extra})
-
-
-def _ddim(**extra: Any) -> Any:
-    from diffusers import DDIMScheduler
-
-    settings: dict[str, Any] = {
-        "beta_start": 0.00085,
-        "beta_end": 0.012,
-        "beta_schedule": "scaled_linear",
-        "clip_sample": False,
-        "set_alpha_to_one": False,
-        "steps_offset": 1,
-    }
-    return DDIMScheduler(**{**settings, **extra})
-
-
 def _prior_transformer() -> Any:
     """A one-layer unCLIP prior over ``HIDDEN``-wide CLIP embeddings (77 text tokens)."""
     from diffusers import PriorTransformer
@@ -121,46 +76,28 @@ def _movq() -> Any:
     )
 
 
-def _wan_vae() -> Any:
-    from diffusers import AutoencoderKLWan
+def _roberta_text(*, hidden_size: int, num_attention_heads: int) -> dict[str, Any]:
+    """A two-layer RoBERTa-style text encoder's settings over ``VOCAB``: CLAP's text branch, Kandinsky 2.1's M-CLIP.
 
-    return AutoencoderKLWan(
-        base_dim=3, z_dim=16, dim_mult=[1, 1, 1, 1], num_res_blocks=1, temperal_downsample=[False, True, True]
-    )
-
-
-def _wan_transformer(model: str = "WanTransformer3DModel", **extra: Any) -> Any:
-    diffusers = importlib.import_module("diffusers")
-    settings: dict[str, Any] = {
-        "patch_size": (1, 2, 2),
-        "num_attention_heads": 2,
-        "attention_head_dim": 12,
-        "in_channels": 16,
-        "out_channels": 16,
-        "text_dim": HIDDEN,
-        "freq_dim": 32,
-        "ffn_dim": 32,
-        "num_layers": 2,
-        "cross_attn_norm": True,
-        "rope_max_seq_len": 32,
+    Its positions are ``CLIP_LEN + 2``: two more than its tokens, as RoBERTa's (514 for 512).
+    """
+    return {
+        "vocab_size": len(VOCAB),
+        "hidden_size": hidden_size,
+        "intermediate_size": 37,
+        "num_hidden_layers": 2,
+        "num_attention_heads": num_attention_heads,
+        "max_position_embeddings": CLIP_LEN + 2,
+        "pad_token_id": VOCAB["<pad>"],
+        "bos_token_id": VOCAB["<s>"],
+        "eos_token_id": VOCAB["</s>"],
     }
-    return getattr(diffusers, model)(**{**settings, **extra})
 
 
 def _clap() -> Any:
     """A CLAP model with a two-layer text branch (width 16) and the smallest audio branch it accepts."""
     transformers = transformers_module()
-    text = transformers.ClapTextConfig(
-        vocab_size=len(VOCAB),
-        hidden_size=16,
-        intermediate_size=37,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        max_position_embeddings=CLIP_LEN + 2,
-        pad_token_id=VOCAB["<pad>"],
-        bos_token_id=VOCAB["<s>"],
-        eos_token_id=VOCAB["</s>"],
-    )
+    text = transformers.ClapTextConfig(**_roberta_text(hidden_size=16, num_attention_heads=2))
     audio = transformers.ClapAudioConfig(
         spec_size=64,
         window_size=4,
