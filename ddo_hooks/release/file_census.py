@@ -30,7 +30,7 @@ import torch
 
 from ddo_hooks.release import file_pages
 from ddo_hooks.release.file_pins import FromFilesMode, Located, _close, open_files
-from ddo_hooks.release.file_sources import _found_row, chosen, find
+from ddo_hooks.release.file_sources import chosen, find, found_row
 from ddo_hooks.release.pinned_copies import Left, refuse
 from ddo_hooks.release.slabs import plan_slabs
 from ddo_hooks.reports.repack import ComponentRepack, PinnedCopyRepackReport
@@ -70,7 +70,7 @@ def _one(name: str, module: torch.nn.Module, mode: FromFilesMode, others: set[in
     detail = f"would {mode} {format_size(tensor_bytes)} {how} from {', '.join(files)} ({nbytes:,} bytes pinned)"
     if built:
         detail += f"; {len(built)} buffer(s) built at init, in no file, would be left as they are"
-    return _found_row(
+    return found_row(
         name, "would_register" if mode == "register" else "would_stage", detail, component, located, started
     )
 

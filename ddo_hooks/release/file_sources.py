@@ -40,6 +40,7 @@ __all__ = [
     "ddo_pinned",
     "ddo_pinning",
     "find",
+    "found_row",
     "locate",
     "sources",
 ]
@@ -193,7 +194,7 @@ def find(name: str, module: torch.nn.Module, others: set[int]) -> tuple[Componen
     return component, built, locate(name, module, component, others)
 
 
-def _found_row(
+def found_row(
     name: str,
     status: Literal["registered", "repacked", "would_register", "would_stage"],
     detail: str,

@@ -60,7 +60,7 @@ from ddo_hooks._moved import outside_stacklevel
 from ddo_hooks.errors import InvalidArgumentError, WeightsFileChangedError
 from ddo_hooks.release import allocator as _allocator
 from ddo_hooks.release.file_pins import FromFilesMode, Pinned, register, stage
-from ddo_hooks.release.file_sources import ONCE_PER_CALL, _found_row, chosen, ddo_pinned, ddo_pinning, find
+from ddo_hooks.release.file_sources import ONCE_PER_CALL, chosen, ddo_pinned, ddo_pinning, find, found_row
 from ddo_hooks.release.ledger import LEDGER
 from ddo_hooks.release.pinned_copies import Left, skip
 from ddo_hooks.reports.repack import ComponentRepack, PinnedCopyRepackReport
@@ -125,7 +125,7 @@ def _one(name: str, module: torch.nn.Module, mode: FromFilesMode, others: set[in
 
         return _left_as_it_was(name, left, started)
     LEDGER.write(module, pinned=pinned)
-    return _found_row(
+    return found_row(
         name,
         "registered" if mode == "register" else "repacked",
         detail,
