@@ -3,7 +3,7 @@
 ``release_done_components`` (``lowest-peak``) and ``pinned_copies.from_files`` read ``/proc/self/pagemap`` to
 count a component's resident file pages and to refuse one whose pages were written. The count ran entry by
 entry in Python; on the H200 the whole give-back of the text encoders' 1.38 GiB took 0.17 s a call inside the
-call (``docs/benchmarks.md``, ``timing-3``). It now counts 65,536 entries at a time with torch.
+call (``docs/benchmarks-box-timings.md``, ``timing-3``). It now counts 65,536 entries at a time with torch.
 
 This writes a safetensors file of ``--gib`` of random bf16 weights, loads it as views of the file (as
 diffusers does with ``low_cpu_mem_usage=True``), and, ``--reps`` times, interleaved: reads every weight (its

@@ -209,7 +209,7 @@ def report(results: dict[str, Any]) -> None:
     print(f"1-minute load average at the end of each run: {min(loads):.1f}-{max(loads):.1f} ({cpus} CPUs)")
 
 
-DASH = "\u2013"  # as docs/benchmarks.md writes a range
+DASH = "\u2013"  # as docs/benchmarks-cli.md writes a range
 
 
 def _cell(figure: dict[str, Any], digits: int) -> str:
@@ -219,13 +219,13 @@ def _cell(figure: dict[str, Any], digits: int) -> str:
 
 
 def case_text(name: str, records: int) -> str:
-    """``\\`plot\\`, 30,000 releases``: how docs/benchmarks.md names a case."""
+    """``\\`plot\\`, 30,000 releases``: how docs/benchmarks-cli.md names a case."""
     kind = name.partition("-")[0]
     return f"`{kind}`, {records:,} {'releases' if kind == 'plot' else 'records'}"
 
 
 def markdown_row(results: dict[str, Any], name: str, label: str) -> str:
-    """The row of docs/benchmarks.md for one case of a results file: CPU s, wall s, peak RSS MiB, median (min-max).
+    """The row of docs/benchmarks-cli.md for one case of a results file: CPU s, wall s, peak RSS MiB, median (min-max).
 
     A command stopped at the time limit shows what it had used by then, as lower bounds.
     """

@@ -5,11 +5,13 @@ No ``bench_`` prefix: it is no benchmark. It reads every file of ``benchmarks/re
 ``started_at``), the day the git commit that added each file was authored (``git log --diff-filter=A``), each
 script's module docstring and the steps of ``scripts/gpu_session.sh`` that run it, and every mention of a results
 file in ``docs/``, ``README.md``, ``benchmarks/*.py`` and ``tests/`` (``index_uses.py``), and writes
-``docs/benchmark-results.md``. The few facts the files cannot give are the tables below (:data:`MADE_BY`,
+``docs/benchmark-results.md`` (the scripts, and the files no page names) and the pages of the results files
+(:data:`FILES_PAGES`: ``bench_box.py``'s on one, every other script's on another, so that no page is longer
+than a reader scrolls). The few facts the files cannot give are the tables below (:data:`MADE_BY`,
 :data:`OPTION_KEYS`, :data:`UNNAMED`, :data:`SHAPE_NOTES`, :data:`LEFTOVERS`), each held true by the test.
-``tests/test_benchmark_index.py`` regenerates the page and compares it with the checked-in one.
+``tests/test_benchmark_index.py`` regenerates the pages and compares them with the checked-in ones.
 
-Run: ``python benchmarks/index.py`` (writes the page; ``--check``: exit 1 where it differs, writing nothing).
+Run: ``python benchmarks/index.py`` (writes the pages; ``--check``: exit 1 where one differs, writing nothing).
 """
 
 from __future__ import annotations
@@ -31,11 +33,17 @@ ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "benchmarks"
 RESULTS = BENCH / "results"
 PAGE = ROOT / "docs" / "benchmark-results.md"
+FILES_PAGES = {
+    "bench_box.py": (ROOT / "docs" / "benchmark-results-box.md", "Benchmark results: the box's runs"),
+    None: (ROOT / "docs" / "benchmark-results-files.md", "Benchmark results: every other script's runs"),
+}
+"""The pages of the results files: a script's own page and title, or (``None``) the page of every other script."""
+PAGES = (PAGE, *(page for page, _ in FILES_PAGES.values()))
 ARROW = "\u203a"  # between a page's title and its section's heading
 MAP_FILES = {
     *(BENCH / f"index{part}.py" for part in ("", "_scripts", "_uses")),
     ROOT / "tests" / "test_benchmark_index.py",
-    PAGE,
+    *PAGES,
 }
 
 GPU_SESSION = "scripts/gpu_session.sh"
@@ -66,10 +74,10 @@ OPTION_KEYS = {
 NOTE_KEYS = ("note", "sessions", "runs")
 """Top-level keys whose text says how a file was put together (a string, or a mapping of strings)."""
 UNNAMED = {
-    "bench_census.json": ("benchmarks.md", "Counting resident file pages"),
-    "bench_cli_scale-*.json": ("benchmarks.md", "Reading many saved records: `summarize` and `plot`"),
-    "bench_hook_overhead-run*.json": ("benchmarks.md", "Hook overhead"),
-    "bench_repack_forward.json": ("benchmarks.md", "Call time with repacked copies"),
+    "bench_census.json": ("benchmarks-costs.md", "Counting resident file pages"),
+    "bench_cli_scale-*.json": ("benchmarks-cli.md", "Reading many saved records: `summarize` and `plot`"),
+    "bench_hook_overhead-run*.json": ("benchmarks-costs.md", "Hook overhead"),
+    "bench_repack_forward.json": ("benchmarks-pinned-floor.md", "Call time with repacked copies"),
 }
 """Results files no page names whose figures a section shows all the same (read against the files)."""
 SHAPE_NOTES = {
@@ -285,6 +293,12 @@ def command(rec: Record) -> str:
     return said
 
 
+FILES_INTRO = """\
+Each results file ({files} here) with the command it records, when, and the sections of the docs that
+name it. [Benchmark results](benchmark-results.md) says what each column holds and what each script is
+for."""
+
+
 def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
@@ -293,11 +307,13 @@ INTRO = """\
 # Benchmark results
 
 Every file under `benchmarks/results/` ({files} of them), the script that made it and the command it
-records, when, and the sections of the docs that name it; then what each script in `benchmarks/` is
-for ({scripts} of them) and which steps of `scripts/gpu_session.sh` run it on the GPU machine. The
+records, when, and the sections of the docs that name it, is on two pages,
+{pages}.
+Here, what each script in `benchmarks/` is for ({scripts} of them) and which steps of
+`scripts/gpu_session.sh` run it on the GPU machine, then the results files no page names. The
 figures and what they mean are on [Benchmarks](benchmarks.md).
-`python benchmarks/index.py` writes this page from the files, the scripts, the pages and the git
-history; `tests/test_benchmark_index.py` fails when the page differs from what they give.
+`python benchmarks/index.py` writes these pages from the files, the scripts, the pages and the git
+history; `tests/test_benchmark_index.py` fails when a page differs from what they give.
 
 - **when**: the date the file records (`started_at`), else the day of the git commit that added it.
 - **command**: what the file records (`command`; `commands` for a run resumed over several calls,
@@ -310,14 +326,21 @@ history; `tests/test_benchmark_index.py` fails when the page differs from what t
 """
 
 
-def render() -> str:
-    """The page."""
+def files_page(script: str) -> Path:
+    """The page of a script's results files (:data:`FILES_PAGES`)."""
+    return FILES_PAGES.get(script, FILES_PAGES[None])[0]
+
+
+def render() -> dict[Path, str]:
+    """The pages: :data:`PAGE` first, then each page of :data:`FILES_PAGES`."""
     found, summaries = records(), scripts(BENCH)
     sections, code = index_uses.all_uses(ROOT, {r.name for r in found}, MAP_FILES)
     by_script: dict[str, list[Record]] = {}
     for rec in sorted(found, key=lambda r: (r.script.startswith("scripts/"), r.script, r.name)):
         by_script.setdefault(rec.script, []).append(rec)
-    lines = [INTRO.format(files=len(found), scripts=len(summaries)), "## Scripts", ""]
+    named = " and ".join(f"[{title.partition(': ')[2]}]({page.name})" for page, title in FILES_PAGES.values())
+    pages = {PAGE: [INTRO.format(files=len(found), pages=named, scripts=len(summaries)), "## Scripts", ""]}
+    lines = pages[PAGE]
     session = (ROOT / GPU_SESSION).read_text(encoding="utf-8")
     steps = gpu_steps(session, list(summaries))
     summaries[GPU_SESSION] = first_sentence(session)
@@ -326,12 +349,16 @@ def render() -> str:
         about = [f"{count} results file{'s' if count > 1 else ''}"] if count else []
         if script in steps:
             about.append(f"on the GPU machine: `{GPU_SESSION}` " + ", ".join(f"`{s}`" for s in steps[script]))
-        name = f"[`{script}`](#{index_uses.slug(script)})" if count else f"`{script}`"
+        link = f"{files_page(script).name}#{index_uses.slug(script)}"
+        name = f"[`{script}`]({link})" if count else f"`{script}`"
         said = f" ({'; '.join(about)})" if about else ""
         lines.append(f"- {name}{said}: {summary}")
-    lines += ["", "## Results files by script", ""]
+    for page, title in FILES_PAGES.values():
+        count = sum(len(group) for script, group in by_script.items() if files_page(script) == page)
+        pages[page] = [f"# {title}", "", FILES_INTRO.format(files=count), ""]
     for script, group in by_script.items():
-        lines += [f"### `{script}`", "", shape(group), ""]
+        lines = pages[files_page(script)]
+        lines += [f"## `{script}`", "", shape(group), ""]
         lines += ["| results file (when) | command | used by |", "|---|---|---|"]
         for rec in group:
             when = rec.date + (f", its `{rec.date_key}`" if rec.date_key else "")
@@ -340,25 +367,29 @@ def render() -> str:
             lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
         lines.append("")
     unused = [r for r in found if r.name not in sections]
-    lines += ["## Used by no page", "", f"{len(unused)} results files are named by no page:", ""]
+    lines = pages[PAGE]
+    lines += ["", "## Used by no page", "", f"{len(unused)} results files are named by no page:", ""]
     lines += [
         f"- `{r.name}` (`{r.script}`)" + "".join(f": {'; '.join(_unused(r))}" if _unused(r) else "") for r in unused
     ]
-    return "\n".join(lines) + "\n"
+    return {page: "\n".join(lines).rstrip("\n") + "\n" for page, lines in pages.items()}
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Write the page, or with ``--check`` say whether it is the one the files give."""
+    """Write the pages, or with ``--check`` say whether each is the one the files give."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--check", action="store_true", help="write nothing; exit 1 where the page differs")
+    parser.add_argument("--check", action="store_true", help="write nothing; exit 1 where a page differs")
     args = parser.parse_args(argv)
-    text = render()
+    pages = render()
     if args.check:
-        same = PAGE.exists() and PAGE.read_text(encoding="utf-8") == text
-        print(f"{PAGE.relative_to(ROOT)} is {'up to date' if same else 'stale: run python benchmarks/index.py'}")
-        return 0 if same else 1
-    PAGE.write_text(text, encoding="utf-8")
-    print(f"wrote {PAGE.relative_to(ROOT)}")
+        stale = [page for page, text in pages.items() if not page.exists() or page.read_text(encoding="utf-8") != text]
+        for page in pages:
+            said = "stale: run python benchmarks/index.py" if page in stale else "up to date"
+            print(f"{page.relative_to(ROOT)} is {said}")
+        return 1 if stale else 0
+    for page, text in pages.items():
+        page.write_text(text, encoding="utf-8")
+        print(f"wrote {page.relative_to(ROOT)}")
     return 0
 
 

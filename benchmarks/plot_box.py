@@ -10,9 +10,9 @@ ran at full speed ("at most" where the step below was not tried), and the larges
 than" where none fitted).
 
 Run: ``python benchmarks/plot_box.py --out docs/img/box.png`` (needs matplotlib); ``--table`` prints the
-Markdown rows that ``docs/benchmarks.md`` holds, then the README's, then both of FLUX.1-dev's shapes, then its run of
-two ranks, then every interleaved timing of the register presets against ``nothing``, then where the steady
-calls of the runs that mark it spent their time.
+Markdown rows that ``docs/benchmarks-box.md`` holds, then the README's, then both of FLUX.1-dev's shapes, then its
+run of two ranks, then every interleaved timing of the register presets against ``nothing``, then where the steady
+calls of the runs that mark it spent their time (those two on ``docs/benchmarks-box-timings.md``).
 """
 
 from __future__ import annotations
@@ -233,7 +233,7 @@ def _cells(row: dict[str, Any]) -> tuple[str, str, str]:
 
 
 def table(found: list[dict[str, Any]]) -> list[str]:
-    """The Markdown rows of docs/benchmarks.md's box table."""
+    """The Markdown rows of docs/benchmarks-box.md's box table."""
     lines = []
     for row in found:
         mode, box, call = _cells(row)

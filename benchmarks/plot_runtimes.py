@@ -10,7 +10,7 @@ to the first denoiser forward, denoising to the VAE's decoder, decoding to the c
 seconds), the ``memory.peak`` of the first process's life, the smallest box where the run bisected it, and what the
 process kept on the GPU (allocated and reserved at rest, and the most it allocated).
 
-Run: ``python benchmarks/plot_runtimes.py --table`` prints the Markdown rows ``docs/benchmarks.md`` holds;
+Run: ``python benchmarks/plot_runtimes.py --table`` prints the Markdown rows ``docs/benchmarks-runtimes.md`` holds;
 ``--out docs/img/box.png`` draws the figure (needs matplotlib).
 """
 

@@ -2,9 +2,10 @@
 
 The register presets' calls were 1.09-1.12 times those of ``nothing`` with ``low_cpu_mem_usage=False`` in every
 interleaved run of 2026-12-03's last session, with or without each action they add, and with the text encoders
-registered too (``docs/benchmarks.md``). What is left is how the transformer reaches the GPU at every step: from
-the page cache's own pages, registered in place (``pinned_copies.from_files: register``), instead of from copies
-that group offloading pinned with ``low_cpu_mem_usage=False``. This probe times that path alone, with no compute:
+registered too (``docs/benchmarks-box-timings.md``). What is left is how the transformer reaches the GPU at every
+step: from the page cache's own pages, registered in place (``pinned_copies.from_files: register``), instead of
+from copies that group offloading pinned with ``low_cpu_mem_usage=False``. This probe times that path alone, with
+no compute:
 the same transformer, loaded twice from its files and offloaded at leaf level with streams as ``bench_box`` does,
 
 * ``copies``: ``low_cpu_mem_usage=False`` (each weight copied into a pinned block rounded up to a power of two);

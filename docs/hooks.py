@@ -1,13 +1,15 @@
 """mkdocs hooks: the reference pages generated from the models, and the published JSON Schemas.
 
-A page asks for a generated section with a marker line of its own:
+A page asks for a generated section with a marker line of its own, its arguments after its name
+(:func:`generated`):
 
 * ``<!-- generated: policy-reference -->``: every field of :class:`ddo_hooks.HookPolicy`, from
   ``HookPolicy.model_json_schema()``;
-* ``<!-- generated: report-reference -->``: every field of every report route, from
-  ``ddo_hooks.reports.parse.report_json_schema()``;
-* ``<!-- generated: ddo-report-reference -->``: the same for DDO's own report shape (the routes of
-  ``ddo_hooks.reports.ddo.routes.DDO_REPORT_TYPES``), from the same schema;
+* ``<!-- generated: report-reference ROUTE ... -->``: every field of the report routes named, from
+  ``ddo_hooks.reports.parse.report_json_schema()`` (no route named: every route), so that each page
+  of the report reference holds the routes of one family;
+* ``<!-- generated: ddo-report-reference ROUTE ... -->``: the same for DDO's own report shape (the
+  routes of ``ddo_hooks.reports.ddo.routes.DDO_REPORT_TYPES``), from the same schema;
 * ``<!-- generated: ddo-release-statuses -->`` and ``<!-- generated: ddo-release-fields -->``: the
   mapping of DDO's release report to ddo_hooks', from :mod:`ddo_hooks.reports.ddo.mapping`;
 * ``<!-- generated: boundary-table -->`` and ``<!-- generated: refusal-table -->``: the boundary
@@ -54,6 +56,7 @@ __all__ = [
     "ddo_release_fields",
     "ddo_release_statuses",
     "ddo_report_reference",
+    "generated",
     "name_pieces",
     "policy_reference",
     "renamed_table",
@@ -62,7 +65,7 @@ __all__ = [
 ]
 
 SCHEMA_DIR = Path(__file__).resolve().parent.parent / "ddo_hooks" / "schemas"
-MARKER = re.compile(r"^<!-- generated: ([a-z-]+) -->$", re.MULTILINE)
+MARKER = re.compile(r"^<!-- generated: ([a-z-]+)((?: [\w-]+)*) -->$", re.MULTILINE)
 _ROLE = re.compile(r":(?:meth|func|class|data|attr|mod|obj):`~?([^`]+)`")
 _LONGEST_PATTERN_IN_A_CELL = 32  # a longer pattern (a size's, 60 characters) is written under its table
 
@@ -323,28 +326,46 @@ def policy_reference() -> str:
     return render_models(schema, [HookPolicy], anchor_prefix="policy", titles=titles)
 
 
-def report_reference() -> str:
-    """Every field of every report route, from ``report_json_schema()``."""
+def _of_routes(
+    models: Iterable[type[BaseModel]], route_of: Callable[[type[BaseModel]], str], routes: tuple[str, ...]
+) -> list[type[BaseModel]]:
+    """The models of the routes named, in the order of ``models`` (all of them where none is named)."""
+    found = {route_of(model): model for model in models}
+    unknown = [route for route in routes if route not in found]
+    if unknown:
+        raise ValueError(f"no report route {unknown} (known: {', '.join(found)})")
+    return [model for route, model in found.items() if not routes or route in routes]
+
+
+def _route(model: type[BaseModel]) -> str:
+    return model.model_fields["route"].default
+
+
+def _ddo_route(model: type[BaseModel]) -> str:
+    return typing.get_args(model.model_fields["route"].annotation)[0]
+
+
+def report_reference(*routes: str) -> str:
+    """Every field of the report routes named (every route where none is), from ``report_json_schema()``."""
     from ddo_hooks.reports.parse import REPORT_TYPES, report_json_schema
 
     schema = report_json_schema()
     sections = []
-    for model in REPORT_TYPES:  # one route after the other, each from its top
-        title = f"Route `{model.model_fields['route'].default}` ({model.__name__})"
+    for model in _of_routes(REPORT_TYPES, _route, routes):  # one route after the other, each from its top
+        title = f"Route `{_route(model)}` ({model.__name__})"
         sections.append(render_models(schema, [model], anchor_prefix="report", titles={model.__name__: title}))
     return "\n".join(sections)
 
 
-def ddo_report_reference() -> str:
-    """Every field of every route of DDO's own shape that ddo_hooks reads, from ``report_json_schema()``."""
+def ddo_report_reference(*routes: str) -> str:
+    """Every field of the routes named of DDO's own shape (every route ddo_hooks reads where none is)."""
     from ddo_hooks.reports.ddo.routes import DDO_REPORT_TYPES
     from ddo_hooks.reports.parse import report_json_schema
 
     schema = report_json_schema()
     sections = []
-    for model in DDO_REPORT_TYPES:
-        route = typing.get_args(model.model_fields["route"].annotation)[0]
-        title = f"DDO's route `{route}` ({model.__name__})"
+    for model in _of_routes(DDO_REPORT_TYPES, _ddo_route, routes):
+        title = f"DDO's route `{_ddo_route(model)}` ({model.__name__})"
         sections.append(render_models(schema, [model], anchor_prefix="report", titles={model.__name__: title}))
     return "\n".join(sections)
 
@@ -437,7 +458,7 @@ def pipeline_matrix() -> str:
     return module.matrix_markdown()
 
 
-GENERATORS: dict[str, Callable[[], str]] = {
+GENERATORS: dict[str, Callable[..., str]] = {
     "policy-reference": policy_reference,
     "report-reference": report_reference,
     "ddo-report-reference": ddo_report_reference,
@@ -454,17 +475,20 @@ GENERATORS: dict[str, Callable[[], str]] = {
 # -- mkdocs events ----------------------------------------------------------------------------
 
 
+def generated(match: re.Match[str]) -> str:
+    """The Markdown of one marker line (a :data:`MARKER` match): its generator, given the marker's arguments."""
+    name, arguments = match.group(1), match.group(2).split()
+    if name not in GENERATORS:
+        raise ValueError(f"unknown generated section {name!r} (known: {', '.join(GENERATORS)})")
+    return GENERATORS[name](*arguments)
+
+
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
-    """Replace each ``<!-- generated: NAME -->`` marker line with the generated Markdown."""
-
-    def generate(match: re.Match[str]) -> str:
-        name = match.group(1)
-        if name not in GENERATORS:
-            known = ", ".join(GENERATORS)
-            raise ValueError(f"{page.file.src_uri}: unknown generated section {name!r} (known: {known})")
-        return GENERATORS[name]()
-
-    return MARKER.sub(generate, markdown)
+    """Replace each ``<!-- generated: NAME ARGUMENT ... -->`` marker line with the generated Markdown."""
+    try:
+        return MARKER.sub(generated, markdown)
+    except ValueError as error:
+        raise ValueError(f"{page.file.src_uri}: {error}") from error
 
 
 # -- table cells: names break between their words, never mid-word ----------------------------

@@ -1,4 +1,4 @@
-"""The support matrix of docs/pipelines.md: every pipeline class of the installed diffusers, with a verdict.
+"""The support matrix of docs/pipeline-classes.md: every pipeline class of the installed diffusers, with a verdict.
 
 The rows come from ``ddo_hooks/testing/pipeline_census.json`` (``scripts/pipeline_census.py`` reads
 each class's ``__call__``; ``tests/test_pipeline_matrix.py`` fails when the installed diffusers

@@ -43,11 +43,19 @@ def directives() -> list[tuple[str, str]]:
     return found
 
 
+def nav_pages() -> list[str]:
+    """The pages of mkdocs.yml's nav, in its order, as ``docs/...`` paths."""
+    found = re.findall(r"^\s*- (?:[^\n]*: )?([\w/.-]+\.md)\s*$", (ROOT / "mkdocs.yml").read_text("utf-8"), re.MULTILINE)
+    return [f"docs/{page}" for page in found]
+
+
 def page_for(module: str, documented: dict[str, str], modules: dict[str, bool]) -> str:
     """Where a module's ``::: `` line belongs.
 
     The top package goes on the index page; a package, on the page of its own modules; a module, on
-    the page of its sibling modules; else on the page of its nearest documented package.
+    the page of its sibling modules (a layer spreads over a few pages: the one that holds the most of
+    them, the first of the nav where two hold as many); else on the page of its nearest documented
+    package.
     """
     if module == "ddo_hooks":
         return "docs/api/index.md"
@@ -58,7 +66,8 @@ def page_for(module: str, documented: dict[str, str], modules: dict[str, bool]) 
             page for name, page in documented.items() if parent(name) == parent(module) and not modules.get(name, False)
         ]
     if pages:
-        return max(sorted(set(pages)), key=pages.count)
+        order = nav_pages()
+        return min(sorted(set(pages)), key=lambda page: (-pages.count(page), order.index(page)))
     package = parent(module)
     while package:
         if package in documented:
@@ -129,8 +138,8 @@ def test_the_check_names_the_page_a_missing_module_belongs_on():
     assert [line for line in missing if line.partition(":")[0] in left_out] == [
         "ddo_hooks: add '::: ddo_hooks' to docs/api/index.md",
         "ddo_hooks.cli: add '::: ddo_hooks.cli' to docs/api/cli.md",
-        "ddo_hooks.hooks.idle: add '::: ddo_hooks.hooks.idle' to docs/api/hooks.md",
-        "ddo_hooks.reports.ddo.host: add '::: ddo_hooks.reports.ddo.host' to docs/api/reports.md",
+        "ddo_hooks.hooks.idle: add '::: ddo_hooks.hooks.idle' to docs/api/hooks-runner.md",  # most of its siblings
+        "ddo_hooks.reports.ddo.host: add '::: ddo_hooks.reports.ddo.host' to docs/api/reports-ddo.md",
         "ddo_hooks.sizes: add '::: ddo_hooks.sizes' to docs/api/foundation.md",
     ]
 

@@ -1,6 +1,7 @@
-"""docs/benchmark-results.md is the map benchmarks/index.py makes of benchmarks/results/, and the map is true.
+"""docs/benchmark-results*.md are the map benchmarks/index.py makes of benchmarks/results/, and the map is true.
 
-The page is regenerated and compared; each results file has one row and each row a file; the few facts the
+The pages (the scripts and the files no page names; the results files of bench_box.py; those of every other
+script) are regenerated and compared; each results file has one row and each row a file; the few facts the
 generator cannot read from the files (its explicit tables) still hold; and the finders see each way a page
 names a results file.
 """
@@ -21,6 +22,7 @@ from support.file_modules import load_file
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 PAGE = ROOT / "docs" / "benchmark-results.md"
+FILES_PAGES = [ROOT / "docs" / name for name in ("benchmark-results-box.md", "benchmark-results-files.md")]
 ROW = re.compile(r"^\| `(?P<name>[^`]+)` \((?P<when>[^)]*)\) \| (?P<command>.*) \| (?P<used>.*) \|$", re.MULTILINE)
 
 
@@ -34,9 +36,14 @@ def uses(index: Any) -> Any:
     return index.index_uses
 
 
+def _files_text() -> str:
+    """The pages of the results files, one after the other."""
+    return "\n".join(page.read_text(encoding="utf-8") for page in FILES_PAGES)
+
+
 @pytest.fixture(scope="module")
 def rows() -> dict[str, re.Match[str]]:
-    return {match.group("name"): match for match in ROW.finditer(PAGE.read_text(encoding="utf-8"))}
+    return {match.group("name"): match for match in ROW.finditer(_files_text())}
 
 
 def _full_history() -> bool:
@@ -51,12 +58,16 @@ needs_history = pytest.mark.skipif(
 
 @needs_history
 def test_the_page_is_the_one_the_results_the_scripts_and_the_pages_give(index):
-    assert PAGE.read_text(encoding="utf-8") == index.render(), "regenerate it: python benchmarks/index.py"
+    pages = index.render()
+    assert list(pages) == [PAGE, *FILES_PAGES]
+    for page, text in pages.items():
+        assert page.read_text(encoding="utf-8") == text, f"regenerate {page.name}: python benchmarks/index.py"
 
 
 def test_every_results_file_has_one_row_and_every_row_names_a_file(rows):
     files = {path.name for path in RESULTS.iterdir() if path.is_file()}
-    assert len(rows) == len(ROW.findall(PAGE.read_text(encoding="utf-8")))  # no file twice
+    assert len(rows) == len(ROW.findall(_files_text()))  # no file twice
+    assert not ROW.findall(PAGE.read_text(encoding="utf-8"))  # the scripts' page lists none
     missing, gone = sorted(files - set(rows)), sorted(set(rows) - files)
     assert (missing, gone) == ([], []), (
         f"results files the map lacks: {missing}; files it names that do not exist: {gone}; "

@@ -1,4 +1,8 @@
-"""docs/benchmarks.md's figures are those of the checked-in results (its tables' width: tests/test_docs_widths.py)."""
+"""The benchmarks pages' figures are those of the checked-in results (their tables' width: tests/test_docs_widths.py).
+
+docs/benchmarks.md answers first; each page after it answers one question (docs/benchmarks-*.md), and each test
+reads the page its figures are on.
+"""
 
 from __future__ import annotations
 
@@ -15,7 +19,13 @@ import pytest
 from support.file_modules import load_file
 
 ROOT = Path(__file__).resolve().parent.parent
-PAGE = ROOT / "docs" / "benchmarks.md"
+DOCS = ROOT / "docs"
+BOX = DOCS / "benchmarks-box.md"  # the box, and FLUX.1-dev's own shapes
+TIMINGS = DOCS / "benchmarks-box-timings.md"  # the register presets' interleaved runs, and where the time goes
+FLOOR = DOCS / "benchmarks-pinned-floor.md"
+LATENCY = DOCS / "benchmarks-latency.md"
+COSTS = DOCS / "benchmarks-costs.md"  # a long-running process, the hooks' overhead, counting file pages
+CLI = DOCS / "benchmarks-cli.md"
 FIGURE = ROOT / "docs" / "img" / "rss-over-time.png"
 RESULTS = ROOT / "benchmarks" / "results" / "bench_pinned_memory.json"
 PLOT = ROOT / "benchmarks" / "plot_rss.py"
@@ -125,14 +135,14 @@ def test_the_latency_tables_show_what_the_checked_in_results_give(capsys):
     summary = bench.report(json.loads((results / "bench_latency-5reps.json").read_text(encoding="utf-8")))
     extras = bench.extras_report(json.loads((results / "bench_latency-extras.json").read_text(encoding="utf-8")))
     capsys.readouterr()
-    text = PAGE.read_text(encoding="utf-8")
+    text = LATENCY.read_text(encoding="utf-8")
     for arm in ("nothing", "lowest-peak", "lowest-latency"):
         figures = summary["arms"][arm]
         rows = [figures] + ([figures["ratio"]] if "ratio" in figures else [])
         for keys in (("first", "steady"), ("peak", "resting", "idle")):
             for row, name in zip(rows, (arm, f"{TIMES} nothing"), strict=False):
                 line = f"| {name} | " + " | ".join(_spread(row[k]) for k in keys) + " |"
-                assert line in text, f"docs/benchmarks.md should show {line}"
+                assert line in text, f"docs/benchmarks-latency.md should show {line}"
     verdicts = {t["target"]: t for t in summary["targets"]}
     for name, shown, verdict in (
         ("lowest-peak: peak RSS x nothing", "lowest-peak: peak RSS", "met"),
@@ -157,7 +167,7 @@ def test_the_latency_tables_show_what_the_checked_in_results_give(capsys):
             f"| {threads} | {row['fresh_s_per_gib']:.3f} | {row['cached_s_per_gib']:.5f} | "
             f"{row['release_s_per_gib']:.3f} | {row['repin_s_per_gib']:.3f} | {row['h2d_gb_per_s']:.1f} |"
         )
-        assert line in text, f"docs/benchmarks.md should show {line}"
+        assert line in text, f"docs/benchmarks-latency.md should show {line}"
     assert min(t["ratio"] for t in extras["trim"]) >= 0.95
     assert len(extras["trim"]) == 14
     for file, session, arms in (
@@ -177,7 +187,7 @@ def test_the_latency_tables_show_what_the_checked_in_results_give(capsys):
                 name = arm.replace("-register", ", register ")
                 row = f"| {name} | {reps} | " + " | ".join(map(_spread, cells)) + " |"
                 assert 0.699 <= figures["ratio"]["resting"]["min"] <= figures["ratio"]["resting"]["max"] <= 0.707
-            assert row in text, f"docs/benchmarks.md should show {row}"
+            assert row in text, f"docs/benchmarks-latency.md should show {row}"
     presets = (ROOT / "docs" / "policy.md").read_text(encoding="utf-8")
     peak, latency = summary["arms"]["lowest-peak"]["ratio"], summary["arms"]["lowest-latency"]["ratio"]
     shown = f"peak RSS {peak['peak']['median']:.3f}{TIMES}, resting {peak['resting']['median']:.3f}{TIMES}, "
@@ -187,7 +197,7 @@ def test_the_latency_tables_show_what_the_checked_in_results_give(capsys):
 
 
 def test_the_soak_table_shows_what_the_checked_in_soak_results_give():
-    text = PAGE.read_text(encoding="utf-8")
+    text = COSTS.read_text(encoding="utf-8")
     results = ROOT / "benchmarks" / "results"
     for name, run in (
         ("keep300", "300 reports kept"),
@@ -200,7 +210,7 @@ def test_the_soak_table_shows_what_the_checked_in_soak_results_give():
         rss = " / ".join(f"{doc['rss_bytes'][k] / 2**20:.1f}" for k in ("100", "1000", "10000"))
         blocks, objects = (doc[key]["10000"] - doc[key]["100"] for key in ("allocated_blocks", "tracked_objects"))
         row = f"| {run} | {rss} | {blocks:+} | {objects:+} |".replace("-", "\u2212")
-        assert row in text, f"docs/benchmarks.md should show {row}"
+        assert row in text, f"docs/benchmarks-costs.md should show {row}"
         assert objects <= 0  # flat: no Python object kept per call
     traced = json.loads((results / "bench_soak-traced.json").read_text(encoding="utf-8"))["traced_bytes"]
     growth = (traced["10000"] - traced["100"]) / (10_000 - 100)
@@ -234,14 +244,16 @@ def test_the_pinned_floor_tables_are_those_of_the_checked_in_results():
         floor.twins_row("SD 1.5, run 1", first["twins"]["sd"]),
     ]
     rows += [forward.markdown_row(timing, what) for what in timing["measures"]]
-    text = PAGE.read_text(encoding="utf-8")
+    text = FLOOR.read_text(encoding="utf-8")
     # The per-component figures quoted under the twins table: the transformer's forwards in the 30-pair run.
     calls = twins31["twins"]["flux"]["calls"]
     for name in ("plain", "repacked"):
         seconds = [c["components"]["transformer"] for c in calls[name][1:]]
         assert f"{floor.spread(seconds, chr(0x2013))}" in text
     missing = [row for row in rows if row not in text]
-    assert not missing, "docs/benchmarks.md lacks these rows of benchmarks/results/:\n" + "\n".join(missing)
+    assert not missing, "docs/benchmarks-pinned-floor.md lacks these rows of benchmarks/results/:\n" + "\n".join(
+        missing
+    )
     # The headline the README and the home page repeat (the default policy): pinned 6.35 -> 4.01 GiB,
     # RSS 8.30 -> 5.90 GiB.
     nothing, repacked = (
@@ -272,9 +284,9 @@ def test_the_cli_scale_table_is_that_of_the_checked_in_results():
     rows = [bench.markdown_row(long_before if case == "plot-30000" else before, case, "before") for case in cases]
     rows += [bench.markdown_row(after, case, "after") for case in cases]
     rows += [bench.markdown_row(now, case, "now") for case in cases]
-    text = PAGE.read_text(encoding="utf-8")
+    text = CLI.read_text(encoding="utf-8")
     missing = [row for row in rows if row not in text]
-    assert not missing, "docs/benchmarks.md lacks these rows of benchmarks/results/:\n" + "\n".join(missing)
+    assert not missing, "docs/benchmarks-cli.md lacks these rows of benchmarks/results/:\n" + "\n".join(missing)
     assert first["cases"]["plot-30000"]["timed_out"] == 3  # "stopped it each time at its limit of 400 s"
     assert first["timeout_s"] == 400
     assert long_before["timeout_s"] == 1800
@@ -369,12 +381,12 @@ def test_flux_dev_shapes_box_is_that_of_the_checked_in_results():
     plot = load_file(ROOT / "benchmarks" / "plot_box.py", "plot_box", beside=True)
     rows = plot.rows(arms=plot.FLUX_DEV)
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    missing = [row for row in plot.table(rows) if row not in PAGE.read_text(encoding="utf-8")]
+    missing = [row for row in plot.table(rows) if row not in BOX.read_text(encoding="utf-8")]
     missing += [row for row in plot.short_table(rows) if row not in readme]
-    assert not missing, "docs/benchmarks.md or the README lacks these rows of bench_box-flux-dev.json:\n" + "\n".join(
-        missing
+    assert not missing, (
+        "docs/benchmarks-box.md or the README lacks these rows of bench_box-flux-dev.json:\n" + "\n".join(missing)
     )
-    shown, flat = " ".join(PAGE.read_text(encoding="utf-8").split()), " ".join(readme.split())
+    shown, flat = " ".join(BOX.read_text(encoding="utf-8").split()), " ".join(readme.split())
     by = {(row["lcmu"], row["label"]): row for row in rows}
     nothing, peak, register = by[(False, "nothing")], by[(False, "`lowest-peak`")], by[(True, "`default` + register")]
     doc = json.loads((ROOT / "benchmarks" / "results" / "bench_box-flux-dev.json").read_text())
@@ -441,9 +453,11 @@ def _timing_arm(name: str, arm: str) -> list[dict[str, Any]]:
 def test_every_interleaved_timing_of_the_register_presets_is_that_of_its_results():
     """Issue 27: whether the register presets run at nothing's speed, every run shown, none left out."""
     plot, found = _timings()
-    text = PAGE.read_text(encoding="utf-8")
+    text = TIMINGS.read_text(encoding="utf-8")
     missing = [row for row in plot.timing_table(found) if row not in text]
-    assert not missing, "docs/benchmarks.md lacks these rows of the interleaved timings:\n" + "\n".join(missing)
+    assert not missing, "docs/benchmarks-box-timings.md lacks these rows of the interleaved timings:\n" + "\n".join(
+        missing
+    )
     runs = sorted(p.name for p in (ROOT / "benchmarks" / "results").glob("bench_box-timing*.json"))
     assert runs == sorted(f"bench_box-{name}.json" for name in plot.TIMINGS)  # every timing run is in the table
     shown = " ".join(text.split())
@@ -455,7 +469,8 @@ def test_every_interleaved_timing_of_the_register_presets_is_that_of_its_results
     assert f"`lowest-peak` + register was {', '.join(p[:-1])} and {p[-1]} `nothing`" in shown
     assert "the slower in {} of {} pairs: it misses the 1.05".format(*_slower(peak)) in shown
     over = "Over its five runs it was the slower in {} pairs of {} ({}, {}, {}, {} and {})"
-    assert over.format(*_slower(peak), *p) in shown
+    box = " ".join(BOX.read_text(encoding="utf-8").split())
+    assert over.format(*_slower(peak), *p) in box  # said on the box page, under the preset's box
     r = [_ratio(row) for row in register]
     assert f"`default` + register was {', '.join(r[:2])} and {r[2]}" in shown
     assert "the slower in {} of {}.".format(*_slower(register)) in shown
@@ -481,7 +496,7 @@ def test_every_interleaved_timing_of_the_register_presets_is_that_of_its_results
 def test_no_one_action_of_lowest_peak_makes_its_gap_as_the_ablation_runs_measured():
     """Issue 27: without either action, or with the T5 encoder registered too (no phases marked), still slower."""
     _, found = _timings()
-    shown = " ".join(PAGE.read_text(encoding="utf-8").split())
+    shown = " ".join(TIMINGS.read_text(encoding="utf-8").split())
 
     def ablation(run: str, arm: str) -> tuple[float, str, str]:
         (row,) = [r for r in found if r["run"] == run and r["arm"] == f"true/preset:lowest-peak+register{arm}"]
@@ -508,9 +523,11 @@ def test_no_one_action_of_lowest_peak_makes_its_gap_as_the_ablation_runs_measure
 def test_where_a_steady_call_spends_its_time_is_what_the_marked_runs_measured():
     """Issue 27: the phases of timing-8 to timing-10, and what the page concludes from them, from the results."""
     plot = load_file(ROOT / "benchmarks" / "plot_box.py", "plot_box", beside=True)
-    found, text = plot.phases(), PAGE.read_text(encoding="utf-8")
+    found, text = plot.phases(), TIMINGS.read_text(encoding="utf-8")
     missing = [row for row in plot.phase_table(found) if row not in text]
-    assert not missing, "docs/benchmarks.md lacks these rows of where the calls' time went:\n" + "\n".join(missing)
+    assert not missing, "docs/benchmarks-box-timings.md lacks these rows of where the calls' time went:\n" + "\n".join(
+        missing
+    )
     shown = " ".join(text.split())
     arm = {(r["run"], r["arm"]): r for r in found}
 
@@ -578,7 +595,7 @@ def test_where_a_steady_call_spends_its_time_is_what_the_marked_runs_measured():
 def test_lowest_peaks_give_back_inside_a_call_costs_what_its_reports_say():
     """Issue 27: release_done_components' own seconds, before and after the chunked count, and the re-faults."""
     _, found = _timings()
-    shown = " ".join(PAGE.read_text(encoding="utf-8").split())
+    shown = " ".join(TIMINGS.read_text(encoding="utf-8").split())
 
     def given_back(name: str) -> list[list[dict[str, Any]]]:
         """Each process's executed give-backs, call by call."""
@@ -613,11 +630,13 @@ def test_two_ranks_at_flux_dev_shapes_share_one_copy_as_the_page_says():
     """Issue 28, item 3: two processes from the same files peak at most 1.2 times one process."""
     plot = load_file(ROOT / "benchmarks" / "plot_box.py", "plot_box", beside=True)
     one, pair = plot.rows(arms=plot.FLUX_DEV_RANKS)
-    missing = [row for row in plot.table([one, pair]) if row not in PAGE.read_text(encoding="utf-8")]
-    assert not missing, "docs/benchmarks.md lacks these rows of bench_box-flux-dev-ranks.json:\n" + "\n".join(missing)
+    missing = [row for row in plot.table([one, pair]) if row not in BOX.read_text(encoding="utf-8")]
+    assert not missing, "docs/benchmarks-box.md lacks these rows of bench_box-flux-dev-ranks.json:\n" + "\n".join(
+        missing
+    )
     ratio = pair["peak"] / one["peak"]
     assert ratio <= 1.2  # the issue's target
-    shown = " ".join(PAGE.read_text(encoding="utf-8").split())
+    shown = " ".join(BOX.read_text(encoding="utf-8").split())
     assert f"The pair peaked at {pair['peak']:.2f} GiB, {ratio:.2f}{TIMES} one process's {one['peak']:.2f}**" in shown
     pinned_copies = " ".join((ROOT / "docs" / "pinned-copies.md").read_text(encoding="utf-8").split())
     assert f"peaked at {ratio:.2f}{TIMES} one process at FLUX.1-dev's shapes" in pinned_copies
@@ -646,9 +665,9 @@ def test_two_ranks_at_flux_dev_shapes_share_one_copy_as_the_page_says():
 def test_the_box_table_and_its_figures_are_those_of_the_checked_in_results(tmp_path: Path):
     plot = load_file(ROOT / "benchmarks" / "plot_box.py", "plot_box", beside=True)
     rows = plot.rows()
-    text = PAGE.read_text(encoding="utf-8")
+    text = BOX.read_text(encoding="utf-8")
     missing = [row for row in plot.table(rows) if row not in text]
-    assert not missing, "docs/benchmarks.md lacks these rows of benchmarks/results/bench_box-*.json:\n" + "\n".join(
+    assert not missing, "docs/benchmarks-box.md lacks these rows of benchmarks/results/bench_box-*.json:\n" + "\n".join(
         missing
     )
     by = {(row["lcmu"], row["label"]): row for row in rows}
@@ -767,7 +786,8 @@ def test_the_box_table_and_its_figures_are_those_of_the_checked_in_results(tmp_p
     shared = probe.split("--- shared/readonly")[1].split("--- private/default")[0]
     assert '"registered", "t": 3.025, "code": 0, "is_pinned": true' in shared  # 0.014 s after the mapping
     assert '"gb_per_s": {"registered": 53.47, "pageable": 8.7, "pin_memory": 54.54}' in shared
-    assert "registered in 0.014 s, `is_pinned()` was true, and a copy to the GPU ran at 53.5 GB/s" in shown
+    timings = " ".join(TIMINGS.read_text(encoding="utf-8").split())  # the probe, beside where the time goes
+    assert "registered in 0.014 s, `is_pinned()` was true, and a copy to the GPU ran at 53.5 GB/s" in timings
     pytest.importorskip("matplotlib", reason="the plot extra is not installed (pip install -e '.[dev]' adds it)")
     plot.draw(rows, tmp_path / "box.png")
     assert _png_size(tmp_path / "box.png") == _png_size(ROOT / "docs" / "img" / "box.png")

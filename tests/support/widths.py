@@ -67,9 +67,9 @@ def docs_hooks() -> ModuleType:
 
 
 def rendered_markdown(text: str) -> str:
-    """A page's Markdown with its ``<!-- generated: NAME -->`` sections in place, as the site renders it."""
+    """A page's Markdown with its ``<!-- generated: NAME ... -->`` sections in place, as the site renders it."""
     hooks = docs_hooks()
-    return hooks.MARKER.sub(lambda match: hooks.GENERATORS[match.group(1)](), text)
+    return hooks.MARKER.sub(hooks.generated, text)
 
 
 @dataclass(frozen=True)
