@@ -138,7 +138,7 @@ def test_the_check_names_the_page_a_missing_module_belongs_on():
     assert [line for line in missing if line.partition(":")[0] in left_out] == [
         "ddo_hooks: add '::: ddo_hooks' to docs/api/index.md",
         "ddo_hooks.cli: add '::: ddo_hooks.cli' to docs/api/cli.md",
-        "ddo_hooks.hooks.idle: add '::: ddo_hooks.hooks.idle' to docs/api/hooks-runner.md",  # most of its siblings
+        "ddo_hooks.hooks.idle: add '::: ddo_hooks.hooks.idle' to docs/api/hooks.md",  # most of its siblings
         "ddo_hooks.reports.ddo.host: add '::: ddo_hooks.reports.ddo.host' to docs/api/reports-ddo.md",
         "ddo_hooks.sizes: add '::: ddo_hooks.sizes' to docs/api/foundation.md",
     ]
