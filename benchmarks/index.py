@@ -59,6 +59,11 @@ MADE_BY = {
         "the `ring` step, `RING_PARTS=tests`: `tests/gpu/test_ring_gpu.py` (`-s`: each scenario's JSON leads its "
         "result)",
     ),
+    "gpu-ring-tests-h100-2.log": (
+        GPU_SESSION,
+        'the `ring` step, `RING_PARTS="tests timeline"`, on the code of 2026-12-08: `tests/gpu/test_ring_gpu.py`',
+    ),
+    "gpu-suite-h100.log": (GPU_SESSION, "the `gpu-suite` step, on the code of 2026-12-08 (one H100: two tests skip)"),
 }
 """Results files whose name starts with no script's: what made them, read from the log's form and its commit."""
 OPTION_KEYS = {

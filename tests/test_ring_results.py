@@ -45,3 +45,27 @@ def test_the_readme_and_the_benchmarks_page_quote_the_runs():
         f"{first['false/ddo-auto']:.2f} s and the pipeline resident on the GPU {first[resident]:.2f} s"
     ) in benchmarks
     assert f"in a second run, {second[streamed]:.2f} s against {second[resident]:.2f} s resident" in benchmarks
+    third = {row["arm"]: row for row in ring_results.speed("ring-h100-3")}
+    assert {row["n"] for row in third.values()} == {5}  # "5 processes each"
+    assert (
+        f"in a third, after the hooks' host side was made cheaper, {third[streamed]['steady']:.2f} s against "
+        f"{third[resident]['steady']:.2f} s resident (5 processes each)" in benchmarks
+    )
+
+
+def test_the_third_run_and_its_timeline_are_quoted_as_measured():
+    text = " ".join(PAGE.split())
+    third = {row["arm"]: row for row in ring_results.speed("ring-h100-3")}
+    streamed, resident = third["true/preset:streamed-box@none"], third["true/resident@none"]
+    assert (
+        f"`streamed-box` made its steady calls in {streamed['steady']:.2f} s against {resident['steady']:.2f} s "
+        f"resident ({streamed['step_ms']:.1f} against {resident['step_ms']:.1f} ms a step; slower in "
+        f"{streamed['slower']} of {streamed['pairs']} pairs)"
+    ) in text
+    import json
+
+    timeline = json.loads((ring_results.RESULTS / "probe_ring_timeline-h100-2.json").read_text())
+    assert (
+        f"gave {timeline['step_ms']:.1f} ms a step, the link busy {timeline['link_busy']:.0%}, the compute "
+        f"{timeline['compute_busy']:.0%}"
+    ) in text
