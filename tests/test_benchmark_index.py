@@ -135,6 +135,21 @@ def test_the_leftover_log_was_superseded_by_a_later_run_of_the_same_tests():
     assert set(leftover) <= set(later)
 
 
+def test_the_gpu_logs_end_as_the_pages_say():
+    development = " ".join((ROOT / "docs" / "development.md").read_text(encoding="utf-8").split())
+    for log, card in (("gpu-suite-h200.log", "H200"), ("gpu-suite-h100.log", "H100")):
+        last = (RESULTS / log).read_text(encoding="utf-8").strip().splitlines()[-1]
+        found = re.fullmatch(r"(\d+) passed, (\d+) skipped in (\d+)\.\d+s \(.*\)", last)
+        assert found is not None, (log, last)
+        said = f"{found[1]} passed and {'the same ' if card == 'H100' else ''}{found[2]} skipped"
+        assert said in development, (log, said)
+        assert f"in {round(float(last.split(' in ')[1].split('s')[0]))} s on one {card}" in development
+    ring = " ".join((ROOT / "docs" / "ring-runtime.md").read_text(encoding="utf-8").split())
+    for log in ("gpu-ring-tests-h100.log", "gpu-ring-tests-h100-2.log"):
+        assert (RESULTS / log).read_text(encoding="utf-8").strip().splitlines()[-1].startswith("2 passed in "), log
+        assert f"`{log}`" in ring
+
+
 def test_each_way_a_page_names_a_results_file_is_found_in_its_section(uses):
     names = {f"bench_x-{n}.json" for n in ("a", "b", "run-1", "run-2", "run-3", "run-4", "cut")} | {"bench_y.json"}
     page = "\n".join([
