@@ -4,7 +4,8 @@ Traces the ddo_hooks functions that run while a policy writing ``release: {min_r
 loads, is attached to a tiny Stable Diffusion pipeline and runs one call, and notes each function
 whose locals hold the option: its value as written (``'64MiB'``), as a number (``67108864``), or a
 model or mapping that holds it under its name. Prints each file with the forms the option takes
-there, then the totals; ``tests/test_option_corridor.py`` holds them to the issue's targets.
+there, then the totals: to the action's options (files met before the action ``host_cache_release`` ran,
+and its own), and on to the argument of the release it calls; ``tests/test_option_corridor.py`` holds them.
 
     python scripts/option_corridor.py
 """
@@ -20,6 +21,7 @@ from typing import Any
 import ddo_hooks
 
 OPTION, WRITTEN, NUMBER = "min_releasable_bytes", "64MiB", 64 * 2**20
+ACTION = ("ddo_hooks/actions/host_cache_release.py", "host_cache_release")
 POLICY = f"version: 1\nrelease: {{{OPTION}: {WRITTEN}}}\n"
 PACKAGE = str(Path(ddo_hooks.__file__).parent)
 
@@ -38,22 +40,31 @@ def form_of(value: Any) -> str | None:
     return None
 
 
-def corridor() -> dict[str, set[str]]:
-    """Each ddo_hooks file whose functions held the option, with the forms they held it in."""
+def corridor() -> tuple[dict[str, set[str]], set[str]]:
+    """Each ddo_hooks file whose functions held the option, with the forms they held it in; and those past the action.
+
+    A file is past the action where it first held the option after the action's function was called.
+    """
     from ddo_hooks import HookPolicy, attach
     from ddo_hooks.testing.tiny_pipelines import build_pipeline, call_kwargs
 
     pipe = build_pipeline("sd")
     found: dict[str, set[str]] = {}
+    past: set[str] = set()
+    started = False
 
     def tracer(frame: FrameType, event: str, arg: Any) -> Any:
+        nonlocal started
         if not frame.f_code.co_filename.startswith(PACKAGE):
             return None
+        name = Path(frame.f_code.co_filename).relative_to(Path(PACKAGE).parent).as_posix()
+        started = started or (event == "call" and (name, frame.f_code.co_name) == ACTION)
         if event in ("call", "return"):
             for value in list(frame.f_locals.values()):
                 form = form_of(value)
                 if form is not None:
-                    name = str(Path(frame.f_code.co_filename).relative_to(Path(PACKAGE).parent))
+                    if started and name not in found and name != ACTION[0]:
+                        past.add(name)
                     found.setdefault(name, set()).add(form)
         return tracer
 
@@ -64,15 +75,18 @@ def corridor() -> dict[str, set[str]]:
             pipe(**call_kwargs("sd", steps=1))
     finally:
         sys.settrace(None)
-    return found
+    return found, past
 
 
 def main() -> int:
-    found = corridor()
+    found, past = corridor()
     for name, held in sorted(found.items()):
-        print(f"{name}: {', '.join(sorted(held))}")
+        print(f"{name}: {', '.join(sorted(held))}{' (past the action)' if name in past else ''}")
     forms = sorted({form for held in found.values() for form in held})
-    print(f"{len(found)} files, {len(forms)} forms: {'; '.join(forms)}")
+    values = sorted({form.rsplit(" of ", 1)[-1] for form in forms})
+    print(f"{len(found) - len(past)} files to the action's options, {len(found)} to the release's argument")
+    held = "; ".join(forms)
+    print(f"the value in {len(values)} forms ({', '.join(values)}), {len(forms)} with what holds it: {held}")
     return 0
 
 

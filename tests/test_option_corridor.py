@@ -24,16 +24,17 @@ def load_script():
 
 @pytest.mark.skipif(sys.gettrace() is not None, reason="a tracer (coverage, a debugger) is already installed")
 def test_min_releasable_bytes_crosses_these_files_in_these_forms():
-    found = load_script().corridor()
+    found, past = load_script().corridor()
     assert found == {
         "ddo_hooks/policy/yaml_loader.py": {"str", "mapping of str"},  # the YAML, with its position
-        "ddo_hooks/policy/passes.py": {"mapping of str"},  # the release section, parsed once
+        "ddo_hooks/policy/passes.py": {"mapping of str", "HostCacheReleaseOptions of int"},  # parsed; entries resolved
         "ddo_hooks/sizes.py": {"str", "int"},  # '64MiB' read as a size
         "ddo_hooks/actions/contract.py": {"int", "mapping of int", "HostCacheReleaseOptions of int"},  # merged, once
-        "ddo_hooks/policy/resolving.py": {"HostCacheReleaseOptions of int"},  # each entry resolved once
         "ddo_hooks/actions/host_cache_release.py": {"HostCacheReleaseOptions of int", "mapping of int"},  # the action
         "ddo_hooks/release/host_cache.py": {"int"},  # the argument of release_pytorch_host_cache
     }
+    assert past == {"ddo_hooks/release/host_cache.py"}  # the action's options cross the other five
+    assert {form.rsplit(" of ", 1)[-1] for held in found.values() for form in held} == {"str", "int"}
 
 
 def test_loading_a_preset_validates_each_section_once_each_entry_once_and_dumps_nothing(monkeypatch):

@@ -294,11 +294,31 @@ class ActionRegistry:
         known = self.available()
         close = difflib.get_close_matches(name, known, n=1)
         hint = f"did you mean {close[0]!r}? " if close else ""
+        how = "@ddo_hooks.register_action" if self is REGISTRY else "this registry's register"
         raise PolicyError(
             f"{where}: unknown action {name!r}; {hint}known actions: {', '.join(known)}. Register it with "
-            f"@ddo_hooks.register_action({name!r}) or the {ENTRY_POINT_GROUP!r} entry-point group before attaching"
+            f"{how}({name!r}) or the {ENTRY_POINT_GROUP!r} entry-point group before attaching"
         )
 
 
 REGISTRY = ActionRegistry()
 """The process's registry: what :func:`register_action` writes, and what policies and :func:`~ddo_hooks.attach` read."""
+
+
+def chosen_registry(registry: ActionRegistry | None) -> ActionRegistry:
+    """``registry``, or the process's :data:`REGISTRY` for ``None``: what a policy and :func:`~ddo_hooks.attach` take.
+
+    Raises:
+        InvalidArgumentError: Not an :class:`ActionRegistry` or ``None``.
+
+    Examples:
+        >>> chosen_registry(None) is REGISTRY
+        True
+    """
+    if registry is None:
+        return REGISTRY
+    if not isinstance(registry, ActionRegistry):
+        raise InvalidArgumentError(
+            f"registry must be a ddo_hooks.actions.registry.ActionRegistry or None, got {type(registry).__name__}"
+        )
+    return registry

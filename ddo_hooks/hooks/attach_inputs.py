@@ -1,34 +1,38 @@
-"""What :func:`~ddo_hooks.attach` takes besides the pipeline: the policy, as it attaches it, and the registry.
+"""What :func:`~ddo_hooks.attach` takes besides the pipeline: the policy, as it attaches it.
 
 Examples:
-    >>> chosen_policy("smallest-box").pinned_copies.from_files, chosen_registry(None) is REGISTRY
-    ('register', True)
+    >>> chosen_policy("smallest-box").pinned_copies.from_files
+    'register'
 """
 
 from __future__ import annotations
 
 import os
 
-from ddo_hooks.actions.registry import REGISTRY, ActionRegistry
+from ddo_hooks.actions.registry import ActionRegistry
 from ddo_hooks.errors import InvalidArgumentError
 from ddo_hooks.policy.model import HookPolicy
 
-__all__ = ["chosen_policy", "chosen_registry", "with_encoders"]
+__all__ = ["chosen_policy", "with_encoders"]
 
 
-def chosen_policy(policy: HookPolicy | str | os.PathLike[str] | None) -> HookPolicy:
+def chosen_policy(
+    policy: HookPolicy | str | os.PathLike[str] | None, registry: ActionRegistry | None = None
+) -> HookPolicy:
     """The policy :func:`~ddo_hooks.attach` was given: the default for ``None``, else a preset or a file loaded.
+
+    One it loads finds its actions in ``registry`` (``None``: the process's).
 
     Raises:
         InvalidArgumentError: Not a policy, a path, a name or ``None``.
         PolicyError: As :meth:`~ddo_hooks.policy.model.HookPolicy.from_name_or_yaml`.
     """
     if policy is None:
-        return HookPolicy.default()
+        return HookPolicy.preset("default", registry=registry)
     if isinstance(policy, HookPolicy):
         return policy
     if isinstance(policy, (str, os.PathLike)):
-        return HookPolicy.from_name_or_yaml(policy)
+        return HookPolicy.from_name_or_yaml(policy, registry=registry)
     raise InvalidArgumentError(
         f"policy must be a HookPolicy, a path to a YAML policy or None (the default policy), "
         f"got {type(policy).__name__}"
@@ -53,18 +57,3 @@ def with_encoders(policy: HookPolicy, keep: bool | None) -> HookPolicy:
         )
     pinned = policy.pinned_copies.model_validate({**policy.pinned_copies.model_dump(), "keep_encoders_pinned": keep})
     return policy.model_copy(update={"pinned_copies": pinned})
-
-
-def chosen_registry(registry: ActionRegistry | None) -> ActionRegistry:
-    """Where :func:`~ddo_hooks.attach` finds the policy's actions: ``registry``, or the process's (``None``).
-
-    Raises:
-        InvalidArgumentError: Not an :class:`~ddo_hooks.actions.registry.ActionRegistry` or ``None``.
-    """
-    if registry is None:
-        return REGISTRY
-    if not isinstance(registry, ActionRegistry):
-        raise InvalidArgumentError(
-            f"registry must be a ddo_hooks.actions.registry.ActionRegistry or None, got {type(registry).__name__}"
-        )
-    return registry

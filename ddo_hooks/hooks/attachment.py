@@ -31,10 +31,10 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from ddo_hooks import _moved
-from ddo_hooks.actions.registry import ActionRegistry
+from ddo_hooks.actions.registry import ActionRegistry, chosen_registry
 from ddo_hooks.boundaries import BOUNDARIES
 from ddo_hooks.errors import BoundaryRefusedError, DetachTimeoutError, InvalidArgumentError, ReportSinkError
-from ddo_hooks.hooks.attach_inputs import chosen_policy, chosen_registry, with_encoders
+from ddo_hooks.hooks.attach_inputs import chosen_policy, with_encoders
 from ddo_hooks.hooks.attach_steps import FromFiles, Repack, Ring, attach_steps, other_holder, other_holder_of
 from ddo_hooks.hooks.components import Components, check_drop
 from ddo_hooks.hooks.phases import CallPhases, Phase
@@ -80,9 +80,11 @@ def attach(
         keep_encoders_pinned: Overrides the policy's ``pinned_copies.keep_encoders_pinned`` (``None``: the
             policy's): pin the text and image encoders and priors from their files too, and keep them pinned
             between calls. Needs the policy's ``pinned_copies.from_files``.
-        registry: Where the policy's actions are found by name (``None``: the process's
-            :data:`~ddo_hooks.actions.registry.REGISTRY`): an :class:`~ddo_hooks.actions.registry.ActionRegistry`
-            of your own keeps the actions you register in it to the attachments you give it.
+        registry: Where the policy's actions are found by name (``None``: the registry the policy was loaded
+            with, :attr:`~ddo_hooks.policy.model.HookPolicy.registry`; the process's
+            :data:`~ddo_hooks.actions.registry.REGISTRY` unless it was given one): an
+            :class:`~ddo_hooks.actions.registry.ActionRegistry` of your own keeps the actions you register in it to
+            the policies and attachments you give it.
 
     Returns:
         The :class:`Attachment` handle; also a context manager that detaches on exit.
@@ -104,8 +106,9 @@ def attach(
         raise InvalidArgumentError(
             f"this {type(pipeline).__name__} already has ddo_hooks attached; call detach() on that attachment first"
         )
-    loaded = with_encoders(chosen_policy(policy), keep_encoders_pinned)
-    actions = bind_actions(pipeline, loaded, chosen_registry(registry))  # every action known, each check passed
+    loaded = with_encoders(chosen_policy(policy, registry), keep_encoders_pinned)
+    found_in = loaded.registry if registry is None else chosen_registry(registry)
+    actions = bind_actions(pipeline, loaded, found_in)  # every action known, each check passed
     return Attachment(pipeline, loaded, tracker or MetricsTracker(max_records=loaded.keep_reports), actions)
 
 

@@ -38,6 +38,7 @@ from pydantic import (
 from ddo_hooks._diagnostics import KeyPath, Positions, below, did_you_mean_hint, show_value
 from ddo_hooks.actions.contract import OptionsT, RegisteredAction, ResolvedAction
 from ddo_hooks.actions.host_cache_release import HostCacheReleaseOptions
+from ddo_hooks.actions.registry import ActionRegistry, chosen_registry
 from ddo_hooks.boundaries import BOUNDARIES
 from ddo_hooks.errors import InvalidArgumentError, PolicyError
 from ddo_hooks.policy import PRESETS
@@ -49,8 +50,7 @@ from ddo_hooks.policy.parts import (
     Model,
     PinnedCopiesPolicy,
 )
-from ddo_hooks.policy.passes import SUPPORTED_VERSIONS, checked_whole
-from ddo_hooks.policy.resolving import fitted, resolve_actions
+from ddo_hooks.policy.passes import SUPPORTED_VERSIONS, checked_whole, fitted, resolve_actions
 from ddo_hooks.policy.rules import broken
 from ddo_hooks.policy.sources import named_source, preset_file
 from ddo_hooks.policy.values import DEVICE_PATTERN, keep_reports_in_range, openable_sink, validate_device
@@ -101,6 +101,7 @@ class HookPolicy(Model):
     _base_dir: Path | None = PrivateAttr(default=None)
     _written: dict[KeyPath, str] = PrivateAttr(default_factory=dict)
     _resolved: dict[str, tuple[ResolvedAction[Any], ...]] = PrivateAttr(default_factory=dict)
+    _registry: ActionRegistry | None = PrivateAttr(default=None)  # None: the process's
 
     def __init__(self, **settings: Any) -> None:
         """A policy of keyword settings, ``HookPolicy(version=1, device="cuda:1")``, checked as by :meth:`from_mapping`.
@@ -149,11 +150,13 @@ class HookPolicy(Model):
     # -- loading -------------------------------------------------------------------------
 
     @classmethod
-    def from_yaml(cls, path: str | os.PathLike[str]) -> HookPolicy:
+    def from_yaml(cls, path: str | os.PathLike[str], *, registry: ActionRegistry | None = None) -> HookPolicy:
         """Load a policy file.
 
         Args:
             path: The YAML file (UTF-8).
+            registry: Where its actions are found by name (``None``: the process's
+                :data:`~ddo_hooks.actions.registry.REGISTRY`); the policy keeps it (:attr:`registry`).
 
         Returns:
             The policy, remembering the file and the position of every key.
@@ -166,15 +169,15 @@ class HookPolicy(Model):
             raise PolicyError(f"from_yaml expects a path (str or os.PathLike), got {type(path).__name__}")
         source = os.fspath(path)
         text = read_policy_file(source)
-        return cls._load(text, source, Path(source).absolute().parent)
+        return cls._load(text, source, Path(source).absolute().parent, registry)
 
     @classmethod
-    def from_name_or_yaml(cls, source: str | os.PathLike[str]) -> HookPolicy:
+    def from_name_or_yaml(cls, source: str | os.PathLike[str], *, registry: ActionRegistry | None = None) -> HookPolicy:
         """A preset's name where nothing of that name is here (``"lowest-peak"``), else the policy file at the path.
 
         :func:`~ddo_hooks.attach` and the CLI's ``--policy`` read a string so; a symbolic link is read
         as the file too, so one that names nothing is refused, never taken for a preset
-        (:mod:`~ddo_hooks.policy.sources`).
+        (:mod:`~ddo_hooks.policy.sources`). Its actions are found in ``registry`` (as :meth:`from_yaml`).
 
         Raises:
             PolicyError: Neither a file nor a preset of that name (the message lists the presets and the
@@ -188,25 +191,33 @@ class HookPolicy(Model):
         if not isinstance(source, (str, os.PathLike)):
             raise PolicyError(f"a policy is a path or a preset's name (str), got {type(source).__name__}")
         name = os.fspath(source)
-        return cls.preset(name) if named_source(name) == "preset" else cls.from_yaml(name)
+        if named_source(name) == "preset":
+            return cls.preset(name, registry=registry)
+        return cls.from_yaml(name, registry=registry)
 
     @classmethod
-    def from_yaml_text(cls, text: str, source: str = "<string>") -> HookPolicy:
-        """Load a policy from YAML text; ``source`` names it in messages.
+    def from_yaml_text(
+        cls, text: str, source: str = "<string>", *, registry: ActionRegistry | None = None
+    ) -> HookPolicy:
+        """Load a policy from YAML text; ``source`` names it in messages, ``registry`` as :meth:`from_yaml`.
 
         Raises:
             PolicyError: As :meth:`from_yaml`, for everything after reading the file.
         """
-        return cls._load(text, source, None)
+        return cls._load(text, source, None, registry)
 
     @classmethod
-    def from_mapping(cls, data: Mapping[str, Any], source: str = "<mapping>") -> HookPolicy:
+    def from_mapping(
+        cls, data: Mapping[str, Any], source: str = "<mapping>", *, registry: ActionRegistry | None = None
+    ) -> HookPolicy:
         """Validate a policy given as a mapping (e.g. ``policy.model_dump(mode="json")``).
+
+        Its actions are found in ``registry``, as :meth:`from_yaml`.
 
         Raises:
             PolicyError: The mapping is not a valid policy; one line per problem.
         """
-        return cls._validate(LoadedYaml(data), source, None)
+        return cls._validate(LoadedYaml(data), source, None, registry)
 
     @classmethod
     def default(cls) -> HookPolicy:
@@ -219,8 +230,10 @@ class HookPolicy(Model):
         return cls.preset("default")
 
     @classmethod
-    def preset(cls, name: str) -> HookPolicy:
+    def preset(cls, name: str, *, registry: ActionRegistry | None = None) -> HookPolicy:
         """A packaged policy by its name, one of :data:`PRESETS` (``lowest-peak``, ``smallest-box``, ...).
+
+        Its actions are found in ``registry``, as :meth:`from_yaml`.
 
         Raises:
             PolicyError: No preset has that name; the message lists them.
@@ -237,21 +250,38 @@ class HookPolicy(Model):
             text = resource.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as e:
             raise PolicyError(f"{resource}: cannot read the packaged preset ({e}); reinstall ddo-hooks") from e
-        return cls._load(text, str(resource), None)
+        return cls._load(text, str(resource), None, registry)
 
     @classmethod
-    def _load(cls, text: str, source: str, base_dir: Path | None) -> HookPolicy:
-        return cls._validate(compose_policy_yaml(text, source), source, base_dir)
+    def _load(cls, text: str, source: str, base_dir: Path | None, registry: ActionRegistry | None) -> HookPolicy:
+        return cls._validate(compose_policy_yaml(text, source), source, base_dir, registry)
 
     @classmethod
-    def _validate(cls, loaded: LoadedYaml, source: str, base_dir: Path | None) -> HookPolicy:
+    def _validate(
+        cls, loaded: LoadedYaml, source: str, base_dir: Path | None, registry: ActionRegistry | None = None
+    ) -> HookPolicy:
         """Check its shape, then its rules (:func:`~ddo_hooks.policy.passes.checked_whole`); remember its source."""
-        policy, known, resolved = checked_whole(cls, loaded, source)
+        found_in = chosen_registry(registry)
+        policy, known, resolved = checked_whole(cls, loaded, source, found_in)
         policy._source, policy._positions, policy._base_dir = source, known, base_dir
-        policy._written, policy._resolved = dict(loaded.written), resolved
+        policy._written, policy._resolved, policy._registry = dict(loaded.written), resolved, registry
         return policy
 
     # -- reading -------------------------------------------------------------------------
+
+    @property
+    def registry(self) -> ActionRegistry:
+        """Where its actions were found by name when it loaded, and are at attach unless attach is given another.
+
+        Examples:
+            >>> from ddo_hooks.actions.registry import REGISTRY, ActionRegistry
+            >>> mine = ActionRegistry()
+            >>> HookPolicy.default().registry is REGISTRY
+            True
+            >>> HookPolicy.preset("default", registry=mine).registry is mine
+            True
+        """
+        return chosen_registry(self._registry)
 
     @property
     def source(self) -> str:

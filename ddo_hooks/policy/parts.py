@@ -86,7 +86,7 @@ class ActionSpec(Model):
     """One action a boundary runs, as written: in YAML either its name or ``{name: ..., options: {...}}``.
 
     It holds what was written, and only that: its options are resolved once, against the model of the action
-    registered under its name, with the policy's rules (:mod:`~ddo_hooks.policy.resolving`); the JSON Schema
+    registered under its name, with the policy's rules (:mod:`~ddo_hooks.policy.passes`); the JSON Schema
     lists each built-in action's options.
     """
 

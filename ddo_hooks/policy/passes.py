@@ -1,11 +1,13 @@
-r"""The whole check of a loaded policy, in two passes: its shape, then its rules; every problem in one run.
+r"""The whole check of a loaded policy: its shape, each action resolved once, then its rules; every problem in one run.
 
 :func:`checked_whole` checks what the YAML itself refused and the version; then each top-level section on its
 own (:func:`parse_sections`): pydantic gives every field error of a section in one pass. A section that does not
 parse is validated once more without the keys that did not, so that the rules can read the rest of it. Then the
-actions are resolved once (:func:`~ddo_hooks.policy.resolving.resolve_actions`) and every rule across settings
+actions are resolved once (:func:`resolve_actions`, against the policy's registry) and every rule across settings
 runs over what parsed (:data:`~ddo_hooks.policy.rules.RULES`), each left out where a setting it reads did not
-parse. All of it is one error, one line per problem, in file order.
+parse. All of it is one error, one line per problem, in file order. At attach, :func:`fitted` gives an entry the
+options of the action bound to its name then (validated again only where that action is another than the one it
+was resolved against).
 
 Examples:
     >>> from ddo_hooks import HookPolicy
@@ -23,24 +25,37 @@ Examples:
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import typing
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Annotated, Any, TypeVar
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
-from pydantic_core import InitErrorDetails
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from ddo_hooks._diagnostics import KeyPath, Positions, show_value, where
-from ddo_hooks.actions.contract import ResolvedAction
+from ddo_hooks.actions.contract import OptionsT, RegisteredAction, ResolvedAction
+from ddo_hooks.actions.registry import REGISTRY, ActionRegistry
+from ddo_hooks.boundaries import BOUNDARIES
 from ddo_hooks.errors import PolicyError
-from ddo_hooks.policy.messages import Problem, item_problems, join_problems
-from ddo_hooks.policy.resolving import resolve_actions
+from ddo_hooks.policy.messages import Problem, item_problems, join_problems, located_line
 from ddo_hooks.policy.rules import Located, Sections, broken
 from ddo_hooks.policy.yaml_loader import LoadedYaml
 
-__all__ = ["SUPPORTED_VERSIONS", "Parsed", "checked_whole", "parse_sections", "version_problem", "without"]
+__all__ = [
+    "SUPPORTED_VERSIONS",
+    "Parsed",
+    "checked_whole",
+    "defaults_of",
+    "fitted",
+    "parse_sections",
+    "resolve_actions",
+    "version_problem",
+    "without",
+    "written_settings",
+]
 
 SUPPORTED_VERSIONS: tuple[int, ...] = (1,)
 """The policy versions this release reads."""
@@ -140,9 +155,11 @@ def _what_parsed(adapter: TypeAdapter[Any], value: Any, failing: list[KeyPath]) 
 
 
 def checked_whole(
-    model: type[ModelT], loaded: LoadedYaml, source: str
+    model: type[ModelT], loaded: LoadedYaml, source: str, registry: ActionRegistry = REGISTRY
 ) -> tuple[ModelT, Positions, dict[str, tuple[ResolvedAction[Any], ...]]]:
     """``loaded`` checked as ``model``: the YAML's problems, the version, each section, then the rules, in file order.
+
+    Each action entry is resolved against the action of its name in ``registry``.
 
     Returns:
         The model (built from its sections, each validated once), the position of every key (an action written as
@@ -178,7 +195,7 @@ def checked_whole(
         failed = [*parsed.failed, *loaded.broken]
         fields_set = {name for name in data if name in model.model_fields}
         policy = model.model_construct(_fields_set=fields_set, **parsed.values)
-        resolved, found = resolve_actions(typing.cast("Sections", policy), failed=failed)
+        resolved, found = resolve_actions(typing.cast("Sections", policy), registry, failed=failed)
         found += broken(typing.cast("Sections", policy), resolved, failed=failed)
     except RecursionError as e:
         raise PolicyError(f"{source}: the policy is nested too deeply (or contains itself)") from e
@@ -246,3 +263,101 @@ def _without_at(data: Any, path: KeyPath) -> Any:
         inner = _without_at(data[head], rest)
         return None if inner is None else [*data[:head], inner, *data[head + 1 :]]
     return None
+
+
+# -- each action entry, resolved once ----------------------------------------------------
+
+
+def written_settings(section: BaseModel) -> dict[str, Any]:
+    """The settings a section writes (those it was given), as it holds them: the defaults it gives an action.
+
+    Examples:
+        >>> from ddo_hooks.actions.host_cache_release import HostCacheReleaseOptions
+        >>> written_settings(HostCacheReleaseOptions.model_validate({"collect": "young"}))
+        {'collect': 'young'}
+    """
+    return {name: getattr(section, name) for name in section.model_fields_set}
+
+
+def defaults_of(policy: Sections, action: RegisteredAction[Any] | None) -> dict[str, Any] | None:
+    """The settings of the policy's section that holds defaults of ``action``'s options (``None``: it has none)."""
+    if action is None or action.defaults is None:
+        return None
+    return written_settings(action.defaults(policy))
+
+
+def resolve_actions(
+    policy: Sections, registry: ActionRegistry = REGISTRY, *, failed: Iterable[KeyPath] = ()
+) -> tuple[dict[str, tuple[ResolvedAction[Any], ...]], list[Located]]:
+    """Each boundary's actions, in order, each with the options it receives, resolved once; and their problems.
+
+    An action registered in ``registry`` now gets its options as
+    :meth:`~ddo_hooks.actions.contract.RegisteredAction.resolve` gives them: the settings of the policy's section
+    that holds its defaults (``release`` for ``host_cache_release``) merged under what the entry writes, validated
+    once, every problem found; any other action its options as written (resolved when it is bound, at attach). A
+    boundary whose actions did not parse (a key path of ``failed``) is left out.
+
+    Returns:
+        The resolved actions by boundary, and each problem with the key path it points at.
+
+    Examples:
+        >>> from ddo_hooks import HookPolicy
+        >>> policy = HookPolicy.from_mapping({"version": 1, "release": {"collect": "young"}})
+        >>> resolved, problems = resolve_actions(policy)
+        >>> [action.options.collect for action in resolved["after_call"]], problems
+        (['young'], [])
+    """
+    failed = tuple(failed)
+    resolved: dict[str, tuple[ResolvedAction[Any], ...]] = {}
+    problems: list[Located] = []
+    for name in BOUNDARIES:
+        where: KeyPath = ("boundaries", name, "actions")
+        if any(where[: len(path)] == path or path[: len(where)] == where for path in failed):
+            continue
+        found = []
+        for index, spec in enumerate(policy.boundary(name).actions):
+            entry: ResolvedAction[Any] = ResolvedAction(spec.name, spec.options, name, index, spec.options)
+            action = registry.registered(spec.name)
+            try:
+                options = spec.options if action is None else action.resolve(spec.options, defaults_of(policy, action))
+            except PydanticCustomError as e:
+                problems.append((entry.at, e))
+                continue
+            except ValidationError as e:
+                problems += [(entry.at, _custom(item)) for item in e.errors(include_url=False)]
+                continue
+            found.append(dataclasses.replace(entry, options=options))
+        resolved[name] = tuple(found)
+    return resolved, problems
+
+
+def _custom(item: Any) -> PydanticCustomError:
+    """A located error of an options model's problems, back from its ``errors()`` item."""
+    return PydanticCustomError(item["type"], "{message}", item.get("ctx") or {"message": item["msg"]})
+
+
+def fitted(
+    policy: Sections,
+    resolved: ResolvedAction[Any],
+    action: RegisteredAction[OptionsT],
+    *,
+    source: str,
+    positions: Positions,
+    written: Mapping[KeyPath, str],
+) -> ResolvedAction[OptionsT]:
+    """``resolved`` with the options that ``action``, registered under its name now, takes.
+
+    Raises:
+        PolicyError: They do not fit the action's model; the message points at the policy's line, one line
+            per problem.
+    """
+    try:
+        return action.fit(resolved, defaults_of(policy, action))
+    except PydanticCustomError as e:
+        errors = [e]
+        cause: Exception = e
+    except ValidationError as e:
+        errors = [_custom(item) for item in e.errors(include_url=False)]
+        cause = e
+    lines = [located_line(error, resolved.at, source=source, positions=positions, written=written) for error in errors]
+    raise PolicyError("\n".join(lines)) from cause

@@ -65,7 +65,7 @@ class Sections(Protocol):
 
 
 Resolved = Mapping[str, tuple[ResolvedAction[Any], ...]]
-"""Each boundary's actions, resolved (:func:`~ddo_hooks.policy.resolving.resolve_actions`)."""
+"""Each boundary's actions, resolved (:func:`~ddo_hooks.policy.passes.resolve_actions`)."""
 
 
 @dataclass(frozen=True)
