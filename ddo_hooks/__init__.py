@@ -5,7 +5,8 @@ costs almost nothing and imports neither diffusers nor transformers. The layers 
 sub-packages (``release``, ``reports``, ``streaming``, ``actions``, ``policy``, ``hooks``, ``offload``, ``cli``,
 ``testing``)
 on the foundation modules that every layer may import: ``errors`` (the exceptions), ``boundaries``
-(the boundary names) and ``sizes`` (byte sizes for people); see the architecture page of the docs.
+(the boundary names), ``sizes`` (byte sizes for people) and ``ledger`` (what was done to each object, in one
+weak table); see the architecture page of the docs.
 
 Examples:
     >>> import ddo_hooks

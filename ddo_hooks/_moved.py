@@ -173,9 +173,9 @@ RENAMED: dict[str, Renamed] = {
     "ddo_hooks.boundaries.MALLOC_TRIM": Renamed("ddo_hooks.actions.malloc_trim.NAME", _NAMED),
     "ddo_hooks.boundaries.RELEASE_DONE_COMPONENTS": Renamed("ddo_hooks.actions.release_done_components.NAME", _NAMED),
     "ddo_hooks.boundaries.STAGE_DONE_COMPONENTS": Renamed("ddo_hooks.actions.stage_done_components.NAME", _NAMED),
-    "ddo_hooks.release.weights_files.NOTED": Renamed("ddo_hooks.release.ledger.LEDGER", _LEDGER),
-    "ddo_hooks.release.file_views.REBOUND": Renamed("ddo_hooks.release.ledger.LEDGER", _LEDGER),
-    "ddo_hooks.release.pinned_copies.REPACKED": Renamed("ddo_hooks.release.ledger.LEDGER", _LEDGER),
+    "ddo_hooks.release.weights_files.NOTED": Renamed("ddo_hooks.ledger.LEDGER", _LEDGER),
+    "ddo_hooks.release.file_views.REBOUND": Renamed("ddo_hooks.ledger.LEDGER", _LEDGER),
+    "ddo_hooks.release.pinned_copies.REPACKED": Renamed("ddo_hooks.ledger.LEDGER", _LEDGER),
 }  # fmt: skip
 """Every old name: old dotted name -> what it became (:class:`Renamed`). The docs' "Renamed" page lists it."""
 

@@ -13,11 +13,10 @@ from support.plugin_actions import LOG, entry_point
 
 from ddo_hooks import HookPolicy, MetricsTracker, attach
 from ddo_hooks._compat.diffusers import offload_groups
-from ddo_hooks._process import LIVE
 from ddo_hooks.actions import registry
-from ddo_hooks.hooks import runner
+from ddo_hooks.hooks.runner import BoundaryRunner
+from ddo_hooks.ledger import LEDGER
 from ddo_hooks.release import from_files
-from ddo_hooks.release.ledger import LEDGER
 from ddo_hooks.testing.tiny_pipelines import build_pipeline, call_kwargs
 
 PLUGINS = {
@@ -59,7 +58,7 @@ def everything(pipe) -> dict[str, object]:
         "hooks": {path: (len(m._forward_pre_hooks), len(m._forward_hooks)) for path, m in modules.items()},
         "attached": LEDGER.read(pipe).attached is not None,
         "signals": LEDGER.read(pipe).signals is not None,
-        "runners": [r for r in LIVE if isinstance(r, runner.BoundaryRunner) and r._pipeline() is pipe],
+        "runners": [r for r, _ in LEDGER.holders("settles") if isinstance(r, BoundaryRunner) and r._pipeline() is pipe],
         "pinned": [p for p, m in modules.items() if LEDGER.read(m).pinned is not None],
         "rebound": [p for p, m in modules.items() if LEDGER.read(m).rebound is not None],
         "repacked": [p for p, m in modules.items() for g in offload_groups(m) if LEDGER.read(g).repacked],

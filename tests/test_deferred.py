@@ -307,12 +307,12 @@ def test_a_child_forked_while_a_release_held_the_slot_starts_free_and_records_as
 
 
 def test_a_deferred_after_call_still_waiting_at_interpreter_exit_is_recorded(fake, sd):
-    from ddo_hooks._process import LIVE
+    from ddo_hooks.ledger import LEDGER
 
     clock = FakeScheduler()
     with use_scheduler(clock), attach(sd, idle_policy("60s")) as attachment:
         sd(**call_kwargs("sd", steps=1))
-        LIVE.settle("at_exit")  # what atexit runs
+        LEDGER.settle("at_exit")  # what atexit runs
         clock.advance(7200)  # its timer was cancelled: nothing more happens
     assert after_calls(attachment) == {1: ["after_call:not_reached"]}
     assert "the interpreter exited before the idle delay passed" in attachment.reports[-1].body.detail

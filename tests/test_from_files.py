@@ -26,10 +26,10 @@ from support.processes import in_child
 
 from ddo_hooks import HookPolicy, attach
 from ddo_hooks._compat import diffusers as diffusers_compat
+from ddo_hooks.ledger import LEDGER
 from ddo_hooks.release import file_pages
 from ddo_hooks.release.allocator import use_backend
 from ddo_hooks.release.from_files import pin_from_files, pinned_from_files, unpin_from_files
-from ddo_hooks.release.ledger import LEDGER
 from ddo_hooks.testing.tiny_pipelines import build_pipeline, call_kwargs
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="file mappings are read in /proc")

@@ -19,7 +19,7 @@ ROOT = PACKAGE.parent
 
 # Bottom up; a module may import its own layer and the layers before it.
 LAYERS = ("foundation", "reports", "release", "streaming", "actions", "policy", "hooks", "offload", "testing", "cli")
-FOUNDATION = {"errors", "sizes", "boundaries", "_diagnostics", "_text_files", "_compat", "_moved", "_process"}
+FOUNDATION = {"errors", "sizes", "boundaries", "_diagnostics", "_text_files", "_compat", "_moved", "ledger"}
 HEAVY = ("torch", "diffusers", "transformers")
 
 

@@ -3,7 +3,7 @@
 :func:`attach_steps` builds the list from the policy (the rule that runs it: :mod:`~ddo_hooks.hooks.steps`):
 
 1. :class:`Attached`: the pipeline is recorded as attached (its ``attached`` in the
-   :data:`~ddo_hooks.release.ledger.LEDGER`), so that a second attach is refused.
+   :data:`~ddo_hooks.ledger.LEDGER`), so that a second attach is refused.
 2. :class:`Signals`: the hooks and wrappers that tell the phase machine where a call is
    (:class:`~ddo_hooks.hooks.signals.PipelineSignals`); at each call's start they run every step's check.
 3. :class:`ActionSteps`, one per action the policy names, in the order it first names them: the steps of the
@@ -27,8 +27,8 @@ from ddo_hooks.actions.contract import RegisteredAction, ResolvedAction
 from ddo_hooks.hooks.phases import CallPhases
 from ddo_hooks.hooks.runner import BoundActions, each_action
 from ddo_hooks.hooks.steps import Record, Step
+from ddo_hooks.ledger import LEDGER
 from ddo_hooks.policy.model import HookPolicy
-from ddo_hooks.release.ledger import LEDGER
 
 if TYPE_CHECKING:
     from collections.abc import Callable

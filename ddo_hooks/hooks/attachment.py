@@ -41,9 +41,9 @@ from ddo_hooks.hooks.phases import CallPhases, Phase
 from ddo_hooks.hooks.recorder import Recorder
 from ddo_hooks.hooks.runner import BoundActions, BoundaryRunner, bind_actions
 from ddo_hooks.hooks.steps import Record, Step, StepList
+from ddo_hooks.ledger import LEDGER
 from ddo_hooks.policy.model import HookPolicy
 from ddo_hooks.release import guard
-from ddo_hooks.release.ledger import LEDGER
 from ddo_hooks.reports.tracker import MetricsTracker
 
 if TYPE_CHECKING:

@@ -22,7 +22,7 @@ import weakref
 from collections.abc import Callable, Iterator
 from typing import Protocol
 
-from ddo_hooks._process import LIVE
+from ddo_hooks.ledger import LEDGER, Settles
 
 __all__ = ["Handle", "Scheduler", "ThreadScheduler", "scheduler", "use_scheduler"]
 
@@ -48,7 +48,7 @@ class ThreadScheduler:
 
     def __init__(self) -> None:
         self._timers: weakref.WeakSet[threading.Timer] = weakref.WeakSet()  # those still waiting, or running
-        LIVE.join(self, after_fork=ThreadScheduler._forget, at_exit=ThreadScheduler._cancel_waiting)
+        LEDGER.write(self, settles=Settles(ThreadScheduler._forget, ThreadScheduler._cancel_waiting))
 
     def call_later(self, delay: float, function: Callable[[], None]) -> Handle:
         """Start a daemon timer that calls ``function`` after ``delay`` seconds."""

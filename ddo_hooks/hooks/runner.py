@@ -27,7 +27,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeAlias, TypeGuard
 
-from ddo_hooks._process import LIVE
 from ddo_hooks.actions.contract import BoundaryContext, RegisteredAction, ResolvedAction
 from ddo_hooks.actions.registry import REGISTRY, ActionRegistry
 from ddo_hooks.boundaries import AFTER_CALL, BOUNDARIES, REFUSAL_REASONS, RefusalReason
@@ -37,6 +36,7 @@ from ddo_hooks.hooks.idle import Handle
 from ddo_hooks.hooks.idle import scheduler as idle_scheduler
 from ddo_hooks.hooks.phases import Call, CallPhases
 from ddo_hooks.hooks.recorder import Recorder
+from ddo_hooks.ledger import LEDGER, Settles
 from ddo_hooks.policy.model import HookPolicy
 from ddo_hooks.release import guard
 from ddo_hooks.reports.boundary import (
@@ -154,7 +154,7 @@ class BoundaryRunner:
         self._deferred: dict[int, _Deferred] = {}  # by call index
         self._running: list[int] = []  # the threads running a deferred boundary now
         self.machine = CallPhases(self.owner, self._on_due, self._on_missed, on_start=self._on_start)
-        LIVE.join(self, after_fork=BoundaryRunner._after_fork, at_exit=BoundaryRunner._at_exit)
+        LEDGER.write(self, settles=Settles(BoundaryRunner._after_fork, BoundaryRunner._at_exit))
 
     # -- from the phase machine --------------------------------------------------------------
     def enabled(self, boundary: str) -> bool:
@@ -366,7 +366,7 @@ class BoundaryRunner:
             ReportSinkError: As :meth:`cancel_deferred`.
         """
         self.closed = True
-        LIVE.leave(self)
+        LEDGER.erase(self, "settles")
         self.cancel_deferred(why)
 
     def _at_exit(self) -> None:

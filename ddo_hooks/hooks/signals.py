@@ -50,8 +50,8 @@ from ddo_hooks.hooks.loop_bar import LoopBar
 from ddo_hooks.hooks.mechanics import WrappedAttribute, wrap_attribute
 from ddo_hooks.hooks.phases import CallPhases, Stage
 from ddo_hooks.hooks.signal_hooks import DecodeSignal, DenoiserSignal, Joined, join
+from ddo_hooks.ledger import LEDGER
 from ddo_hooks.release import guard
-from ddo_hooks.release.ledger import LEDGER
 
 __all__ = [
     "DECODE_SUBMODULES",

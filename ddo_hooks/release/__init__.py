@@ -17,8 +17,7 @@ Modules: :mod:`~ddo_hooks.release.host_cache` (``release_pytorch_host_cache``),
 :mod:`~ddo_hooks.release.from_files` (each weight pinned once from its file, ``pinned_copies.from_files``),
 :mod:`~ddo_hooks.release.file_sources` (where each weight lies in its file, or why it would not be pinned),
 :mod:`~ddo_hooks.release.file_pins` (its two ways: registered in place, or staged into slabs),
-:mod:`~ddo_hooks.release.file_census` (what it would pin where torch has no CUDA host allocator),
-:mod:`~ddo_hooks.release.ledger` (what was done to each module, in one weak table) and
-:mod:`~ddo_hooks.release.ddo_core` (DDO's release core, behind ``core: ddo``). Imports the foundation modules and
-the report models.
+:mod:`~ddo_hooks.release.file_census` (what it would pin where torch has no CUDA host allocator) and
+:mod:`~ddo_hooks.release.ddo_core` (DDO's release core, behind ``core: ddo``). Imports the foundation modules
+(what it did to a module is written in :mod:`~ddo_hooks.ledger`) and the report models.
 """

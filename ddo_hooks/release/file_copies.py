@@ -20,8 +20,8 @@ from typing import Any, cast
 import torch
 
 from ddo_hooks._compat import diffusers as diffusers_compat
+from ddo_hooks.ledger import LEDGER
 from ddo_hooks.release import file_pages
-from ddo_hooks.release.ledger import LEDGER
 from ddo_hooks.release.weights_files import FileIdentity, HeldFile, Refused, folder_of, identity, named_files
 from ddo_hooks.reports.done_components import PagesReason
 

@@ -48,9 +48,9 @@ import torch
 
 from ddo_hooks import _moved
 from ddo_hooks.errors import WeightsFileChangedError
+from ddo_hooks.ledger import LEDGER
 from ddo_hooks.release import allocator as _allocator
 from ddo_hooks.release import file_copies, file_pages
-from ddo_hooks.release.ledger import LEDGER
 from ddo_hooks.release.weights_files import HeldFile
 from ddo_hooks.reports.done_components import ComponentPages
 
@@ -129,7 +129,7 @@ def rebind_to_files(name: str, module: torch.nn.Module) -> int:
     """Point ``module``'s weights held as copies at the views of its weights files that equal them.
 
     Nothing changes until every copy was checked; the switch cannot fail halfway. The component is
-    then in the ledger (:data:`~ddo_hooks.release.ledger.LEDGER`), with the files its views read held
+    then in the ledger (:data:`~ddo_hooks.ledger.LEDGER`), with the files its views read held
     open, and their identity.
 
     Args:

@@ -40,7 +40,7 @@ import sys
 import threading
 import weakref
 
-from ddo_hooks._process import LIVE
+from ddo_hooks.ledger import LEDGER, Settles
 
 __all__ = ["ATTRIB", "MODIFIED", "MOVED", "Watch", "watch"]
 
@@ -171,5 +171,5 @@ def _watcher() -> _Watcher | None:
     if fd < 0:
         return None
     made = _Watcher(libc, fd)
-    LIVE.join(made, after_fork=_Watcher.leave_parent)
+    LEDGER.write(made, settles=Settles(after_fork=_Watcher.leave_parent))
     return made

@@ -58,10 +58,10 @@ from ddo_hooks._compat import ddo as ddo_compat
 from ddo_hooks._compat import diffusers as diffusers_compat
 from ddo_hooks._moved import outside_stacklevel
 from ddo_hooks.errors import InvalidArgumentError, WeightsFileChangedError
+from ddo_hooks.ledger import LEDGER
 from ddo_hooks.release import allocator as _allocator
 from ddo_hooks.release.file_pins import FromFilesMode, Pinned, register, stage
 from ddo_hooks.release.file_sources import ONCE_PER_CALL, chosen, ddo_pinned, ddo_pinning, find, found_row
-from ddo_hooks.release.ledger import LEDGER
 from ddo_hooks.release.pinned_copies import Left, skip
 from ddo_hooks.reports.repack import ComponentRepack, PinnedCopyRepackReport
 

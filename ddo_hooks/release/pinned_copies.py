@@ -22,8 +22,8 @@ import torch
 
 from ddo_hooks import _moved
 from ddo_hooks._compat import torch as torch_compat
+from ddo_hooks.ledger import LEDGER
 from ddo_hooks.release import allocator as _allocator
-from ddo_hooks.release.ledger import LEDGER
 from ddo_hooks.reports.repack import RepackReason
 
 __all__ = ["Component", "Copy", "Left", "Stored", "by_storage", "inspect_component", "refuse", "skip"]

@@ -38,12 +38,12 @@ import torch
 
 from ddo_hooks.boundaries import PHASE_PATTERN
 from ddo_hooks.errors import BoundaryRefusedError, InvalidArgumentError
+from ddo_hooks.ledger import LEDGER
 from ddo_hooks.release import allocator as _allocator
 from ddo_hooks.release.counters import read_snapshot
 from ddo_hooks.release.devices import DeviceLike, parse_cuda_device
 from ddo_hooks.release.host_cache import release_pytorch_host_cache
 from ddo_hooks.release.host_memory import observe_host
-from ddo_hooks.release.ledger import LEDGER
 from ddo_hooks.release.pinned_copies import (
     Component,
     Left,

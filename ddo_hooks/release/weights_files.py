@@ -36,8 +36,8 @@ from typing import Any
 import torch
 
 from ddo_hooks import _moved
+from ddo_hooks.ledger import LEDGER
 from ddo_hooks.release import file_pages, file_watch
-from ddo_hooks.release.ledger import LEDGER
 
 __all__ = [
     "MAX_INDEX_BYTES",

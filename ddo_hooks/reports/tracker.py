@@ -29,8 +29,8 @@ from typing import Any
 from pydantic import BaseModel
 
 from ddo_hooks._diagnostics import show_repr
-from ddo_hooks._process import LIVE
 from ddo_hooks.errors import InvalidArgumentError, ReportError
+from ddo_hooks.ledger import LEDGER, Settles
 from ddo_hooks.reports.atomic_file import replace_with_text
 from ddo_hooks.reports.envelope import RecordEnvelope
 from ddo_hooks.reports.json_lines import cut_line_warning, first_line, looks_like_a_path, text_lines
@@ -95,7 +95,7 @@ class MetricsTracker:
                 f"{MAX_RECORDS:,}; keep fewer in memory, or keep them all with None"
             )
         self._lock = threading.Lock()
-        LIVE.join(self, after_fork=MetricsTracker._new_lock)
+        LEDGER.write(self, settles=Settles(after_fork=MetricsTracker._new_lock))
         self._records: collections.deque[Entry] = collections.deque(maxlen=max_records)
         self.max_records = max_records
         self.evicted = 0
