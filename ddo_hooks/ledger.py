@@ -64,7 +64,7 @@ class Settles(NamedTuple):
 
 @dataclass
 class Entry:
-    """What was done to one module (``None``: not that).
+    """What was done to one object (``None``: not that).
 
     The modules that write a field own its type (the ledger imports none of them: they import it).
     """
@@ -93,11 +93,11 @@ class Entry:
 
 
 class Ledger:
-    """Each module's :class:`Entry`, held weakly (see the module's docstring)."""
+    """Each object's :class:`Entry`, held weakly (see the module's docstring)."""
 
     def __init__(self) -> None:
         self._entries: weakref.WeakKeyDictionary[Any, Entry] = weakref.WeakKeyDictionary()
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # re-entrant: a finalizer run by a collection inside may write it
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -150,7 +150,7 @@ class Ledger:
         At exit or in a fresh child there is nobody to raise to.
         """
         if how == "after_fork":
-            self._lock = threading.Lock()  # another thread of the parent may have held it at the fork
+            self._lock = threading.RLock()  # another thread of the parent may have held it at the fork
         for thing, settles in self.holders("settles"):
             settle = settles.after_fork if how == "after_fork" else settles.at_exit
             try:
