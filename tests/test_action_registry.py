@@ -97,6 +97,15 @@ def test_a_policy_loaded_with_a_registry_of_ones_own_checks_its_options_there_an
         assert attachment.policy.registry is mine
 
 
+def test_a_copy_of_a_policy_deep_or_not_keeps_its_registry():
+    import copy
+
+    mine = ActionRegistry()
+    policy = HookPolicy.preset("default", registry=mine)
+    copies = [copy.copy(policy), copy.deepcopy(policy), policy.model_copy(deep=True)]
+    assert [c.registry is mine for c in copies] == [True, True, True]
+
+
 def test_a_policy_loader_refuses_a_registry_that_is_not_one():
     with pytest.raises(InvalidArgumentError, match=r"registry must be a ddo_hooks\.actions\.registry\.ActionRegistry"):
         HookPolicy.preset("default", registry="mine")

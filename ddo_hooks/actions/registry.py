@@ -209,6 +209,14 @@ class ActionRegistry:
     def __init__(self) -> None:
         self._actions: dict[str, RegisteredAction[Any]] = {}  # registered here (or built-ins replaced here)
 
+    def __copy__(self) -> ActionRegistry:
+        """The registry itself: it is shared, so a copy of a policy, deep or not, finds its actions where it did."""
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> ActionRegistry:
+        """The registry itself, as :meth:`__copy__`."""
+        return self
+
     def registered(self, name: str) -> RegisteredAction[Any] | None:
         """The action registered under ``name`` (here first, then a built-in), or ``None``; entry points aside."""
         return self._actions.get(name) or actions.by_name().get(name)
