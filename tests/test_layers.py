@@ -213,8 +213,8 @@ def test_the_package_and_the_file_commands_import_no_torch_diffusers_or_transfor
 IGNORE = re.compile(r"#\s*type:\s*ignore(?P<codes>\[[^\]]*\])?(?P<rest>.*)$")
 
 
-def test_every_type_ignore_names_its_error_and_says_why_and_there_are_fewer_than_38():
-    """Issue 42 found 38; each one left names the error it passes over and why, in words."""
+def test_every_type_ignore_names_its_error_and_says_why_and_there_are_at_most_33():
+    """Issue 42 found 38, issue 50 asks for 33 at the most; each one left names the error it passes over and why."""
     found, unexplained = 0, []
     for path in sorted(PACKAGE.rglob("*.py")):
         for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
@@ -226,7 +226,13 @@ def test_every_type_ignore_names_its_error_and_says_why_and_there_are_fewer_than
             if not match["codes"] or len(why.split()) < 3:
                 unexplained.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
     assert unexplained == [], "type: ignore without its error code and a reason in words:\n" + "\n".join(unexplained)
-    assert 0 < found < 38, found
+    assert 0 < found <= 33, found
+
+
+def test_no_module_is_over_400_lines():
+    """Issue 50: modules small and named for what they do."""
+    long = {str(p.relative_to(ROOT)): n for p in PACKAGE.rglob("*.py") if (n := len(p.read_text().splitlines())) > 400}
+    assert long == {}
 
 
 # What `ddo-hooks --help` may not import: it printed in 0.8-1.1 s while it built the policy and report
