@@ -89,7 +89,7 @@ class Entry:
     """A pipeline class's subclass whose ``__call__`` signals, made once (its key is the class)."""
     settles: Settles | None = None
     """What a fork and the exit settle of an object that holds threads, locks or descriptors: a boundary
-    runner, a report tracker, the idle scheduler, the file watcher."""
+    runner, a report tracker, the file watcher."""
 
 
 class Ledger:

@@ -316,3 +316,16 @@ def test_a_deferred_after_call_still_waiting_at_interpreter_exit_is_recorded(fak
         clock.advance(7200)  # its timer was cancelled: nothing more happens
     assert after_calls(attachment) == {1: ["after_call:not_reached"]}
     assert "the interpreter exited before the idle delay passed" in attachment.reports[-1].body.detail
+
+
+def test_at_interpreter_exit_the_runner_cancels_the_timer_thread_of_its_waiting_deferred(fake, sd):
+    from ddo_hooks.ledger import LEDGER
+
+    before = set(threading.enumerate())
+    with attach(sd, idle_policy("60s")) as attachment:  # the real scheduler: a daemon timer thread
+        sd(**call_kwargs("sd", steps=1))
+        (timer,) = [t for t in set(threading.enumerate()) - before if isinstance(t, threading.Timer)]
+        LEDGER.settle("at_exit")
+        timer.join(5)  # cancelled, it ends at once; left waiting, it would for a minute
+        assert not timer.is_alive()
+    assert after_calls(attachment) == {1: ["after_call:not_reached"]}

@@ -89,9 +89,8 @@ def test_an_object_that_settles_is_not_kept_alive():
     assert len(ledger) == 0
 
 
-def test_the_process_settles_the_boundary_runners_trackers_scheduler_and_file_watcher(tmp_path):
+def test_the_process_settles_the_trackers_and_file_watcher(tmp_path):
     from ddo_hooks import MetricsTracker
-    from ddo_hooks.hooks.idle import scheduler
     from ddo_hooks.release import file_watch
 
     tracker = MetricsTracker()
@@ -101,5 +100,4 @@ def test_the_process_settles_the_boundary_runners_trackers_scheduler_and_file_wa
         file_watch.watch(f.fileno())
     settling = [thing for thing, _ in LEDGER.holders("settles")]
     assert tracker in settling
-    assert scheduler() in settling
     assert file_watch._watcher() in settling  # inotify: Linux, as here and on CI

@@ -3,8 +3,9 @@
 A policy's ``after_call: {idle: 2s}`` asks for the ``after_call`` actions to run only after the
 pipeline has been idle for two seconds, and not at all when the next call starts before that.
 The attachment schedules them here. :class:`ThreadScheduler` (the default) runs them on a daemon
-timer thread; tests use :func:`use_scheduler` with a fake clock. Pending runs are cancelled at
-interpreter exit; a forked child starts with none.
+timer thread; tests use :func:`use_scheduler` with a fake clock. The scheduler keeps nothing: each
+run it starts belongs to a boundary runner, which cancels its own at interpreter exit and forgets
+them in a forked child.
 
 Examples:
     >>> ran = []
@@ -18,11 +19,8 @@ from __future__ import annotations
 
 import contextlib
 import threading
-import weakref
 from collections.abc import Callable, Iterator
 from typing import Protocol
-
-from ddo_hooks.ledger import LEDGER, Settles
 
 __all__ = ["Handle", "Scheduler", "ThreadScheduler", "scheduler", "use_scheduler"]
 
@@ -44,26 +42,14 @@ class Scheduler(Protocol):
 
 
 class ThreadScheduler:
-    """Runs each deferred boundary on a daemon :class:`threading.Timer`; at exit, cancels those still waiting."""
-
-    def __init__(self) -> None:
-        self._timers: weakref.WeakSet[threading.Timer] = weakref.WeakSet()  # those still waiting, or running
-        LEDGER.write(self, settles=Settles(ThreadScheduler._forget, ThreadScheduler._cancel_waiting))
+    """Runs each deferred boundary on a daemon :class:`threading.Timer`, and keeps none of them."""
 
     def call_later(self, delay: float, function: Callable[[], None]) -> Handle:
         """Start a daemon timer that calls ``function`` after ``delay`` seconds."""
         timer = threading.Timer(delay, function)
         timer.daemon = True
-        self._timers.add(timer)
         timer.start()
         return timer
-
-    def _cancel_waiting(self) -> None:
-        for timer in list(self._timers):
-            timer.cancel()
-
-    def _forget(self) -> None:
-        self._timers.clear()  # a forked child has none of the parent's timer threads
 
 
 _SCHEDULER: Scheduler = ThreadScheduler()
