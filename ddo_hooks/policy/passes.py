@@ -320,20 +320,22 @@ def resolve_actions(
             action = registry.registered(spec.name)
             try:
                 options = spec.options if action is None else action.resolve(spec.options, defaults_of(policy, action))
-            except PydanticCustomError as e:
-                problems.append((entry.at, e))
-                continue
-            except ValidationError as e:
-                problems += [(entry.at, _custom(item)) for item in e.errors(include_url=False)]
+            except (PydanticCustomError, ValidationError) as e:
+                problems += [(entry.at, error) for error in _option_errors(e)]
                 continue
             found.append(dataclasses.replace(entry, options=options))
         resolved[name] = tuple(found)
     return resolved, problems
 
 
-def _custom(item: Any) -> PydanticCustomError:
-    """A located error of an options model's problems, back from its ``errors()`` item."""
-    return PydanticCustomError(item["type"], "{message}", item.get("ctx") or {"message": item["msg"]})
+def _option_errors(error: PydanticCustomError | ValidationError) -> list[PydanticCustomError]:
+    """Each problem of an action's options, as an error :func:`located_line` places (one of a model's ``errors()``)."""
+    if isinstance(error, PydanticCustomError):
+        return [error]
+    return [
+        PydanticCustomError(item["type"], "{message}", item.get("ctx") or {"message": item["msg"]})
+        for item in error.errors(include_url=False)
+    ]
 
 
 def fitted(
@@ -353,11 +355,9 @@ def fitted(
     """
     try:
         return action.fit(resolved, defaults_of(policy, action))
-    except PydanticCustomError as e:
-        errors = [e]
-        cause: Exception = e
-    except ValidationError as e:
-        errors = [_custom(item) for item in e.errors(include_url=False)]
-        cause = e
-    lines = [located_line(error, resolved.at, source=source, positions=positions, written=written) for error in errors]
-    raise PolicyError("\n".join(lines)) from cause
+    except (PydanticCustomError, ValidationError) as e:
+        lines = [
+            located_line(error, resolved.at, source=source, positions=positions, written=written)
+            for error in _option_errors(e)
+        ]
+        raise PolicyError("\n".join(lines)) from e
