@@ -326,17 +326,6 @@ def policy_reference() -> str:
     return render_models(schema, [HookPolicy], anchor_prefix="policy", titles=titles)
 
 
-def _of_routes(
-    models: Iterable[type[BaseModel]], route_of: Callable[[type[BaseModel]], str], routes: tuple[str, ...]
-) -> list[type[BaseModel]]:
-    """The models of the routes named, in the order of ``models`` (all of them where none is named)."""
-    found = {route_of(model): model for model in models}
-    unknown = [route for route in routes if route not in found]
-    if unknown:
-        raise ValueError(f"no report route {unknown} (known: {', '.join(found)})")
-    return [model for route, model in found.items() if not routes or route in routes]
-
-
 def _route(model: type[BaseModel]) -> str:
     return model.model_fields["route"].default
 
@@ -345,29 +334,37 @@ def _ddo_route(model: type[BaseModel]) -> str:
     return typing.get_args(model.model_fields["route"].annotation)[0]
 
 
-def report_reference(*routes: str) -> str:
-    """Every field of the report routes named (every route where none is), from ``report_json_schema()``."""
-    from ddo_hooks.reports.parse import REPORT_TYPES, report_json_schema
+def _route_sections(
+    models: Iterable[type[BaseModel]], route_of: Callable[[type[BaseModel]], str], title: str, routes: tuple[str, ...]
+) -> str:
+    """Every field of the routes named of ``models`` (all of them where none is), one route after the other."""
+    from ddo_hooks.reports.parse import report_json_schema
 
+    found = {route_of(model): model for model in models}
+    unknown = [route for route in routes if route not in found]
+    if unknown:
+        raise ValueError(f"no report route {unknown} (known: {', '.join(found)})")
     schema = report_json_schema()
     sections = []
-    for model in _of_routes(REPORT_TYPES, _route, routes):  # one route after the other, each from its top
-        title = f"Route `{_route(model)}` ({model.__name__})"
-        sections.append(render_models(schema, [model], anchor_prefix="report", titles={model.__name__: title}))
+    for route, model in found.items():
+        if not routes or route in routes:  # each from its top
+            heading = {model.__name__: f"{title} `{route}` ({model.__name__})"}
+            sections.append(render_models(schema, [model], anchor_prefix="report", titles=heading))
     return "\n".join(sections)
+
+
+def report_reference(*routes: str) -> str:
+    """Every field of the report routes named (every route where none is), from ``report_json_schema()``."""
+    from ddo_hooks.reports.parse import REPORT_TYPES
+
+    return _route_sections(REPORT_TYPES, _route, "Route", routes)
 
 
 def ddo_report_reference(*routes: str) -> str:
     """Every field of the routes named of DDO's own shape (every route ddo_hooks reads where none is)."""
     from ddo_hooks.reports.ddo.routes import DDO_REPORT_TYPES
-    from ddo_hooks.reports.parse import report_json_schema
 
-    schema = report_json_schema()
-    sections = []
-    for model in _of_routes(DDO_REPORT_TYPES, _ddo_route, routes):
-        title = f"DDO's route `{_ddo_route(model)}` ({model.__name__})"
-        sections.append(render_models(schema, [model], anchor_prefix="report", titles={model.__name__: title}))
-    return "\n".join(sections)
+    return _route_sections(DDO_REPORT_TYPES, _ddo_route, "DDO's route", routes)
 
 
 def _cell(value: str | None) -> str:
