@@ -329,3 +329,21 @@ def test_at_interpreter_exit_the_runner_cancels_the_timer_thread_of_its_waiting_
         timer.join(5)  # cancelled, it ends at once; left waiting, it would for a minute
         assert not timer.is_alive()
     assert after_calls(attachment) == {1: ["after_call:not_reached"]}
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork is POSIX")
+def test_a_child_forked_while_a_deferred_waits_neither_runs_nor_cancels_it_and_the_parent_still_runs_it(fake, sd):
+    clock = FakeScheduler()
+    with use_scheduler(clock), attach(sd, idle_policy("60s")) as attachment:
+        sd(**call_kwargs("sd", steps=1))
+
+        def child():
+            clock.advance(7200)  # the parent's waiting timer, copied into the child: its runner forgot it
+            sd(**call_kwargs("sd", steps=1))  # and a call of the child's own cancels nothing of the parent's
+            clock.advance(7200)
+            return after_calls(attachment)
+
+        got = in_child(child)
+        assert got == {"ok": {2: ["after_call:executed"]}}, got
+        clock.advance(7200)
+        assert after_calls(attachment) == {1: ["after_call:executed"]}
